@@ -1,0 +1,2 @@
+//! Types shared by the eBPF programs and the agent.
+#![no_std]

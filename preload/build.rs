@@ -1,0 +1,4 @@
+//! Versioned SONAME for the interposer.
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtessera.so");
+}

@@ -1,0 +1,74 @@
+//! Running commands with their command line echoed, and failing with a
+//! message that names the command.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root (the parent of `xtask/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// A `cargo` command using the same cargo that runs xtask.
+pub fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Human-readable command line.
+pub fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Runs `cmd`, echoing it, and fails unless it exits with status 0.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let line = describe(cmd);
+    eprintln!("$ {line}");
+    let status = cmd.status().with_context(|| format!("cannot start `{line}`"))?;
+    if !status.success() {
+        bail!("`{line}` failed with {status}");
+    }
+    Ok(())
+}
+
+/// Runs `cmd` and returns its stdout; fails unless it exits with status 0.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let line = describe(cmd);
+    let out = cmd.output().with_context(|| format!("cannot start `{line}`"))?;
+    if !out.status.success() {
+        bail!(
+            "`{line}` failed with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether `program` is found on `PATH`.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // `id -u` keeps xtask free of unsafe code.
+    output(Command::new("id").arg("-u"))
+        .map(|s| s.trim() == "0")
+        .unwrap_or(false)
+}
