@@ -1,5 +1,84 @@
-//! placeholder, written by the eBPF helper
+//! The eBPF programs in `agent-ebpf/programs`: a cargo workspace of its own,
+//! built with nightly for `bpfel-unknown-none` (`-Z build-std=core`, set in
+//! its `.cargo/config.toml`) and linked by bpf-linker into one object,
+//! `tessera.bpf.o`, that the agent loads.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
 use crate::setup::Tools;
-pub fn build(_: &Tools, _: bool, _: &std::path::Path) -> anyhow::Result<()> { Ok(()) }
-pub fn fmt_check(_: &Tools) -> anyhow::Result<()> { Ok(()) }
-pub fn clippy(_: &Tools) -> anyhow::Result<()> { Ok(()) }
+use crate::sh::{self, workspace_root};
+
+/// The target triple of the programs.
+const TARGET: &str = "bpfel-unknown-none";
+/// The binary target of `agent-ebpf/programs`.
+const BIN: &str = "tessera";
+/// The file name the agent looks for.
+pub const OBJECT: &str = "tessera.bpf.o";
+
+fn programs_dir() -> PathBuf {
+    workspace_root().join("agent-ebpf/programs")
+}
+
+/// Builds the programs and writes `out_dir/tessera.bpf.o`.
+///
+/// The programs always build with the release profile: the verifier
+/// rejects the unoptimised code of a debug build. `_release` is accepted
+/// for symmetry with the other artifacts.
+pub fn build(tools: &Tools, _release: bool, out_dir: &Path) -> Result<()> {
+    let dir = programs_dir();
+    let target_dir = dir.join("target");
+    let mut cmd = tools.nightly_command("cargo");
+    cmd.current_dir(&dir)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
+        .arg(&target_dir);
+    sh::run(&mut cmd).context("cannot build the eBPF programs in agent-ebpf/programs")?;
+
+    let built = target_dir.join(TARGET).join("release").join(BIN);
+    fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let dest = out_dir.join(OBJECT);
+    let tmp = dest.with_extension("o.tmp");
+    fs::copy(&built, &tmp)
+        .with_context(|| format!("cannot copy {} to {}", built.display(), tmp.display()))?;
+    fs::rename(&tmp, &dest)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), dest.display()))?;
+    eprintln!("ebpf object: {}", dest.display());
+    Ok(())
+}
+
+/// `cargo fmt --check` of the programs (and nothing else) with nightly rustfmt.
+pub fn fmt_check(tools: &Tools) -> Result<()> {
+    let mut cmd = tools.nightly_command("cargo");
+    cmd.current_dir(programs_dir())
+        .args(["fmt", "--", "--check"]);
+    sh::run(&mut cmd).context(
+        "the eBPF programs are not formatted: run `cargo +nightly fmt` in agent-ebpf/programs",
+    )
+}
+
+/// Clippy with `-D warnings` on the programs, for the bpf target.
+pub fn clippy(tools: &Tools) -> Result<()> {
+    let dir = programs_dir();
+    let mut cmd = tools.nightly_command("cargo");
+    cmd.current_dir(&dir)
+        .args([
+            "clippy",
+            "--release",
+            "--locked",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
+        .arg(dir.join("target"))
+        .args(["--", "-D", "warnings"]);
+    sh::run(&mut cmd).context("clippy found problems in the eBPF programs")
+}

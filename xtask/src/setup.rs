@@ -1,6 +1,448 @@
-//! placeholder, written by the eBPF helper
+//! `cargo xtask setup`: installs what the build needs beyond stable Rust.
+//!
+//! - a nightly toolchain with `rust-src`, `rustfmt` and `clippy` (the eBPF
+//!   programs build for `bpfel-unknown-none` with `-Z build-std=core`);
+//! - `bpf-linker`, built against that nightly's own `libLLVM` and kept under
+//!   `target/tools/`, one folder per LLVM build, so a nightly update never
+//!   leaves a linker behind that loads the wrong LLVM;
+//! - the Debian packages the tests use (`strace`), as root only.
+//!
+//! Every step checks first and prints what it found or did, so a second run
+//! is a fast no-op. [`ensure`] is the cheap check the other commands call.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::sh::{self, workspace_root};
+
+/// The bpf-linker release line that works with aya 0.14 and LLVM 21–23.
+const BPF_LINKER_VERSION: &str = "~0.13";
+/// Prefix of `bpf-linker --version` for that line.
+const BPF_LINKER_VERSION_PREFIX: &str = "bpf-linker 0.13.";
+/// LLVM majors bpf-linker 0.13 has a cargo feature for.
+const LLVM_MAJORS: std::ops::RangeInclusive<u32> = 21..=23;
+/// Nightly components the eBPF build, format check and lint need.
+const COMPONENTS: [(&str, &str); 3] = [
+    ("rust-src", "lib/rustlib/src/rust/library/core/Cargo.toml"),
+    ("rustfmt", "bin/rustfmt"),
+    ("clippy", "bin/cargo-clippy"),
+];
+/// Debian packages the tests need: strace counts the simulator's ioctls;
+/// gcc and libc6-dev link bpf-linker.
+const PACKAGES: [&str; 3] = ["strace", "gcc", "libc6-dev"];
+/// Environment variable naming the nightly toolchain to use.
+pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";
+
 #[derive(clap::Args, Clone, Debug, Default)]
-pub struct Args {}
-pub struct Tools;
-pub fn run(_: &Args) -> anyhow::Result<()> { Ok(()) }
-pub fn ensure() -> anyhow::Result<Tools> { Ok(Tools) }
+pub struct Args {
+    /// Nightly toolchain for the eBPF programs (default: an installed
+    /// `nightly`, else the newest installed dated nightly, else install
+    /// `nightly`).
+    #[arg(long, env = NIGHTLY_ENV)]
+    pub nightly: Option<String>,
+    /// Do not install Debian packages.
+    #[arg(long)]
+    pub no_packages: bool,
+}
+
+/// What the eBPF build needs, found by [`ensure`].
+#[derive(Clone, Debug)]
+pub struct Tools {
+    /// rustup toolchain name for `rustup run`, e.g. `nightly`.
+    pub nightly: String,
+    /// The bpf-linker binary, linked against the nightly's `libLLVM`.
+    pub bpf_linker: PathBuf,
+}
+
+impl Tools {
+    /// `rustup run <nightly> <program>` with the environment of the outer
+    /// (stable) cargo removed, so nothing leaks into the nightly build.
+    pub fn nightly_command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("rustup");
+        cmd.args(["run", &self.nightly, program]);
+        for var in [
+            "RUSTUP_TOOLCHAIN",
+            "RUSTC",
+            "RUSTDOC",
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+            "CARGO",
+        ] {
+            cmd.env_remove(var);
+        }
+        let linker_dir = self
+            .bpf_linker
+            .parent()
+            .expect("bpf-linker path has a parent");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let joined = std::env::join_paths(
+            std::iter::once(linker_dir.to_path_buf()).chain(std::env::split_paths(&path)),
+        )
+        .expect("PATH entries contain no separator");
+        cmd.env("PATH", joined);
+        cmd
+    }
+}
+
+/// `cargo xtask setup`.
+pub fn run(args: &Args) -> Result<()> {
+    let requested = args
+        .nightly
+        .clone()
+        .or_else(|| std::env::var(NIGHTLY_ENV).ok());
+    let nightly = install_nightly(requested.as_deref())?;
+    let sysroot = sysroot(&nightly)?;
+    install_components(&nightly, &sysroot)?;
+    let llvm = LlvmLib::find(&sysroot)?;
+    install_bpf_linker(&llvm)?;
+    if args.no_packages {
+        eprintln!("skip: debian packages (--no-packages)");
+    } else {
+        install_packages()?;
+    }
+    Ok(())
+}
+
+/// Checks that setup is done and returns the tools; installs nothing.
+pub fn ensure() -> Result<Tools> {
+    let requested = std::env::var(NIGHTLY_ENV).ok();
+    let nightly = match requested {
+        Some(name) => name,
+        None => find_nightly()?.context(
+            "no nightly rust toolchain is installed: run `cargo xtask setup` \
+             (or `rustup toolchain install nightly --profile minimal`)",
+        )?,
+    };
+    let sysroot = sysroot(&nightly).with_context(|| {
+        format!("nightly toolchain `{nightly}` is not usable: run `cargo xtask setup`")
+    })?;
+    for (component, marker) in COMPONENTS {
+        if !sysroot.join(marker).exists() {
+            bail!(
+                "component {component} is missing from toolchain `{nightly}`: run `cargo xtask setup` \
+                 (or `rustup component add {component} --toolchain {nightly}`)"
+            );
+        }
+    }
+    let llvm = LlvmLib::find(&sysroot)?;
+    let bpf_linker = llvm.linker_path();
+    if !linker_works(&bpf_linker) {
+        bail!(
+            "bpf-linker for LLVM {} is missing or broken at {}: run `cargo xtask setup`",
+            llvm.suffix,
+            bpf_linker.display()
+        );
+    }
+    Ok(Tools {
+        nightly,
+        bpf_linker,
+    })
+}
+
+/// Picks or installs the nightly toolchain and returns its rustup name.
+fn install_nightly(requested: Option<&str>) -> Result<String> {
+    let name = match requested {
+        Some(name) if sysroot(name).is_ok() => {
+            eprintln!("ok: toolchain `{name}` (from {NIGHTLY_ENV} / --nightly) already present");
+            return Ok(name.to_owned());
+        }
+        Some(name) => name.to_owned(),
+        None => match find_nightly()? {
+            Some(name) => {
+                eprintln!("ok: nightly toolchain `{name}` already present");
+                return Ok(name);
+            }
+            None => "nightly".to_owned(),
+        },
+    };
+    let components = COMPONENTS.map(|(c, _)| c).join(",");
+    sh::run(Command::new("rustup").args([
+        "toolchain",
+        "install",
+        &name,
+        "--profile",
+        "minimal",
+        "--component",
+        &components,
+    ]))
+    .with_context(|| format!("cannot install rust toolchain `{name}`"))?;
+    eprintln!("installed: toolchain `{name}`");
+    Ok(name)
+}
+
+/// The installed nightly to use: `nightly` itself, else the newest dated one.
+fn find_nightly() -> Result<Option<String>> {
+    let list = sh::output(Command::new("rustup").args(["toolchain", "list"]))
+        .context("cannot list rust toolchains: is rustup installed?")?;
+    Ok(pick_nightly(&list))
+}
+
+fn pick_nightly(list: &str) -> Option<String> {
+    let names: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("nightly"))
+        .collect();
+    // Undated: `nightly-<host>`; dated: `nightly-YYYY-MM-DD-<host>`.
+    let is_dated = |n: &str| {
+        n.strip_prefix("nightly-").is_some_and(|rest| {
+            rest.len() > 10 && rest.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+        })
+    };
+    if names.iter().any(|n| !is_dated(n)) {
+        return Some("nightly".to_owned());
+    }
+    names.into_iter().max().map(str::to_owned)
+}
+
+fn sysroot(toolchain: &str) -> Result<PathBuf> {
+    let out = sh::output(
+        Command::new("rustup")
+            .args(["run", toolchain, "rustc", "--print", "sysroot"])
+            .env_remove("RUSTUP_TOOLCHAIN"),
+    )?;
+    Ok(PathBuf::from(out.trim()))
+}
+
+fn install_components(nightly: &str, sysroot: &Path) -> Result<()> {
+    let missing: Vec<&str> = COMPONENTS
+        .iter()
+        .filter(|(_, marker)| !sysroot.join(marker).exists())
+        .map(|(c, _)| *c)
+        .collect();
+    if missing.is_empty() {
+        eprintln!(
+            "ok: components {} on `{nightly}` already present",
+            COMPONENTS.map(|(c, _)| c).join(", ")
+        );
+        return Ok(());
+    }
+    sh::run(
+        Command::new("rustup")
+            .args(["component", "add", "--toolchain", nightly])
+            .args(&missing),
+    )
+    .with_context(|| format!("cannot add {} to toolchain `{nightly}`", missing.join(", ")))?;
+    eprintln!("installed: {} on `{nightly}`", missing.join(", "));
+    Ok(())
+}
+
+/// The `libLLVM` shipped inside a toolchain's sysroot.
+#[derive(Debug)]
+struct LlvmLib {
+    /// e.g. `.../lib/libLLVM.so.22.1-rust-1.97.0-nightly`
+    path: PathBuf,
+    /// e.g. `22.1-rust-1.97.0-nightly`
+    suffix: String,
+    major: u32,
+}
+
+impl LlvmLib {
+    fn find(sysroot: &Path) -> Result<Self> {
+        let lib = sysroot.join("lib");
+        let entries = fs::read_dir(&lib)
+            .with_context(|| format!("cannot read toolchain library folder {}", lib.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| {
+                format!("cannot read toolchain library folder {}", lib.display())
+            })?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(suffix) = name.strip_prefix("libLLVM.so.") {
+                let major = parse_llvm_major(suffix)
+                    .with_context(|| format!("cannot read the LLVM version from {name}"))?;
+                return Ok(Self {
+                    path: entry.path(),
+                    suffix: suffix.to_owned(),
+                    major,
+                });
+            }
+        }
+        bail!(
+            "no libLLVM.so.* in {}: this toolchain cannot host bpf-linker; set {NIGHTLY_ENV} to a rustup nightly",
+            lib.display()
+        )
+    }
+
+    /// Folder for this LLVM build's linker and its `LLVM_PREFIX`.
+    fn tools_dir(&self) -> PathBuf {
+        workspace_root()
+            .join("target/tools")
+            .join(format!("bpf-linker-0.13-llvm-{}", self.suffix))
+    }
+
+    fn linker_path(&self) -> PathBuf {
+        self.tools_dir().join("bin/bpf-linker")
+    }
+}
+
+fn parse_llvm_major(suffix: &str) -> Option<u32> {
+    let digits: String = suffix.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn linker_works(path: &Path) -> bool {
+    path.is_file()
+        && sh::output(Command::new(path).arg("--version"))
+            .is_ok_and(|v| v.trim_start().starts_with(BPF_LINKER_VERSION_PREFIX))
+}
+
+fn install_bpf_linker(llvm: &LlvmLib) -> Result<()> {
+    let linker = llvm.linker_path();
+    if linker_works(&linker) {
+        eprintln!(
+            "ok: bpf-linker for LLVM {} already present at {}",
+            llvm.suffix,
+            linker.display()
+        );
+        return Ok(());
+    }
+    if !LLVM_MAJORS.contains(&llvm.major) {
+        bail!(
+            "bpf-linker 0.13 supports LLVM {}..={}, but the nightly ships LLVM {}: \
+             set {NIGHTLY_ENV} to a nightly with a supported LLVM",
+            LLVM_MAJORS.start(),
+            LLVM_MAJORS.end(),
+            llvm.major
+        );
+    }
+    // bpf-linker links `-lLLVM` from `$LLVM_PREFIX/lib` and records that
+    // folder as its rpath; the folder holds links to the nightly's library.
+    let dir = llvm.tools_dir();
+    let prefix_lib = dir.join("llvm/lib");
+    fs::create_dir_all(&prefix_lib)
+        .with_context(|| format!("cannot create {}", prefix_lib.display()))?;
+    let versioned = llvm.path.file_name().expect("libLLVM path has a file name");
+    for link in [prefix_lib.join("libLLVM.so"), prefix_lib.join(versioned)] {
+        replace_symlink(&llvm.path, &link)?;
+    }
+    let feature = format!("llvm-{}", llvm.major);
+    sh::run(
+        sh::cargo()
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+                "--force",
+                "--no-default-features",
+                "--features",
+                &feature,
+                "--root",
+            ])
+            .arg(&dir)
+            .env("LLVM_PREFIX", dir.join("llvm"))
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR"),
+    )
+    .context("cannot build bpf-linker")?;
+    if !linker_works(&linker) {
+        bail!(
+            "bpf-linker was built but {} --version fails",
+            linker.display()
+        );
+    }
+    eprintln!(
+        "installed: bpf-linker for LLVM {} at {}",
+        llvm.suffix,
+        linker.display()
+    );
+    Ok(())
+}
+
+fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
+    match fs::remove_file(link) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", link.display())),
+    }
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("cannot link {} -> {}", link.display(), target.display()))
+}
+
+fn install_packages() -> Result<()> {
+    if sh::on_path("dpkg").is_none() {
+        eprintln!(
+            "skip: debian packages (no dpkg on PATH); install by hand: {}",
+            PACKAGES.join(" ")
+        );
+        return Ok(());
+    }
+    let missing: Vec<&str> = PACKAGES
+        .into_iter()
+        .filter(|p| !package_installed(p))
+        .collect();
+    if missing.is_empty() {
+        eprintln!(
+            "ok: debian packages {} already present",
+            PACKAGES.join(", ")
+        );
+        return Ok(());
+    }
+    if !sh::is_root() {
+        eprintln!(
+            "skip: debian packages {} are missing but this is not root; run: sudo apt-get install {}",
+            missing.join(", "),
+            missing.join(" ")
+        );
+        return Ok(());
+    }
+    sh::run(
+        Command::new("apt-get")
+            .arg("update")
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+    .context("cannot update the apt package lists")?;
+    sh::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+    .with_context(|| format!("cannot install debian packages {}", missing.join(", ")))?;
+    eprintln!("installed: debian packages {}", missing.join(", "));
+    Ok(())
+}
+
+fn package_installed(package: &str) -> bool {
+    sh::output(Command::new("dpkg-query").args(["-W", "-f", "${Status}", package]))
+        .is_ok_and(|s| s.trim() == "install ok installed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefers_undated_nightly() {
+        let list = "stable-x86_64-unknown-linux-gnu (active, default)\n\
+                    nightly-2026-01-01-x86_64-unknown-linux-gnu\n\
+                    nightly-x86_64-unknown-linux-gnu\n";
+        assert_eq!(pick_nightly(list).as_deref(), Some("nightly"));
+    }
+
+    #[test]
+    fn falls_back_to_newest_dated_nightly() {
+        let list = "stable-x86_64-unknown-linux-gnu (active, default)\n\
+                    nightly-2026-01-01-x86_64-unknown-linux-gnu\n\
+                    nightly-2026-05-20-x86_64-unknown-linux-gnu\n";
+        assert_eq!(
+            pick_nightly(list).as_deref(),
+            Some("nightly-2026-05-20-x86_64-unknown-linux-gnu")
+        );
+        assert_eq!(pick_nightly("stable-x86_64-unknown-linux-gnu\n"), None);
+    }
+
+    #[test]
+    fn reads_llvm_major() {
+        assert_eq!(parse_llvm_major("22.1-rust-1.97.0-nightly"), Some(22));
+        assert_eq!(parse_llvm_major("rust-1.97.0"), None);
+    }
+}

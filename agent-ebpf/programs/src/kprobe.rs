@@ -1,0 +1,27 @@
+//! kprobe on the NVIDIA drivers' ioctl entry points, `nvidia_unlocked_ioctl`
+//! and `uvm_unlocked_ioctl_entry` (both `(struct file *, unsigned int,
+//! unsigned long)`): only NVIDIA ioctls pay anything.
+
+use aya_ebpf::{macros::kprobe, programs::ProbeContext};
+use tessera_ebpf_common::stats;
+
+use crate::{config, counters::stat, ioctl, kernel};
+
+#[kprobe]
+pub fn ioctl_kprobe(ctx: ProbeContext) -> u32 {
+    let Some(offsets) = config::offsets() else {
+        return 0;
+    };
+    let (Some(file), Some(cmd), Some(arg)) = (
+        ctx.arg::<*const u8>(0),
+        ctx.arg::<u64>(1),
+        ctx.arg::<u64>(2),
+    ) else {
+        return 0;
+    };
+    match kernel::file_rdev(file, &offsets) {
+        Some(rdev) => ioctl::record(rdev, cmd as u32, arg),
+        None => stat(stats::FD_UNRESOLVED),
+    }
+    0
+}

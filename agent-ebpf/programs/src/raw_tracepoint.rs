@@ -1,0 +1,41 @@
+//! `raw_tp/sys_enter`: runs for every syscall, so it filters on the
+//! syscall number first; cheaper than the syscall tracepoint per ioctl.
+
+use aya_ebpf::{
+    bindings::pt_regs,
+    helpers::bpf_probe_read_kernel,
+    macros::raw_tracepoint,
+    programs::{ProbeContext, RawTracePointContext},
+};
+use tessera_ebpf_common::stats;
+
+use crate::{config, counters::stat, ioctl, kernel};
+
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn ioctl_raw_tp(ctx: RawTracePointContext) -> i32 {
+    // TP_PROTO(struct pt_regs *regs, long id)
+    let id: u64 = ctx.arg(1);
+    if id != u64::from(config::ioctl_syscall_nr()) {
+        return 0;
+    }
+    let Some(offsets) = config::offsets() else {
+        return 0;
+    };
+    let regs: *const pt_regs = ctx.arg(0);
+    // One copy of the user registers, then read the arguments from it.
+    // SAFETY: bpf_probe_read_kernel is fault-tolerant.
+    let Ok(mut regs) = (unsafe { bpf_probe_read_kernel(regs) }) else {
+        return 0;
+    };
+    let args = ProbeContext::new((&raw mut regs).cast());
+    let (Some(fd), Some(cmd), Some(arg)) =
+        (args.arg::<u64>(0), args.arg::<u64>(1), args.arg::<u64>(2))
+    else {
+        return 0;
+    };
+    match kernel::fd_rdev(fd as u32, &offsets) {
+        Some(rdev) => ioctl::record(rdev, cmd as u32, arg),
+        None => stat(stats::FD_UNRESOLVED),
+    }
+    0
+}
