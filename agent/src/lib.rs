@@ -6,4 +6,5 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ebpf;
 pub mod gpu;

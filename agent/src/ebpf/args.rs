@@ -1,0 +1,90 @@
+//! Command-line and environment settings of the eBPF observer.
+
+use std::path::PathBuf;
+
+use super::devices::{self, Device, DeviceError, DeviceSpec};
+use super::mode::ModeRequest;
+use super::observer::ObserverConfig;
+
+/// eBPF observer flags, to be flattened into the agent's arguments.
+#[derive(clap::Args, Clone, Debug)]
+pub struct EbpfArgs {
+    /// The eBPF object (`tessera.bpf.o`).
+    #[arg(
+        long = "ebpf-object",
+        env = "TESSERA_EBPF_OBJECT",
+        default_value = "/usr/lib/tessera/tessera.bpf.o"
+    )]
+    pub object: PathBuf,
+    /// How to observe ioctls: auto, kprobe, tracepoint or raw-tracepoint.
+    #[arg(
+        long = "ebpf-attach",
+        env = "TESSERA_EBPF_ATTACH",
+        default_value = "auto"
+    )]
+    pub attach: ModeRequest,
+    /// Devices to watch instead of the NVIDIA ones found in /proc: device
+    /// paths or major:minor, comma separated (e.g. /dev/null,1:5).
+    #[arg(
+        long = "ebpf-devices",
+        env = "TESSERA_EBPF_DEVICES",
+        value_delimiter = ','
+    )]
+    pub devices: Vec<DeviceSpec>,
+}
+
+impl EbpfArgs {
+    /// The devices to watch: the configured stand-ins, else discovery.
+    pub fn devices(&self) -> Result<Vec<Device>, DeviceError> {
+        if self.devices.is_empty() {
+            devices::discover(std::path::Path::new("/proc"))
+        } else {
+            self.devices.iter().map(DeviceSpec::resolve).collect()
+        }
+    }
+
+    /// The observer configuration these flags describe.
+    pub fn config(&self) -> Result<ObserverConfig, DeviceError> {
+        let mut config = ObserverConfig::new(self.object.clone(), self.devices()?);
+        config.mode = self.attach;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::ebpf::mode::AttachMode;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        ebpf: EbpfArgs,
+    }
+
+    #[test]
+    fn parses_flags() {
+        let cli = Cli::try_parse_from([
+            "agent",
+            "--ebpf-attach",
+            "raw-tracepoint",
+            "--ebpf-devices",
+            "/dev/null,1:5",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.ebpf.attach,
+            ModeRequest::Only(AttachMode::RawTracepoint)
+        );
+        let config = cli.ebpf.config().unwrap();
+        let numbers: Vec<(u32, u32)> = config.devices.iter().map(|d| (d.major, d.minor)).collect();
+        assert_eq!(numbers, [(1, 3), (1, 5)]);
+    }
+
+    #[test]
+    fn rejects_bad_mode() {
+        assert!(Cli::try_parse_from(["agent", "--ebpf-attach", "lsm"]).is_err());
+    }
+}

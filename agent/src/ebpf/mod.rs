@@ -1,0 +1,34 @@
+//! eBPF observation of NVIDIA device use, per cgroup.
+//!
+//! The programs live in `agent-ebpf/programs` and are built into
+//! `tessera.bpf.o` by `cargo xtask build`; this module loads them.
+//!
+//! - [`btf`]: struct offsets from the kernel's BTF, passed to the programs
+//!   as the `TESSERA_CONFIG` global (Rust eBPF has no CO-RE yet);
+//! - [`devices`]: which devices to count (NVIDIA nodes from `/proc`, or
+//!   stand-ins such as `/dev/null` for tests and the simulator);
+//! - [`mode`]: kprobe, syscall tracepoint or raw tracepoint, probed and
+//!   tried in order;
+//! - [`observer`]: load, attach, read the per-CPU counts ([`counts`]);
+//! - [`cgroup`]: where cgroup v2 is mounted and what a cgroup's id is;
+//! - [`mounts`]: tracefs and bpffs when the host has not mounted them.
+//!
+//! Opens are counted by an audit-only cgroup device program rather than a
+//! syscall hook: the kernel hands it the device number, so it needs no fd
+//! walk, sees every open path (including io_uring), and costs nothing
+//! outside device-node opens. It counts permission checks, so `access(2)`
+//! and failed opens count too.
+
+pub mod args;
+pub mod btf;
+pub mod cgroup;
+pub mod counts;
+pub mod devices;
+pub mod mode;
+pub mod mounts;
+pub mod observer;
+
+pub use counts::{ProgramStats, Snapshot};
+pub use devices::{Device, DeviceSpec};
+pub use mode::{AttachMode, ModeRequest};
+pub use observer::{Observer, ObserverConfig, ObserverError};

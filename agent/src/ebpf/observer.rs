@@ -1,0 +1,345 @@
+//! Loading `tessera.bpf.o`, attaching the ioctl observer in the best mode
+//! the kernel offers, and reading what it counted.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use aya::{
+    Ebpf, EbpfError, EbpfLoader,
+    maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap},
+    programs::{CgroupAttachMode, CgroupDevice, KProbe, ProgramError, RawTracePoint, TracePoint},
+};
+use tessera_ebpf_common::{
+    config::{KernelOffsets, ProgramConfig},
+    dev::WatchedDevice,
+    keys::{IoctlKey, OpenKey},
+    names, stats,
+};
+
+use super::btf::{Btf, BtfError};
+use super::counts::{ProgramStats, Snapshot};
+use super::devices::Device;
+use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
+use super::mounts;
+
+/// Errors of the observer.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserverError {
+    /// The kernel struct offsets could not be read.
+    #[error("cannot read kernel struct offsets from btf")]
+    Offsets(#[source] BtfError),
+    /// The object could not be loaded.
+    #[error("cannot load ebpf object {path}")]
+    Load {
+        /// The object file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Box<EbpfError>,
+    },
+    /// The object lacks a map or program the agent expects.
+    #[error("ebpf object has no {0}")]
+    Missing(&'static str),
+    /// A map operation failed.
+    #[error("cannot access ebpf map {map}")]
+    Map {
+        /// The map.
+        map: &'static str,
+        /// The cause.
+        #[source]
+        source: MapError,
+    },
+    /// A program could not be loaded or attached.
+    #[error("cannot load or attach ebpf program {program}")]
+    Program {
+        /// The program.
+        program: &'static str,
+        /// The cause.
+        #[source]
+        source: ProgramError,
+    },
+    /// Every candidate attach mode failed.
+    #[error("cannot attach the ebpf ioctl observer in any mode ({tried})")]
+    NoAttachMode {
+        /// Each mode tried or skipped, with the reason.
+        tried: String,
+    },
+    /// The cgroup for the open audit could not be opened.
+    #[error("cannot open cgroup directory {path}")]
+    Cgroup {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What to load and how.
+#[derive(Clone, Debug)]
+pub struct ObserverConfig {
+    /// `tessera.bpf.o`.
+    pub object: PathBuf,
+    /// Attach mode.
+    pub mode: ModeRequest,
+    /// Devices to count.
+    pub devices: Vec<Device>,
+    /// Struct offsets; `None` reads them from the running kernel's BTF.
+    pub offsets: Option<KernelOffsets>,
+}
+
+impl ObserverConfig {
+    /// Auto mode, kernel offsets, the given object and devices.
+    pub fn new(object: impl Into<PathBuf>, devices: Vec<Device>) -> Self {
+        Self {
+            object: object.into(),
+            mode: ModeRequest::Auto,
+            devices,
+            offsets: None,
+        }
+    }
+}
+
+/// The loaded observer. Dropping it detaches every program.
+pub struct Observer {
+    ebpf: Ebpf,
+    mode: AttachMode,
+    open_audit: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("mode", &self.mode)
+            .field("open_audit", &self.open_audit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer {
+    /// Loads the object, fills the watched devices and attaches the ioctl
+    /// program in the first mode that works.
+    pub fn start(config: &ObserverConfig) -> Result<Self, ObserverError> {
+        let offsets = match config.offsets {
+            Some(offsets) => offsets,
+            None => Btf::from_kernel()
+                .and_then(|btf| btf.kernel_offsets())
+                .map_err(ObserverError::Offsets)?,
+        };
+        let program_config = ProgramConfig {
+            offsets,
+            ioctl_syscall_nr: libc::SYS_ioctl as u32,
+            reserved: 0,
+        };
+        let facts = KernelFacts::probe();
+        let plan = mode::plan(config.mode, &facts);
+        let mut tried = Vec::new();
+        for (mode, why) in &plan.skipped {
+            tracing::info!(%mode, reason = %why, "ebpf attach mode skipped");
+            tried.push(format!("{mode}: {why}"));
+        }
+        if plan.candidates.contains(&AttachMode::Tracepoint) {
+            match mounts::ensure_tracefs() {
+                Ok(true) => tracing::info!(path = mounts::TRACEFS, "mounted tracefs"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %error_chain(&e), "tracefs unavailable"),
+            }
+        }
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global(names::CONFIG_GLOBAL, &program_config, true)
+            .load_file(&config.object)
+            .map_err(|source| ObserverError::Load {
+                path: config.object.clone(),
+                source: Box::new(source),
+            })?;
+        set_devices(&mut ebpf, &config.devices)?;
+
+        for mode in plan.candidates {
+            match attach(&mut ebpf, mode, &facts) {
+                Ok(()) => {
+                    tracing::info!(%mode, devices = config.devices.len(), "ebpf ioctl observer attached");
+                    return Ok(Self {
+                        ebpf,
+                        mode,
+                        open_audit: None,
+                    });
+                }
+                Err(e) => {
+                    let why = error_chain(&e);
+                    tracing::warn!(%mode, error = %why, "ebpf attach mode failed, trying the next");
+                    tried.push(format!("{mode}: {why}"));
+                }
+            }
+        }
+        Err(ObserverError::NoAttachMode {
+            tried: tried.join("; "),
+        })
+    }
+
+    /// The mode the ioctl observer runs in.
+    pub fn mode(&self) -> AttachMode {
+        self.mode
+    }
+
+    /// Attaches the open-counting device program to cgroup v2 directory
+    /// `cgroup` (it covers the whole subtree; the agent uses the cgroup2
+    /// root). It never denies, and coexists with other device programs.
+    pub fn audit_opens(&mut self, cgroup: &Path) -> Result<(), ObserverError> {
+        let dir = std::fs::File::open(cgroup).map_err(|source| ObserverError::Cgroup {
+            path: cgroup.to_owned(),
+            source,
+        })?;
+        let name = names::PROG_DEVICE_AUDIT;
+        let program: &mut CgroupDevice = program(&mut self.ebpf, name)?;
+        let err = |source| ObserverError::Program {
+            program: name,
+            source,
+        };
+        program.load().map_err(err)?;
+        // aya attaches through a bpf link (5.7+), which takes no flags and
+        // always coexists with other programs; `Single` passes flags 0.
+        program.attach(dir, CgroupAttachMode::Single).map_err(err)?;
+        tracing::info!(cgroup = %cgroup.display(), "ebpf open audit attached");
+        self.open_audit = Some(cgroup.to_owned());
+        Ok(())
+    }
+
+    /// Replaces the set of watched devices.
+    pub fn set_devices(&mut self, devices: &[Device]) -> Result<(), ObserverError> {
+        set_devices(&mut self.ebpf, devices)
+    }
+
+    /// Reads the count maps.
+    pub fn snapshot(&self) -> Result<Snapshot, ObserverError> {
+        Ok(Snapshot {
+            ioctls: per_cpu_sums::<IoctlKey>(&self.ebpf, names::IOCTL_COUNTS)?,
+            opens: per_cpu_sums::<OpenKey>(&self.ebpf, names::OPEN_COUNTS)?,
+            stats: self.stats()?,
+        })
+    }
+
+    /// Reads the programs' own counters.
+    pub fn stats(&self) -> Result<ProgramStats, ObserverError> {
+        let name = names::STATS;
+        let err = |source| ObserverError::Map { map: name, source };
+        let map = self.ebpf.map(name).ok_or(ObserverError::Missing(name))?;
+        let array = PerCpuArray::<&MapData, u64>::try_from(map).map_err(err)?;
+        let mut sums = Vec::new();
+        for index in 0..stats::LEN {
+            sums.push(array.get(&index, 0).map_err(err)?.iter().sum());
+        }
+        Ok(ProgramStats::from_sums(&sums))
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ObserverError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let program = ebpf.program_mut(name).ok_or(ObserverError::Missing(name))?;
+    program.try_into().map_err(|source| ObserverError::Program {
+        program: name,
+        source,
+    })
+}
+
+/// Loads and attaches the ioctl program for `mode`.
+fn attach(ebpf: &mut Ebpf, mode: AttachMode, facts: &KernelFacts) -> Result<(), ObserverError> {
+    match mode {
+        AttachMode::Tracepoint => {
+            let name = names::PROG_IOCTL_TRACEPOINT;
+            let err = |source| ObserverError::Program {
+                program: name,
+                source,
+            };
+            let p: &mut TracePoint = program(ebpf, name)?;
+            p.load().map_err(err)?;
+            if let Err(e) = p.attach("syscalls", "sys_enter_ioctl") {
+                let _ = p.unload();
+                return Err(err(e));
+            }
+        }
+        AttachMode::RawTracepoint => {
+            let name = names::PROG_IOCTL_RAW_TRACEPOINT;
+            let err = |source| ObserverError::Program {
+                program: name,
+                source,
+            };
+            let p: &mut RawTracePoint = program(ebpf, name)?;
+            p.load().map_err(err)?;
+            if let Err(e) = p.attach("sys_enter") {
+                let _ = p.unload();
+                return Err(err(e));
+            }
+        }
+        AttachMode::Kprobe => {
+            let name = names::PROG_IOCTL_KPROBE;
+            let err = |source| ObserverError::Program {
+                program: name,
+                source,
+            };
+            let p: &mut KProbe = program(ebpf, name)?;
+            p.load().map_err(err)?;
+            if let Err(e) = p.attach(mode::NVIDIA_IOCTL_FN, 0) {
+                let _ = p.unload();
+                return Err(err(e));
+            }
+            if facts.uvm_ioctl
+                && let Err(e) = p.attach(mode::UVM_IOCTL_FN, 0)
+            {
+                tracing::warn!(error = %e, function = mode::UVM_IOCTL_FN, "uvm ioctls will not be counted");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn set_devices(ebpf: &mut Ebpf, devices: &[Device]) -> Result<(), ObserverError> {
+    let name = names::WATCHED_DEVICES;
+    let err = |source| ObserverError::Map { map: name, source };
+    let map = ebpf.map_mut(name).ok_or(ObserverError::Missing(name))?;
+    let mut watched = HashMap::<&mut MapData, u32, WatchedDevice>::try_from(map).map_err(err)?;
+    let wanted: HashSet<u32> = devices.iter().map(Device::kdev).collect();
+    let stale: Vec<u32> = watched
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| !wanted.contains(k))
+        .collect();
+    for key in stale {
+        watched.remove(&key).map_err(err)?;
+    }
+    for device in devices {
+        watched
+            .insert(device.kdev(), device.watched(), 0)
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+fn per_cpu_sums<K: aya::Pod + Ord>(
+    ebpf: &Ebpf,
+    name: &'static str,
+) -> Result<std::collections::BTreeMap<K, u64>, ObserverError> {
+    let err = |source| ObserverError::Map { map: name, source };
+    let map = ebpf.map(name).ok_or(ObserverError::Missing(name))?;
+    let counts = PerCpuHashMap::<&MapData, K, u64>::try_from(map).map_err(err)?;
+    let mut out = std::collections::BTreeMap::new();
+    for item in counts.iter() {
+        let (key, values) = item.map_err(err)?;
+        out.insert(key, values.iter().sum());
+    }
+    Ok(out)
+}
+
+/// An error and its sources on one line, for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
