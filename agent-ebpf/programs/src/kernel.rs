@@ -25,6 +25,24 @@ pub fn file_rdev(file: *const u8, off: &KernelOffsets) -> Option<u32> {
     read(inode, off.inode_rdev)
 }
 
+/// `fdtable.max_fds` and `fdtable.fd`; one read when `fd` directly follows
+/// `max_fds` and its padding, as in every kernel so far.
+#[inline(always)]
+fn fdtable(fdt: *const u8, off: &KernelOffsets) -> Option<(u32, *const u8)> {
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Head {
+        max_fds: u32,
+        pad: u32,
+        fd: *const u8,
+    }
+    if off.fdtable_fd == off.fdtable_max_fds + 8 {
+        let head: Head = read(fdt, off.fdtable_max_fds)?;
+        return Some((head.max_fds, head.fd));
+    }
+    Some((read(fdt, off.fdtable_max_fds)?, read(fdt, off.fdtable_fd)?))
+}
+
 /// Device number of the current task's file descriptor `fd`.
 #[inline(always)]
 pub fn fd_rdev(fd: u32, off: &KernelOffsets) -> Option<u32> {
@@ -38,11 +56,10 @@ pub fn fd_rdev(fd: u32, off: &KernelOffsets) -> Option<u32> {
     if fdt.is_null() {
         return None;
     }
-    let max_fds: u32 = read(fdt, off.fdtable_max_fds)?;
+    let (max_fds, fds) = fdtable(fdt, off)?;
     if fd >= max_fds {
         return None;
     }
-    let fds: *const u8 = read(fdt, off.fdtable_fd)?;
     if fds.is_null() {
         return None;
     }
