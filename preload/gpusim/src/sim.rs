@@ -1,0 +1,561 @@
+//! The simulated node as one process sees it: the operations the stand-in
+//! CUDA and NVML libraries (and the `gpusim` CLI) are built from.
+//!
+//! A process *attaches* to a GPU when it creates its first context there;
+//! that claims a channel (its memory account and launch queue on that GPU).
+//! Work is *submitted* to the channel and *waited* for by sequence number.
+//! Every operation first brings the GPU's timeline up to now.
+//!
+//! Dead processes are found by looking at `/proc` (see `procfs.rs`) at most
+//! every [`REAP_INTERVAL_NS`] when a GPU is queried, and always before an
+//! allocation is refused; their channels, memory and queued work go away as
+//! they would when a real driver sees the process's files close.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::layout::{ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
+use crate::node::{NodeDescription, uuid_bytes};
+use crate::state::{Config, GpuGuard, State, StateError};
+use crate::timeline::{self, Params};
+use crate::{procfs, sys};
+
+/// Dead processes are looked for at most this often per GPU (ns) when
+/// querying; allocation failures always look.
+pub const REAP_INTERVAL_NS: u64 = 100_000_000;
+
+/// Xid the simulator records when a GPU is marked lost ("fallen off the bus").
+pub const XID_FALLEN_OFF_BUS: u64 = 79;
+
+/// What went wrong in a simulated operation.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The state file is unusable.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// No GPU with this index.
+    #[error("there is no GPU {gpu} on the simulated node ({count} GPUs)")]
+    InvalidDevice {
+        /// Index asked for.
+        gpu: usize,
+        /// GPUs present.
+        count: usize,
+    },
+    /// The GPU has been marked lost.
+    #[error("GPU {gpu} is lost (fallen off the bus)")]
+    DeviceLost {
+        /// GPU index.
+        gpu: usize,
+    },
+    /// Not enough free memory.
+    #[error("GPU {gpu}: cannot allocate {requested} bytes, {free} bytes free")]
+    OutOfMemory {
+        /// GPU index.
+        gpu: usize,
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes free.
+        free: u64,
+    },
+    /// Every channel of the GPU is taken by a live process.
+    #[error("GPU {gpu}: {MAX_CHANNELS} processes already hold contexts")]
+    TooManyProcesses {
+        /// GPU index.
+        gpu: usize,
+    },
+    /// The process's channel was taken away (state reset).
+    #[error("GPU {gpu}: this process's context was destroyed by a reset of the simulated node")]
+    Detached {
+        /// GPU index.
+        gpu: usize,
+    },
+    /// A stand-in device could not be opened.
+    #[error(transparent)]
+    Driver(#[from] crate::ioctl::OpenError),
+}
+
+/// A process's claim on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    /// GPU index.
+    pub gpu: usize,
+    /// Channel index on that GPU.
+    pub channel: usize,
+    /// Token proving the channel is still this process's.
+    pub token: u64,
+    /// Whether this attach created the channel (first context there).
+    pub first: bool,
+}
+
+/// Device utilisation over the configured window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Utilization {
+    /// Percent of time a kernel ran.
+    pub gpu: u32,
+    /// Percent of time a copy ran.
+    pub memory: u32,
+}
+
+/// One process's share of a GPU over a window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessSample {
+    /// Process id.
+    pub pid: i32,
+    /// Percent of the window its kernels ran.
+    pub sm_percent: u32,
+    /// Window end (Unix µs).
+    pub timestamp_us: u64,
+}
+
+/// A process holding memory on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessMemory {
+    /// Process id.
+    pub pid: i32,
+    /// Device memory, including context overhead (bytes).
+    pub bytes: u64,
+}
+
+/// Memory of one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Framebuffer size.
+    pub total: u64,
+    /// Reserved by the driver.
+    pub reserved: u64,
+    /// Held by processes.
+    pub used: u64,
+    /// Allocatable.
+    pub free: u64,
+}
+
+/// One process's handle on the simulated node.
+pub struct Sim {
+    state: State,
+    params: Params,
+    window_ns: u64,
+    pid: i32,
+    start_time: u64,
+}
+
+static TOKENS: AtomicU64 = AtomicU64::new(1);
+
+impl Sim {
+    /// Opens the node from `GPUSIM_NODE` / `GPUSIM_STATE`.
+    pub fn from_env() -> Result<Self, SimError> {
+        Self::open(&Config::from_env())
+    }
+
+    /// Opens the node described by `cfg`.
+    pub fn open(cfg: &Config) -> Result<Self, SimError> {
+        let state = State::open(cfg)?;
+        let s = &state.node().scheduler;
+        let params = Params {
+            timeslice_ns: s.timeslice_us * 1_000,
+            queue_depth: s.queue_depth,
+        };
+        let window_ns = s.utilization_window_ms * 1_000_000;
+        Ok(Self {
+            state,
+            params,
+            window_ns,
+            pid: sys::getpid(),
+            start_time: procfs::self_start_time(),
+        })
+    }
+
+    /// The node description.
+    pub fn node(&self) -> &NodeDescription {
+        self.state.node()
+    }
+
+    /// The state file.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Number of GPUs.
+    pub fn gpu_count(&self) -> usize {
+        self.state.gpu_count()
+    }
+
+    /// Rounds a device allocation up to the allocation granularity.
+    pub fn round_allocation(&self, bytes: u64) -> u64 {
+        let g = self.node().cost.alloc_granularity_kib * 1024;
+        bytes.max(1).div_ceil(g).saturating_mul(g)
+    }
+
+    /// Memory one context costs on its GPU.
+    pub fn context_overhead(&self) -> u64 {
+        self.node().cost.context_overhead_mib << 20
+    }
+
+    fn lock(&self, gpu: usize) -> Result<GpuGuard<'_>, SimError> {
+        if gpu >= self.gpu_count() {
+            return Err(SimError::InvalidDevice {
+                gpu,
+                count: self.gpu_count(),
+            });
+        }
+        let mut g = self.state.lock(gpu)?;
+        timeline::advance(&mut g, sys::monotonic_ns(), self.params);
+        Ok(g)
+    }
+
+    fn lock_live(&self, gpu: usize) -> Result<GpuGuard<'_>, SimError> {
+        let g = self.lock(gpu)?;
+        if g.lost() {
+            return Err(SimError::DeviceLost { gpu });
+        }
+        Ok(g)
+    }
+
+    fn check(g: &GpuGuard<'_>, a: &Attachment) -> Result<(), SimError> {
+        let ch = &g.channels[a.channel % MAX_CHANNELS];
+        if ch.active == 1 && ch.token == a.token {
+            Ok(())
+        } else {
+            Err(SimError::Detached { gpu: a.gpu })
+        }
+    }
+
+    fn memory(&self, g: &GpuGuard<'_>, gpu: usize) -> MemoryInfo {
+        let d = &self.node().gpu[gpu];
+        let total = d.memory_mib << 20;
+        let reserved = d.reserved_mib << 20;
+        let used = g
+            .channels
+            .iter()
+            .filter(|c| c.active == 1)
+            .fold(0u64, |a, c| a.saturating_add(c.mem_bytes));
+        MemoryInfo {
+            total,
+            reserved,
+            used,
+            free: total.saturating_sub(reserved).saturating_sub(used),
+        }
+    }
+
+    /// Releases the channels of processes that have exited. With `force`
+    /// false this runs at most every [`REAP_INTERVAL_NS`].
+    fn reap(g: &mut GpuGuard<'_>, force: bool) {
+        let now = sys::monotonic_ns();
+        if !force && now.saturating_sub(g.last_reap_ns) < REAP_INTERVAL_NS {
+            return;
+        }
+        g.last_reap_ns = now;
+        for c in 0..MAX_CHANNELS {
+            let ch = &g.channels[c];
+            if ch.active == 1 && !procfs::alive(ch.pid, ch.start_time) {
+                timeline::clear_channel(g, c);
+            }
+        }
+    }
+
+    /// Claims (or re-uses) this process's channel on `gpu` for one more
+    /// context, charging the context's memory.
+    pub fn attach(&self, gpu: usize) -> Result<Attachment, SimError> {
+        let overhead = self.context_overhead();
+        let mut g = self.lock_live(gpu)?;
+        let mine = (0..MAX_CHANNELS).find(|&c| {
+            let ch = &g.channels[c];
+            ch.active == 1 && ch.pid == self.pid && ch.start_time == self.start_time
+        });
+        let (channel, first) = match mine {
+            Some(c) => (c, false),
+            None => {
+                let free =
+                    |g: &GpuGuard<'_>| (0..MAX_CHANNELS).find(|&c| g.channels[c].active == 0);
+                let c = match free(&g) {
+                    Some(c) => c,
+                    None => {
+                        Self::reap(&mut g, true);
+                        free(&g).ok_or(SimError::TooManyProcesses { gpu })?
+                    }
+                };
+                (c, true)
+            }
+        };
+        let mem = self.memory(&g, gpu);
+        if overhead > mem.free {
+            Self::reap(&mut g, true);
+            let mem = self.memory(&g, gpu);
+            if overhead > mem.free {
+                return Err(SimError::OutOfMemory {
+                    gpu,
+                    requested: overhead,
+                    free: mem.free,
+                });
+            }
+        }
+        if first {
+            timeline::clear_channel(&mut g, channel);
+            let token = (sys::realtime_ns() ^ ((self.pid as u64) << 40))
+                .wrapping_add(TOKENS.fetch_add(1, Ordering::Relaxed))
+                | 1;
+            let now = sys::monotonic_ns();
+            let ch = &mut g.channels[channel];
+            ch.pid = self.pid;
+            ch.start_time = self.start_time;
+            ch.token = token;
+            ch.attached_ns = now;
+            ch.active = 1;
+        }
+        let ch = &mut g.channels[channel];
+        ch.contexts += 1;
+        ch.mem_bytes = ch.mem_bytes.saturating_add(overhead);
+        Ok(Attachment {
+            gpu,
+            channel,
+            token: ch.token,
+            first,
+        })
+    }
+
+    /// Gives back one context; the channel goes when the last one does.
+    /// Returns whether that happened.
+    pub fn detach(&self, a: &Attachment) -> Result<bool, SimError> {
+        let mut g = self.lock(a.gpu)?;
+        Self::check(&g, a)?;
+        let overhead = self.context_overhead();
+        let ch = &mut g.channels[a.channel];
+        ch.contexts = ch.contexts.saturating_sub(1);
+        ch.mem_bytes = ch.mem_bytes.saturating_sub(overhead);
+        if ch.contexts == 0 {
+            timeline::clear_channel(&mut g, a.channel);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Charges `bytes` of device memory to this process, or fails with
+    /// [`SimError::OutOfMemory`] and charges nothing.
+    pub fn alloc(&self, a: &Attachment, bytes: u64) -> Result<(), SimError> {
+        let mut g = self.lock_live(a.gpu)?;
+        Self::check(&g, a)?;
+        let mut mem = self.memory(&g, a.gpu);
+        if bytes > mem.free {
+            Self::reap(&mut g, true);
+            Self::check(&g, a)?;
+            mem = self.memory(&g, a.gpu);
+            if bytes > mem.free {
+                return Err(SimError::OutOfMemory {
+                    gpu: a.gpu,
+                    requested: bytes,
+                    free: mem.free,
+                });
+            }
+        }
+        let ch = &mut g.channels[a.channel];
+        ch.mem_bytes = ch.mem_bytes.saturating_add(bytes);
+        Ok(())
+    }
+
+    /// Returns `bytes` of device memory.
+    pub fn free(&self, a: &Attachment, bytes: u64) -> Result<(), SimError> {
+        let mut g = self.lock(a.gpu)?;
+        Self::check(&g, a)?;
+        let ch = &mut g.channels[a.channel];
+        ch.mem_bytes = ch.mem_bytes.saturating_sub(bytes);
+        Ok(())
+    }
+
+    /// Memory of `gpu`.
+    pub fn memory_info(&self, gpu: usize) -> Result<MemoryInfo, SimError> {
+        let mut g = self.lock(gpu)?;
+        Self::reap(&mut g, false);
+        Ok(self.memory(&g, gpu))
+    }
+
+    /// Queues work on this process's channel, waiting while its queue is
+    /// full. Returns the item's sequence number.
+    pub fn submit(&self, a: &Attachment, kind: ItemKind, ns: u64) -> Result<u64, SimError> {
+        loop {
+            let wait = {
+                let mut g = self.lock_live(a.gpu)?;
+                Self::check(&g, a)?;
+                match timeline::enqueue(&mut g, a.channel, kind, ns, self.params) {
+                    Ok(seq) => return Ok(seq),
+                    // Full: at least the head item must finish first.
+                    Err(timeline::QueueFull) => {
+                        let ch = &g.channels[a.channel];
+                        timeline::work_until(ch, ch.completed)
+                    }
+                }
+            };
+            sleep_ns(wait.clamp(20_000, 2_000_000));
+        }
+    }
+
+    /// Whether item `seq` has completed.
+    pub fn is_complete(&self, a: &Attachment, seq: u64) -> Result<bool, SimError> {
+        let g = self.lock(a.gpu)?;
+        Self::check(&g, a)?;
+        Ok(timeline::is_complete(&g.channels[a.channel], seq))
+    }
+
+    /// Waits until item `seq` has completed.
+    pub fn wait(&self, a: &Attachment, seq: u64) -> Result<(), SimError> {
+        loop {
+            let left = {
+                let g = self.lock(a.gpu)?;
+                Self::check(&g, a)?;
+                let ch = &g.channels[a.channel];
+                if timeline::is_complete(ch, seq) {
+                    return Ok(());
+                }
+                if g.lost() {
+                    return Err(SimError::DeviceLost { gpu: a.gpu });
+                }
+                timeline::work_until(ch, seq)
+            };
+            // The channel needs at least `left` more GPU time.
+            sleep_ns(left.clamp(5_000, 5_000_000));
+        }
+    }
+
+    /// The last item submitted by this process on its channel, if any.
+    pub fn last_submitted(&self, a: &Attachment) -> Result<Option<u64>, SimError> {
+        let g = self.lock(a.gpu)?;
+        Self::check(&g, a)?;
+        Ok(g.channels[a.channel].submitted.checked_sub(1))
+    }
+
+    /// Completion time (monotonic ns) of marker `seq`, once complete.
+    pub fn marker_time(&self, a: &Attachment, seq: u64) -> Result<Option<u64>, SimError> {
+        let g = self.lock(a.gpu)?;
+        Self::check(&g, a)?;
+        Ok(timeline::marker_time(&g.channels[a.channel], seq))
+    }
+
+    /// Device utilisation over the configured window.
+    pub fn utilization(&self, gpu: usize) -> Result<Utilization, SimError> {
+        let g = self.lock(gpu)?;
+        let now = g.sim_time_ns;
+        let b = timeline::busy(&g, now.saturating_sub(self.window_ns), now);
+        let pct = |ns: u64| ((ns * 100 + self.window_ns / 2) / self.window_ns).min(100) as u32;
+        Ok(Utilization {
+            gpu: pct(b.sm_ns),
+            memory: pct(b.mem_ns),
+        })
+    }
+
+    /// Per-process SM use since `since_unix_us` (at most the last 5 s), one
+    /// sample per live process holding a context on `gpu`.
+    pub fn process_samples(
+        &self,
+        gpu: usize,
+        since_unix_us: u64,
+    ) -> Result<Vec<ProcessSample>, SimError> {
+        let mut g = self.lock(gpu)?;
+        Self::reap(&mut g, false);
+        let now = g.sim_time_ns;
+        let real_us = sys::realtime_ns() / 1_000;
+        let back_ns = real_us.saturating_sub(since_unix_us).saturating_mul(1_000);
+        let span = crate::layout::BUCKET_NS * (crate::layout::HISTORY_BUCKETS as u64 - 1);
+        let window = back_ns.clamp(crate::layout::BUCKET_NS, span);
+        let t0 = now.saturating_sub(window);
+        Ok((0..MAX_CHANNELS)
+            .filter(|&c| g.channels[c].active == 1)
+            .map(|c| {
+                let busy = timeline::channel_busy(&g, c, t0, now);
+                ProcessSample {
+                    pid: g.channels[c].pid,
+                    sm_percent: ((busy * 100 + window / 2) / window).min(100) as u32,
+                    timestamp_us: real_us,
+                }
+            })
+            .collect())
+    }
+
+    /// Processes holding memory on `gpu`.
+    pub fn processes(&self, gpu: usize) -> Result<Vec<ProcessMemory>, SimError> {
+        let mut g = self.lock(gpu)?;
+        Self::reap(&mut g, false);
+        Ok(g.channels
+            .iter()
+            .filter(|c| c.active == 1)
+            .map(|c| ProcessMemory {
+                pid: c.pid,
+                bytes: c.mem_bytes,
+            })
+            .collect())
+    }
+
+    /// Whether `gpu` is marked lost.
+    pub fn is_lost(&self, gpu: usize) -> Result<bool, SimError> {
+        Ok(self.lock(gpu)?.lost())
+    }
+
+    /// Records an Xid on `gpu`; returns its sequence number.
+    pub fn inject_xid(&self, gpu: usize, xid: u64) -> Result<u64, SimError> {
+        let mut g = self.lock(gpu)?;
+        let seq = g.xid_next.max(1);
+        g.xid_next = seq + 1;
+        g.xids[((seq - 1) % XID_LOG as u64) as usize] = XidRecord {
+            seq,
+            xid,
+            unix_ns: sys::realtime_ns(),
+        };
+        Ok(seq)
+    }
+
+    /// Sequence number of the newest Xid on `gpu` (0 if none).
+    pub fn xid_cursor(&self, gpu: usize) -> Result<u64, SimError> {
+        Ok(self.lock(gpu)?.xid_next.saturating_sub(1))
+    }
+
+    /// Xids on `gpu` newer than `after`, oldest first (at most the last
+    /// [`XID_LOG`]).
+    pub fn xids_after(&self, gpu: usize, after: u64) -> Result<Vec<XidRecord>, SimError> {
+        let g = self.lock(gpu)?;
+        let mut v: Vec<XidRecord> = g.xids.iter().filter(|r| r.seq > after).copied().collect();
+        v.sort_by_key(|r| r.seq);
+        Ok(v)
+    }
+
+    /// Marks `gpu` lost (recording Xid 79) or healthy again.
+    pub fn set_lost(&self, gpu: usize, lost: bool) -> Result<(), SimError> {
+        if gpu >= self.gpu_count() {
+            return Err(SimError::InvalidDevice {
+                gpu,
+                count: self.gpu_count(),
+            });
+        }
+        self.state
+            .gpu(gpu)
+            .lost
+            .store(u32::from(lost), Ordering::Release);
+        if lost {
+            self.inject_xid(gpu, XID_FALLEN_OFF_BUS)?;
+        }
+        Ok(())
+    }
+
+    /// Clears everything on `gpu`: channels, memory, history, Xids, lost.
+    pub fn reset_gpu(&self, gpu: usize) -> Result<(), SimError> {
+        let mut g = self.lock(gpu)?;
+        for c in 0..MAX_CHANNELS {
+            timeline::clear_channel(&mut g, c);
+        }
+        g.xids = [XidRecord::default(); XID_LOG];
+        g.xid_next = 1;
+        for b in g.history.iter_mut() {
+            b.epoch = 0;
+            b.sm_ns = 0;
+            b.mem_ns = 0;
+        }
+        self.state.gpu(gpu).lost.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// The UUID bytes of `gpu`.
+    pub fn uuid_bytes(&self, gpu: usize) -> [u8; 16] {
+        uuid_bytes(&self.node().uuid(gpu)).unwrap_or([0; 16])
+    }
+}
+
+/// Sleeps about `ns`.
+pub fn sleep_ns(ns: u64) {
+    std::thread::sleep(Duration::from_nanos(ns));
+}

@@ -1,0 +1,432 @@
+//! Opening (or creating) the node-wide state file and locking its GPUs.
+//!
+//! The file lives at `GPUSIM_STATE` (default `/dev/shm/gpusim-<uid>.state`)
+//! and is shared by every process using the simulated node. The first
+//! process creates it from the node description (`GPUSIM_NODE`, or the
+//! default node) in a temporary file and publishes it with `link(2)`, so
+//! nobody ever sees a half-initialised file. Later processes check its magic,
+//! version and sizes, and read the node description stored inside; if they
+//! were given a different description they refuse to start rather than
+//! disagree about the node.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use crate::layout::{
+    GpuInner, GpuShared, Header, MAX_GPUS, NODE_TEXT_MAX, STATE_MAGIC, STATE_VERSION, gpu_offset,
+    total_size,
+};
+use crate::node::{NodeDescription, NodeError};
+use crate::sys::{self, Locked, Mapping};
+
+/// Environment variable naming the node description file.
+pub const ENV_NODE: &str = "GPUSIM_NODE";
+/// Environment variable naming the state file.
+pub const ENV_STATE: &str = "GPUSIM_STATE";
+
+/// Why the state could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The node description is unusable.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// An I/O operation on the state file failed.
+    #[error("cannot {action} state file {path}")]
+    Io {
+        /// What was attempted (`open`, `create`, `map`, ...).
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is not a state file of this version.
+    #[error(
+        "state file {path} is unusable: {problem}; remove it with `gpusim reset` (or point {ENV_STATE} elsewhere)"
+    )]
+    Incompatible {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        problem: String,
+    },
+    /// The file describes another node than the one asked for.
+    #[error(
+        "state file {path} was created for a different node description than {node}; run `gpusim reset` or point {ENV_STATE} elsewhere"
+    )]
+    NodeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The description asked for.
+        node: PathBuf,
+    },
+    /// A GPU's lock could not be taken.
+    #[error("cannot lock GPU {gpu} in state file {path}")]
+    Lock {
+        /// GPU index.
+        gpu: usize,
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Where the node description and state file are.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Node description; `None` means the stored one, or the default node.
+    pub node_path: Option<PathBuf>,
+    /// State file.
+    pub state_path: PathBuf,
+}
+
+impl Config {
+    /// From `GPUSIM_NODE` and `GPUSIM_STATE`.
+    pub fn from_env() -> Self {
+        Self {
+            node_path: std::env::var_os(ENV_NODE)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            state_path: std::env::var_os(ENV_STATE)
+                .filter(|v| !v.is_empty())
+                .map_or_else(default_state_path, PathBuf::from),
+        }
+    }
+}
+
+/// `/dev/shm/gpusim-<uid>.state`.
+pub fn default_state_path() -> PathBuf {
+    let uid = fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
+    PathBuf::from(format!("/dev/shm/gpusim-{uid}.state"))
+}
+
+/// The mapped state file.
+pub struct State {
+    map: Mapping,
+    node: NodeDescription,
+    path: PathBuf,
+    gpus: usize,
+}
+
+impl State {
+    /// Opens the state file, creating it if needed.
+    pub fn open(cfg: &Config) -> Result<Self, StateError> {
+        let wanted = cfg
+            .node_path
+            .as_deref()
+            .map(NodeDescription::from_file)
+            .transpose()?;
+        let path = &cfg.state_path;
+        for _ in 0..5 {
+            match OpenOptions::new().read(true).write(true).open(path) {
+                Ok(file) => {
+                    let state = Self::attach(file, path)?;
+                    if let (Some(w), Some(np)) = (&wanted, &cfg.node_path)
+                        && w.canonical() != state.node.canonical()
+                    {
+                        return Err(StateError::NodeMismatch {
+                            path: path.clone(),
+                            node: np.clone(),
+                        });
+                    }
+                    return Ok(state);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let node = wanted.clone().unwrap_or_else(NodeDescription::default_node);
+                    Self::create(path, &node)?;
+                }
+                Err(source) => {
+                    return Err(StateError::Io {
+                        action: "open",
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(StateError::Io {
+            action: "open",
+            path: path.clone(),
+            source: io::Error::other("it keeps disappearing while being opened"),
+        })
+    }
+
+    /// Writes a fresh state file for `node` and publishes it at `path`
+    /// unless another process got there first.
+    fn create(path: &Path, node: &NodeDescription) -> Result<(), StateError> {
+        let io_err = |action, source| StateError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        };
+        let text = node.canonical();
+        if text.len() > NODE_TEXT_MAX {
+            return Err(StateError::Incompatible {
+                path: path.to_path_buf(),
+                problem: format!(
+                    "the node description needs {} bytes; at most {NODE_TEXT_MAX} fit",
+                    text.len()
+                ),
+            });
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir).map_err(|e| io_err("create the folder of", e))?;
+        }
+        let tmp = path.with_file_name(format!(
+            ".{}.tmp.{}.{}",
+            path.file_name()
+                .map_or("state".into(), |n| n.to_string_lossy()),
+            std::process::id(),
+            sys::monotonic_ns()
+        ));
+        let result = (|| {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .open(&tmp)
+                .map_err(|e| io_err("create", e))?;
+            let gpus = node.gpu.len();
+            let size = total_size(gpus);
+            file.set_len(size as u64).map_err(|e| io_err("size", e))?;
+            let map = Mapping::map(&file, size).map_err(|e| io_err("map", e))?;
+            // SAFETY: the mapping is at least `size` bytes, page aligned and
+            // private to this process until it is linked into place.
+            unsafe { init(&map, node, &text) }.map_err(|e| io_err("initialise", e))?;
+            drop(map);
+            match fs::hard_link(&tmp, path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(io_err("publish", e)),
+            }
+        })();
+        let _ = fs::remove_file(&tmp);
+        result
+    }
+
+    fn attach(file: File, path: &Path) -> Result<Self, StateError> {
+        let bad = |problem: String| StateError::Incompatible {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let len = file
+            .metadata()
+            .map_err(|source| StateError::Io {
+                action: "stat",
+                path: path.to_path_buf(),
+                source,
+            })?
+            .len() as usize;
+        if len < gpu_offset() {
+            return Err(bad(format!(
+                "it is {len} bytes, shorter than a header ({} bytes)",
+                gpu_offset()
+            )));
+        }
+        let map = Mapping::map(&file, len).map_err(|source| StateError::Io {
+            action: "map",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // SAFETY: the mapping is at least gpu_offset() >= size_of::<Header>()
+        // bytes and page aligned; Header is valid for any bit pattern except
+        // that we only read its integer fields and byte array.
+        let h = unsafe { &*(map.as_ptr() as *const Header) };
+        if h.magic != STATE_MAGIC {
+            return Err(bad("it does not start with the gpusim magic".into()));
+        }
+        if h.version != STATE_VERSION {
+            return Err(bad(format!(
+                "it has layout version {}, this gpusim uses version {STATE_VERSION}",
+                h.version
+            )));
+        }
+        if h.header_size as usize != size_of::<Header>()
+            || h.gpu_size as usize != size_of::<GpuShared>()
+        {
+            return Err(bad(format!(
+                "its structures have other sizes (header {}, gpu {}) than this build's ({}, {})",
+                h.header_size,
+                h.gpu_size,
+                size_of::<Header>(),
+                size_of::<GpuShared>()
+            )));
+        }
+        let gpus = h.gpu_count as usize;
+        if !(1..=MAX_GPUS).contains(&gpus)
+            || total_size(gpus) != len
+            || h.total_size as usize != len
+        {
+            return Err(bad(format!(
+                "it claims {gpus} GPUs and {} bytes but is {len} bytes",
+                h.total_size
+            )));
+        }
+        let node_len = h.node_len as usize;
+        if node_len > NODE_TEXT_MAX {
+            return Err(bad(format!(
+                "its node description length {node_len} is too large"
+            )));
+        }
+        let text = std::str::from_utf8(&h.node[..node_len])
+            .map_err(|_| bad("its node description is not UTF-8".into()))?;
+        let node: NodeDescription = serde_json::from_str(text)
+            .map_err(|e| bad(format!("its node description does not parse: {e}")))?;
+        node.validate(path)?;
+        if node.gpu.len() != gpus {
+            return Err(bad(format!(
+                "its node description has {} GPUs but the file holds {gpus}",
+                node.gpu.len()
+            )));
+        }
+        Ok(Self {
+            map,
+            node,
+            path: path.to_path_buf(),
+            gpus,
+        })
+    }
+
+    /// The node this state belongs to.
+    pub fn node(&self) -> &NodeDescription {
+        &self.node
+    }
+
+    /// Where the state file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of GPUs.
+    pub fn gpu_count(&self) -> usize {
+        self.gpus
+    }
+
+    /// Bumped by every in-place reset.
+    pub fn generation(&self) -> u64 {
+        self.header().generation.load(Ordering::Acquire)
+    }
+
+    /// Marks an in-place reset.
+    pub fn bump_generation(&self) {
+        self.header().generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Creation time (Unix ns).
+    pub fn created_unix_ns(&self) -> u64 {
+        self.header().created_unix_ns
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: validated in attach(); the mapping lives as long as self.
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    /// GPU `i`'s block. Panics if `i` is out of range.
+    pub fn gpu(&self, i: usize) -> &GpuShared {
+        assert!(i < self.gpus, "gpu index {i} out of range");
+        // SAFETY: attach() checked the file holds `gpus` blocks at
+        // gpu_offset(), each size_of::<GpuShared>() bytes and 4096-aligned.
+        unsafe {
+            &*(self
+                .map
+                .as_ptr()
+                .add(gpu_offset() + i * size_of::<GpuShared>()) as *const GpuShared)
+        }
+    }
+
+    /// Locks GPU `i` (recovering the lock if its holder died).
+    pub fn lock(&self, i: usize) -> Result<GpuGuard<'_>, StateError> {
+        let gpu = self.gpu(i);
+        // SAFETY: the mutex was initialised at creation and stays mapped
+        // while the guard (which borrows self) lives.
+        let locked = unsafe { sys::mutex_lock(gpu.lock.mutex.get()) }.map_err(|source| {
+            StateError::Lock {
+                gpu: i,
+                path: self.path.clone(),
+                source,
+            }
+        })?;
+        Ok(GpuGuard {
+            gpu,
+            recovered: locked == Locked::OwnerDied,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+/// Writes header and mutexes into a fresh mapping.
+///
+/// # Safety
+/// `map` must be at least `total_size(node.gpu.len())` bytes, zero-filled and
+/// not shared with any other process yet.
+unsafe fn init(map: &Mapping, node: &NodeDescription, text: &str) -> io::Result<()> {
+    let gpus = node.gpu.len();
+    // SAFETY: per the contract, the header fits and nobody else sees it.
+    let h = unsafe { &mut *(map.as_ptr() as *mut Header) };
+    h.magic = STATE_MAGIC;
+    h.version = STATE_VERSION;
+    h.header_size = size_of::<Header>() as u32;
+    h.gpu_size = size_of::<GpuShared>() as u64;
+    h.total_size = total_size(gpus) as u64;
+    h.gpu_count = gpus as u32;
+    h.node_len = text.len() as u32;
+    h.node[..text.len()].copy_from_slice(text.as_bytes());
+    h.created_unix_ns = sys::realtime_ns();
+    for i in 0..gpus {
+        // SAFETY: block i lies inside the mapping (see total_size).
+        let g = unsafe {
+            &*(map.as_ptr().add(gpu_offset() + i * size_of::<GpuShared>()) as *const GpuShared)
+        };
+        // SAFETY: the mutex memory is ours alone until publication.
+        unsafe { sys::mutex_init(g.lock.mutex.get()) }?;
+    }
+    Ok(())
+}
+
+/// A locked GPU; dereferences to its guarded state.
+pub struct GpuGuard<'a> {
+    gpu: &'a GpuShared,
+    /// The previous holder died while holding the lock.
+    pub recovered: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl GpuGuard<'_> {
+    /// The GPU's lost flag.
+    pub fn lost(&self) -> bool {
+        self.gpu.lost.load(Ordering::Acquire) != 0
+    }
+}
+
+impl Deref for GpuGuard<'_> {
+    type Target = GpuInner;
+    fn deref(&self) -> &GpuInner {
+        // SAFETY: the lock is held for the guard's lifetime, so no other
+        // thread or process touches `inner`.
+        unsafe { &*self.gpu.inner.get() }
+    }
+}
+
+impl DerefMut for GpuGuard<'_> {
+    fn deref_mut(&mut self) -> &mut GpuInner {
+        // SAFETY: as in deref; &mut self makes this the only reference.
+        unsafe { &mut *self.gpu.inner.get() }
+    }
+}
+
+impl Drop for GpuGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: this thread locked the mutex in State::lock.
+        unsafe { sys::mutex_unlock(self.gpu.lock.mutex.get()) }
+    }
+}

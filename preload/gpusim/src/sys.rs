@@ -1,0 +1,188 @@
+//! The simulator's only contact with the OS beyond `std`: shared mappings,
+//! process-shared robust mutexes, clocks, ioctls and liveness probes.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// A shared, read-write mapping of a whole file.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; all access to it goes through
+// atomics or the robust mutexes it contains.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `file` shared and read-write.
+    pub fn map(file: &File, len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh mapping at an address of the kernel's choosing;
+        // the fd is valid for the call.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?,
+            len,
+        })
+    }
+
+    /// Start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len describe a mapping made by `map` and not yet
+        // unmapped; no references into it outlive `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Initialises a process-shared, robust mutex in place.
+///
+/// # Safety
+/// `m` must point to writable memory for a `pthread_mutex_t` that no other
+/// thread or process uses yet.
+pub unsafe fn mutex_init(m: *mut libc::pthread_mutex_t) -> io::Result<()> {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+    // SAFETY: attr is initialised by pthread_mutexattr_init before use and
+    // destroyed after; `m` is valid per the caller's contract.
+    unsafe {
+        check(libc::pthread_mutexattr_init(attr.as_mut_ptr()))?;
+        let a = attr.as_mut_ptr();
+        let r = check(libc::pthread_mutexattr_setpshared(
+            a,
+            libc::PTHREAD_PROCESS_SHARED,
+        ))
+        .and_then(|_| {
+            check(libc::pthread_mutexattr_setrobust(
+                a,
+                libc::PTHREAD_MUTEX_ROBUST,
+            ))
+        })
+        .and_then(|_| check(libc::pthread_mutex_init(m, a)));
+        libc::pthread_mutexattr_destroy(a);
+        r
+    }
+}
+
+/// Outcome of locking a robust mutex.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Locked {
+    /// Acquired normally.
+    Clean,
+    /// The previous owner died holding it; it is now consistent again.
+    OwnerDied,
+}
+
+/// Locks a robust mutex, recovering it if its owner died.
+///
+/// # Safety
+/// `m` must point to a mutex initialised by [`mutex_init`] that stays mapped
+/// while locked.
+pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> io::Result<Locked> {
+    // SAFETY: per the caller's contract.
+    match unsafe { libc::pthread_mutex_lock(m) } {
+        0 => Ok(Locked::Clean),
+        libc::EOWNERDEAD => {
+            // SAFETY: we own the mutex now (EOWNERDEAD still acquires it).
+            check(unsafe { libc::pthread_mutex_consistent(m) })?;
+            Ok(Locked::OwnerDied)
+        }
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Unlocks a mutex locked by [`mutex_lock`] on this thread.
+///
+/// # Safety
+/// The calling thread must hold `m`.
+pub unsafe fn mutex_unlock(m: *mut libc::pthread_mutex_t) {
+    // SAFETY: per the caller's contract.
+    unsafe {
+        libc::pthread_mutex_unlock(m);
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// `CLOCK_MONOTONIC` in ns (shared by all processes on the host).
+pub fn monotonic_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC)
+}
+
+/// `CLOCK_REALTIME` in ns.
+pub fn realtime_ns() -> u64 {
+    clock(libc::CLOCK_REALTIME)
+}
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; these clocks always exist.
+    unsafe {
+        libc::clock_gettime(id, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Opens a device node read-write (close-on-exec).
+pub fn open_device(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: c is a valid NUL-terminated string.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Issues `ioctl(fd, cmd, arg)`; the result is ignored by design (stand-in
+/// devices answer ENOTTY), only the syscall matters.
+///
+/// # Safety
+/// `arg` must point to at least as many readable and writable bytes as the
+/// command encodes (or the command is served by a device that does not
+/// touch them).
+pub unsafe fn ioctl(fd: RawFd, cmd: u64, arg: *mut libc::c_void) -> i32 {
+    // SAFETY: per the caller's contract.
+    unsafe { libc::ioctl(fd, cmd as _, arg) }
+}
+
+/// This process's id.
+pub fn getpid() -> i32 {
+    std::process::id() as i32
+}
