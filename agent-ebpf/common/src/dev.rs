@@ -72,4 +72,9 @@ mod tests {
         assert_eq!(kdev(1, 3), (1 << 20) | 3);
         assert_eq!(kdev_minor(kdev(511, 0x1_2345)), 0x1_2345);
     }
+
+    #[test]
+    fn watched_device_has_no_implicit_padding() {
+        assert_eq!(core::mem::size_of::<WatchedDevice>(), 8);
+    }
 }

@@ -8,6 +8,7 @@ use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap},
     programs::{CgroupAttachMode, CgroupDevice, KProbe, ProgramError, RawTracePoint, TracePoint},
+    util::KernelVersion,
 };
 use tessera_ebpf_common::{
     config::{KernelOffsets, ProgramConfig},
@@ -64,6 +65,9 @@ pub enum ObserverError {
         /// Each mode tried or skipped, with the reason.
         tried: String,
     },
+    /// The kernel is too old for a shared cgroup attachment.
+    #[error("ebpf open audit needs linux 5.7 or later (bpf links), this is {0}")]
+    KernelTooOld(String),
     /// The cgroup for the open audit could not be opened.
     #[error("cannot open cgroup directory {path}")]
     Cgroup {
@@ -186,6 +190,14 @@ impl Observer {
     /// `cgroup` (it covers the whole subtree; the agent uses the cgroup2
     /// root). It never denies, and coexists with other device programs.
     pub fn audit_opens(&mut self, cgroup: &Path) -> Result<(), ObserverError> {
+        // Before bpf links, aya would attach exclusively, which would stop
+        // container runtimes from attaching their own device programs.
+        let links = KernelVersion::new(5, 7, 0);
+        match KernelVersion::current() {
+            Ok(v) if v >= links => {}
+            Ok(v) => return Err(ObserverError::KernelTooOld(v.to_string())),
+            Err(e) => return Err(ObserverError::KernelTooOld(format!("unknown ({e})"))),
+        }
         let dir = std::fs::File::open(cgroup).map_err(|source| ObserverError::Cgroup {
             path: cgroup.to_owned(),
             source,
