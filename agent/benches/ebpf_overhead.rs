@@ -93,7 +93,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
-    let zero = DeviceSpec::Path("/dev/zero".into()).resolve().unwrap();
+    let zero = DeviceSpec::path("/dev/zero").resolve().unwrap();
 
     let mut rows = vec![run("no observer", iters)];
     for mode in [

@@ -178,8 +178,8 @@ fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
         eprintln!("skipped: {why}");
         return None;
     }
-    let zero: Device = DeviceSpec::Path("/dev/zero".into()).resolve().unwrap();
-    let null: Device = DeviceSpec::Path("/dev/null".into()).resolve().unwrap();
+    let zero: Device = DeviceSpec::path("/dev/zero").resolve().unwrap();
+    let null: Device = DeviceSpec::path("/dev/null").resolve().unwrap();
     let cgroup = TestCgroup::new(test_name);
     let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
     config.mode = request;

@@ -23,8 +23,10 @@ pub struct EbpfArgs {
         default_value = "auto"
     )]
     pub attach: ModeRequest,
-    /// Devices to watch instead of the NVIDIA ones found in /proc: device
-    /// paths or major:minor, comma separated (e.g. /dev/null,1:5).
+    /// Devices to watch instead of the NVIDIA ones found in /proc,
+    /// comma separated: `[class=]path` or `[class=]major:minor`, class one
+    /// of stand-in (default), control, gpu, modeset, uvm, uvm-tools, caps
+    /// (e.g. `control=/dev/null,uvm=/dev/zero`).
     #[arg(
         long = "ebpf-devices",
         env = "TESSERA_EBPF_DEVICES",
@@ -71,7 +73,7 @@ mod tests {
             "--ebpf-attach",
             "raw-tracepoint",
             "--ebpf-devices",
-            "/dev/null,1:5",
+            "/dev/null,uvm=1:5",
         ])
         .unwrap();
         assert_eq!(
@@ -81,6 +83,10 @@ mod tests {
         let config = cli.ebpf.config().unwrap();
         let numbers: Vec<(u32, u32)> = config.devices.iter().map(|d| (d.major, d.minor)).collect();
         assert_eq!(numbers, [(1, 3), (1, 5)]);
+        assert_eq!(
+            config.devices[1].class,
+            tessera_ebpf_common::dev::class::UVM
+        );
     }
 
     #[test]

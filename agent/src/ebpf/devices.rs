@@ -33,8 +33,8 @@ pub enum DeviceError {
         #[source]
         source: std::io::Error,
     },
-    /// A device spec is neither a path nor `major:minor`.
-    #[error("device spec {spec:?} is neither a path nor major:minor")]
+    /// A device spec is not `[class=]path` or `[class=]major:minor`.
+    #[error("device spec {spec:?} is not [class=]path or [class=]major:minor")]
     BadSpec {
         /// The spec.
         spec: String,
@@ -92,43 +92,91 @@ impl fmt::Display for Device {
     }
 }
 
-/// A configured stand-in: a device node path or `major:minor`.
+/// A configured stand-in: `[class=]target`, where target is a device node
+/// path or `major:minor` and class one of [`CLASS_NAMES`] (default
+/// `stand-in`, decoded like the NVIDIA frontend). E.g. `/dev/null`,
+/// `uvm=/dev/zero`, `control=1:3`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeviceSpec {
+pub struct DeviceSpec {
+    /// One of `tessera_ebpf_common::dev::class`.
+    pub class: u32,
+    /// The device.
+    pub target: DeviceTarget,
+}
+
+/// The device a [`DeviceSpec`] names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceTarget {
     /// A device node, e.g. `/dev/null`.
     Path(PathBuf),
     /// Numbers, e.g. `1:3`.
     Number(u32, u32),
 }
 
+/// Class names accepted in a [`DeviceSpec`].
+pub const CLASS_NAMES: [(&str, u32); 7] = [
+    ("stand-in", class::STAND_IN),
+    ("control", class::CONTROL),
+    ("gpu", class::GPU),
+    ("modeset", class::MODESET),
+    ("uvm", class::UVM),
+    ("uvm-tools", class::UVM_TOOLS),
+    ("caps", class::CAPS),
+];
+
+impl DeviceSpec {
+    /// A stand-in device node.
+    pub fn path(path: impl Into<PathBuf>) -> Self {
+        Self {
+            class: class::STAND_IN,
+            target: DeviceTarget::Path(path.into()),
+        }
+    }
+}
+
 impl FromStr for DeviceSpec {
     type Err = DeviceError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        if s.starts_with('/') {
-            return Ok(Self::Path(PathBuf::from(s)));
-        }
-        let bad = || DeviceError::BadSpec { spec: s.to_owned() };
-        let (major, minor) = s.split_once(':').ok_or_else(bad)?;
-        Ok(Self::Number(
-            major.parse().map_err(|_| bad())?,
-            minor.parse().map_err(|_| bad())?,
-        ))
+        let spec = s.trim();
+        let bad = || DeviceError::BadSpec {
+            spec: spec.to_owned(),
+        };
+        let (class, target) = match spec.split_once('=') {
+            Some((name, target)) => {
+                let class = CLASS_NAMES
+                    .iter()
+                    .find(|(n, _)| *n == name.trim())
+                    .map(|(_, c)| *c)
+                    .ok_or_else(bad)?;
+                (class, target.trim())
+            }
+            None => (class::STAND_IN, spec),
+        };
+        let target = if target.starts_with('/') {
+            DeviceTarget::Path(PathBuf::from(target))
+        } else {
+            let (major, minor) = target.split_once(':').ok_or_else(bad)?;
+            DeviceTarget::Number(
+                major.parse().map_err(|_| bad())?,
+                minor.parse().map_err(|_| bad())?,
+            )
+        };
+        Ok(Self { class, target })
     }
 }
 
 impl DeviceSpec {
-    /// The device this spec names, as a stand-in.
+    /// The device this spec names.
     pub fn resolve(&self) -> Result<Device, DeviceError> {
-        match self {
-            Self::Number(major, minor) => Ok(Device::new(
+        match &self.target {
+            DeviceTarget::Number(major, minor) => Ok(Device::new(
                 *major,
                 *minor,
-                class::STAND_IN,
+                self.class,
                 format!("{major}:{minor}"),
             )),
-            Self::Path(path) => {
+            DeviceTarget::Path(path) => {
                 let meta = std::fs::metadata(path).map_err(|source| DeviceError::Read {
                     path: path.clone(),
                     source,
@@ -140,7 +188,7 @@ impl DeviceSpec {
                 Ok(Device::new(
                     major,
                     minor,
-                    class::STAND_IN,
+                    self.class,
                     path.display().to_string(),
                 ))
             }

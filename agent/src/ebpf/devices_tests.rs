@@ -92,27 +92,44 @@ fn decoding_follows_the_device_class() {
 
 #[test]
 fn parses_specs() {
+    let spec = |s: &str| s.parse::<DeviceSpec>().unwrap();
     assert_eq!(
-        "1:3".parse::<DeviceSpec>().unwrap(),
-        DeviceSpec::Number(1, 3)
+        spec("1:3"),
+        DeviceSpec {
+            class: class::STAND_IN,
+            target: DeviceTarget::Number(1, 3)
+        }
     );
+    assert_eq!(spec(" /dev/zero"), DeviceSpec::path("/dev/zero"));
     assert_eq!(
-        " /dev/zero".parse::<DeviceSpec>().unwrap(),
-        DeviceSpec::Path("/dev/zero".into())
+        spec("uvm=/dev/zero"),
+        DeviceSpec {
+            class: class::UVM,
+            target: DeviceTarget::Path("/dev/zero".into())
+        }
     );
+    assert_eq!(spec("control = 1:5").class, class::CONTROL);
     let err = "null".parse::<DeviceSpec>().unwrap_err();
     assert_eq!(
         err.to_string(),
-        r#"device spec "null" is neither a path nor major:minor"#
+        r#"device spec "null" is not [class=]path or [class=]major:minor"#
     );
     assert!("1:x".parse::<DeviceSpec>().is_err());
+    assert!("tpu=1:3".parse::<DeviceSpec>().is_err());
 }
 
 #[test]
 fn resolves_device_paths() {
-    let dev = DeviceSpec::Path("/dev/zero".into()).resolve().unwrap();
+    let dev = DeviceSpec::path("/dev/zero").resolve().unwrap();
     assert_eq!((dev.major, dev.minor, dev.class), (1, 5, class::STAND_IN));
-    let err = DeviceSpec::Path("/".into()).resolve().unwrap_err();
+    let uvm = "uvm=/dev/null"
+        .parse::<DeviceSpec>()
+        .unwrap()
+        .resolve()
+        .unwrap();
+    assert_eq!((uvm.major, uvm.minor), (1, 3));
+    assert_eq!(uvm.watched().decode, decode::RAW);
+    let err = DeviceSpec::path("/").resolve().unwrap_err();
     assert_eq!(err.to_string(), "/ is not a character device");
 }
 

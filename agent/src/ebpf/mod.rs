@@ -29,6 +29,6 @@ pub mod mounts;
 pub mod observer;
 
 pub use counts::{ProgramStats, Snapshot};
-pub use devices::{Device, DeviceSpec};
+pub use devices::{Device, DeviceSpec, DeviceTarget};
 pub use mode::{AttachMode, ModeRequest};
 pub use observer::{Observer, ObserverConfig, ObserverError};
