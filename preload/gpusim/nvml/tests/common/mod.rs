@@ -1,0 +1,168 @@
+//! Shared by the integration tests: the built artifacts, a private
+//! simulated node per test, and C programs compiled against the stand-in.
+
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `$TESSERA_ARTIFACTS`, or `target/tessera/debug` of this workspace.
+pub fn artifacts() -> PathBuf {
+    std::env::var_os("TESSERA_ARTIFACTS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../target/tessera/debug")
+        })
+}
+
+fn artifact(rel: &str) -> PathBuf {
+    let p = artifacts().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask build` (or `cargo xtask test`) first",
+        p.display()
+    );
+    p
+}
+
+/// The folder holding `libnvidia-ml.so.1`.
+pub fn sim_dir() -> PathBuf {
+    artifact("sim/libnvidia-ml.so.1");
+    artifact("sim")
+}
+
+/// The `gpusim` binary.
+pub fn gpusim_bin() -> PathBuf {
+    artifact("bin/gpusim")
+}
+
+/// The C sources of the tests.
+pub fn c_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
+}
+
+/// A simulated node of its own: a node description and a state file in a
+/// temporary folder.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    pub node: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Node {
+    pub fn new(description: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("node.toml");
+        std::fs::write(&node, description).unwrap();
+        let state = dir.path().join("gpusim.state");
+        Self { dir, node, state }
+    }
+
+    /// `program` with this node's environment.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new(program);
+        c.env("GPUSIM_NODE", &self.node)
+            .env("GPUSIM_STATE", &self.state);
+        c
+    }
+
+    /// Runs `gpusim` on this node; panics if it fails.
+    pub fn gpusim(&self, args: &[&str]) -> String {
+        let out = self.command(&gpusim_bin()).args(args).output().unwrap();
+        assert!(out.status.success(), "gpusim {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The simulator's view of this node, in this process.
+    pub fn sim(&self) -> gpusim::Sim {
+        gpusim::Sim::open(&gpusim::state::Config {
+            node_path: Some(self.node.clone()),
+            state_path: self.state.clone(),
+        })
+        .unwrap()
+    }
+
+    /// Compiles `tests/c/<source>` into this node's folder. `link` links it
+    /// against the stand-in (with an rpath); otherwise it gets `-ldl`.
+    pub fn compile(&self, source: &str, link: bool) -> PathBuf {
+        let exe = self.dir.path().join(source.trim_end_matches(".c"));
+        let mut cc = Command::new(std::env::var_os("CC").unwrap_or("cc".into()));
+        cc.arg("-std=c99")
+            .arg("-Wall")
+            .arg("-Werror")
+            .arg("-o")
+            .arg(&exe)
+            .arg(c_dir().join(source));
+        if link {
+            let sim = sim_dir();
+            cc.arg(format!("-L{}", sim.display()))
+                .arg(format!("-Wl,-rpath,{}", sim.display()))
+                .arg("-lnvidia-ml");
+        } else {
+            cc.arg("-ldl");
+        }
+        let out = cc.output().expect("cannot run cc");
+        assert!(
+            out.status.success(),
+            "cc {source}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    }
+}
+
+/// Runs a command to completion.
+pub fn run(mut c: Command) -> Output {
+    c.output().unwrap()
+}
+
+/// `key=value` lines as a map.
+pub fn keys(stdout: &[u8]) -> BTreeMap<String, String> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A node of three GPUs: two NVLinked A100s on NUMA node 0 (MIG on the
+/// first) and an L4 on NUMA node 1.
+pub const THREE_GPUS: &str = r#"
+driver_version = "550.54.15"
+cuda_version = 12040
+
+[[gpu]]
+model = "NVIDIA A100-SXM4-80GB"
+memory_mib = 81920
+reserved_mib = 512
+sm_count = 108
+compute_capability = [8, 0]
+numa_node = 0
+nvlink_peers = [1]
+uuid = "GPU-11111111-2222-3333-4444-555555555555"
+pci_bus_id = "0000:3b:00.0"
+pci_device_id = 0x20b210de
+mig_enabled = true
+
+[[gpu]]
+model = "NVIDIA A100-SXM4-80GB"
+memory_mib = 81920
+sm_count = 108
+compute_capability = [8, 0]
+numa_node = 0
+nvlink_peers = [0]
+pci_bus_id = "0000:5e:00.0"
+
+[[gpu]]
+model = "NVIDIA L4"
+memory_mib = 23034
+sm_count = 58
+compute_capability = [8, 9]
+numa_node = 1
+"#;
