@@ -37,7 +37,10 @@ pub fn run(args: &Args) -> Result<Artifacts> {
     for bin in ["gpusim", "tessera-agent", "tessera-scheduler"] {
         copy(&target.join(bin), &out.bin().join(bin))?;
     }
-    copy(&target.join("libtessera.so"), &out.lib().join("libtessera.so"))?;
+    copy(
+        &target.join("libtessera.so"),
+        &out.lib().join("libtessera.so"),
+    )?;
     copy(&target.join("libcuda.so"), &out.sim().join("libcuda.so.1"))?;
     copy(
         &target.join("libnvidia_ml.so"),
@@ -60,7 +63,8 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
     let tmp = to.with_extension("tmp-copy");
     fs::copy(from, &tmp)
         .with_context(|| format!("cannot copy {} to {}", from.display(), tmp.display()))?;
-    fs::rename(&tmp, to).with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
+    fs::rename(&tmp, to)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), to.display()))
 }
 
 fn symlink(target: &str, link: &Path) -> Result<()> {

@@ -36,7 +36,9 @@ pub fn describe(cmd: &Command) -> String {
 pub fn run(cmd: &mut Command) -> Result<()> {
     let line = describe(cmd);
     eprintln!("$ {line}");
-    let status = cmd.status().with_context(|| format!("cannot start `{line}`"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start `{line}`"))?;
     if !status.success() {
         bail!("`{line}` failed with {status}");
     }
@@ -46,7 +48,9 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 /// Runs `cmd` and returns its stdout; fails unless it exits with status 0.
 pub fn output(cmd: &mut Command) -> Result<String> {
     let line = describe(cmd);
-    let out = cmd.output().with_context(|| format!("cannot start `{line}`"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start `{line}`"))?;
     if !out.status.success() {
         bail!(
             "`{line}` failed with {}: {}",

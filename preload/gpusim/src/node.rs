@@ -23,7 +23,7 @@
 //!
 //! [ioctl]                         # stand-ins for /dev/nvidiactl, /dev/nvidia-uvm
 //! control = "/dev/null"
-//! uvm = "/dev/null"
+//! uvm = "/dev/zero"
 //! ```
 
 use std::collections::BTreeMap;
@@ -236,7 +236,7 @@ impl Default for IoctlDescription {
         Self {
             enabled: true,
             control: "/dev/null".into(),
-            uvm: "/dev/null".into(),
+            uvm: "/dev/zero".into(),
             xfer: false,
             gpu_devices: Vec::new(),
         }

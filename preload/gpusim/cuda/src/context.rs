@@ -1,0 +1,218 @@
+//! Contexts: primary (retained per device) and explicit ones.
+//!
+//! A context's first creation on a device attaches the process to that
+//! GPU's channel (charging the context overhead) and issues the stand-in
+//! registration ioctls; destroying a context frees everything allocated in
+//! it, as the driver does.
+
+use gpusim::sim::Attachment;
+
+use crate::process::{self, Context, Inner, Process, StreamState, sim_err};
+use crate::status::*;
+
+fn attach(p: &Process, device: usize) -> Result<Attachment, CUresult> {
+    let att = p.sim.attach(device).map_err(sim_err)?;
+    if att.first {
+        let numa = p.sim.node().gpu[device].numa_node;
+        if let Err(e) = p
+            .driver
+            .register_gpu(device, p.sim.uuid_bytes(device), numa)
+        {
+            eprintln!("gpusim: {}", process::chain(&e));
+            let _ = p.sim.detach(&att);
+            return Err(CUDA_ERROR_OPERATING_SYSTEM);
+        }
+    }
+    Ok(att)
+}
+
+fn new_context(
+    p: &Process,
+    inner: &mut Inner,
+    device: usize,
+    flags: u32,
+    primary: bool,
+) -> Result<u64, CUresult> {
+    let att = attach(p, device)?;
+    Ok(inner.contexts.insert(Context {
+        device,
+        att,
+        flags,
+        primary,
+        default_stream: StreamState::default(),
+    }))
+}
+
+/// Frees everything that belongs to context `h` and gives back its claim
+/// on the GPU.
+fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
+    let ctx = inner.contexts.remove(h)?;
+    let owned: Vec<u64> = inner
+        .allocations
+        .iter()
+        .filter(|(_, a)| a.ctx == h)
+        .map(|(&d, _)| d)
+        .collect();
+    for dptr in owned {
+        crate::memory::release(p, inner, dptr)?;
+    }
+    let streams: Vec<u64> = inner
+        .streams
+        .iter()
+        .filter(|(_, s)| s.ctx == h)
+        .map(|(s, _)| s)
+        .collect();
+    for s in streams {
+        let _ = inner.streams.remove(s);
+    }
+    let physical: Vec<u64> = inner
+        .physical
+        .iter()
+        .filter(|(_, ph)| ph.ctx == h)
+        .map(|(x, _)| x)
+        .collect();
+    for ph in physical {
+        if let Ok(phys) = inner.physical.remove(ph) {
+            let _ = p.sim.free(&ctx.att, phys.size);
+            p.driver.free(phys.device, phys.rm);
+        }
+    }
+    let arrays: Vec<u64> = inner
+        .arrays
+        .iter()
+        .filter(|(_, a)| a.alloc.is_some_and(|(_, att, _, _)| att == ctx.att))
+        .map(|(x, _)| x)
+        .collect();
+    for a in arrays {
+        let _ = crate::array::destroy(p, inner, a);
+    }
+    match p.sim.detach(&ctx.att) {
+        Ok(true) => p.driver.unregister_gpu(p.sim.uuid_bytes(ctx.device)),
+        Ok(false) => {}
+        Err(e) => return Err(sim_err(e)),
+    }
+    process::with_stack(|s| s.retain(|&c| c != h));
+    Ok(())
+}
+
+/// `cuCtxCreate`: a new context on `dev`, made current.
+pub fn create(p: &Process, dev: i32, flags: u32) -> Result<u64, CUresult> {
+    let device = p.device(dev)?;
+    let h = new_context(p, &mut p.lock(), device, flags, false)?;
+    process::with_stack(|s| s.push(h));
+    Ok(h)
+}
+
+/// `cuCtxDestroy`.
+pub fn destroy(p: &Process, h: u64) -> Result<(), CUresult> {
+    let mut inner = p.lock();
+    let ctx = inner.contexts.get(h)?;
+    if ctx.primary {
+        // Primary contexts go through retain/release.
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    teardown(p, &mut inner, h)
+}
+
+/// `cuDevicePrimaryCtxRetain`.
+pub fn primary_retain(p: &Process, dev: i32) -> Result<u64, CUresult> {
+    let device = p.device(dev)?;
+    let mut inner = p.lock();
+    let prim = inner.primary[device];
+    let h = match prim.ctx {
+        Some(h) => h,
+        None => {
+            let h = new_context(p, &mut inner, device, prim.flags, true)?;
+            inner.primary[device].ctx = Some(h);
+            h
+        }
+    };
+    inner.primary[device].retains += 1;
+    Ok(h)
+}
+
+/// `cuDevicePrimaryCtxRelease`.
+pub fn primary_release(p: &Process, dev: i32) -> Result<(), CUresult> {
+    let device = p.device(dev)?;
+    let mut inner = p.lock();
+    let prim = inner.primary[device];
+    let Some(h) = prim.ctx else {
+        return Err(CUDA_ERROR_INVALID_CONTEXT);
+    };
+    if prim.retains <= 1 {
+        inner.primary[device].ctx = None;
+        inner.primary[device].retains = 0;
+        teardown(p, &mut inner, h)
+    } else {
+        inner.primary[device].retains -= 1;
+        Ok(())
+    }
+}
+
+/// `cuDevicePrimaryCtxReset`: destroys the primary context's resources.
+pub fn primary_reset(p: &Process, dev: i32) -> Result<(), CUresult> {
+    let device = p.device(dev)?;
+    let mut inner = p.lock();
+    let prim = inner.primary[device];
+    if let Some(h) = prim.ctx {
+        inner.primary[device].ctx = None;
+        inner.primary[device].retains = 0;
+        teardown(p, &mut inner, h)?;
+    }
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxGetState`: (flags, active).
+pub fn primary_state(p: &Process, dev: i32) -> Result<(u32, bool), CUresult> {
+    let device = p.device(dev)?;
+    let prim = p.lock().primary[device];
+    Ok((prim.flags, prim.ctx.is_some()))
+}
+
+/// `cuDevicePrimaryCtxSetFlags`.
+pub fn primary_set_flags(p: &Process, dev: i32, flags: u32) -> Result<(), CUresult> {
+    let device = p.device(dev)?;
+    if flags & !0xff != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut inner = p.lock();
+    inner.primary[device].flags = flags;
+    if let Some(h) = inner.primary[device].ctx {
+        inner.contexts.get_mut(h)?.flags = flags;
+    }
+    Ok(())
+}
+
+/// Checks that `h` is a live context (0 is allowed where the API allows
+/// "no context").
+pub fn check(p: &Process, h: u64) -> Result<(), CUresult> {
+    p.lock()
+        .contexts
+        .get_or(h, CUDA_ERROR_INVALID_CONTEXT)
+        .map(|_| ())
+}
+
+/// The current context's device.
+pub fn current_device(p: &Process) -> Result<usize, CUresult> {
+    Ok(p.lock().current()?.1.device)
+}
+
+/// `cuCtxSynchronize`: waits for all work of the current context.
+pub fn synchronize(p: &Process) -> Result<(), CUresult> {
+    let att = p.lock().current()?.1.att;
+    if let Some(seq) = p.sim.last_submitted(&att).map_err(sim_err)? {
+        p.sim.wait(&att, seq).map_err(sim_err)?;
+    }
+    Ok(())
+}
+
+/// The attachment of context `h` (current context when `h` is 0).
+pub fn attachment(p: &Process, h: u64) -> Result<(usize, Attachment), CUresult> {
+    let inner = p.lock();
+    let c = if h == 0 {
+        inner.current()?.1
+    } else {
+        inner.contexts.get(h)?
+    };
+    Ok((c.device, c.att))
+}

@@ -1,0 +1,80 @@
+//! CUDA array entry points.
+
+use std::ffi::c_uint;
+
+use super::cu_export;
+use super::ptr::{out, read};
+use super::{h, hp};
+use crate::abi::*;
+use crate::array;
+use crate::process;
+use crate::status::*;
+
+cu_export! {
+    fn cuArrayCreate_v2(arr: *mut Handle, desc: *const CudaArrayDescriptor) {
+        let p = process::get()?;
+        let d = read(desc)?;
+        if arr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let a = array::create(p, CudaArray3dDescriptor {
+            width: d.width,
+            height: d.height,
+            depth: 0,
+            format: d.format,
+            num_channels: d.num_channels,
+            flags: 0,
+        })?;
+        out(arr, hp(a))
+    }
+
+    fn cuArray3DCreate_v2(arr: *mut Handle, desc: *const CudaArray3dDescriptor) {
+        let p = process::get()?;
+        let d = read(desc)?;
+        if arr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(arr, hp(array::create(p, d)?))
+    }
+
+    fn cuArrayDestroy(arr: Handle) {
+        let p = process::get()?;
+        let mut inner = p.lock();
+        array::destroy(p, &mut inner, h(arr))
+    }
+
+    fn cuArrayGetDescriptor_v2(desc: *mut CudaArrayDescriptor, arr: Handle) {
+        let p = process::get()?;
+        let d = array::descriptor(p, h(arr))?;
+        out(desc, CudaArrayDescriptor {
+            width: d.width,
+            height: d.height,
+            format: d.format,
+            num_channels: d.num_channels,
+        })
+    }
+
+    fn cuArray3DGetDescriptor_v2(desc: *mut CudaArray3dDescriptor, arr: Handle) {
+        let p = process::get()?;
+        out(desc, array::descriptor(p, h(arr))?)
+    }
+
+    fn cuMipmappedArrayCreate(arr: *mut Handle, desc: *const CudaArray3dDescriptor, levels: c_uint) {
+        let p = process::get()?;
+        let d = read(desc)?;
+        if arr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(arr, hp(array::create_mipmapped(p, d, levels)?))
+    }
+
+    fn cuMipmappedArrayDestroy(arr: Handle) {
+        let p = process::get()?;
+        array::destroy_mipmapped(p, h(arr))
+    }
+
+    fn cuMipmappedArrayGetLevel(level_arr: *mut Handle, arr: Handle, level: c_uint) {
+        let p = process::get()?;
+        out(level_arr, hp(array::level(p, h(arr), level)?))
+    }
+}

@@ -1,0 +1,242 @@
+//! Memory allocation: linear, pitched, managed, stream-ordered and pools,
+//! pinned host memory, memory info and pointer queries.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use super::ptr::{out, out_opt, read};
+use super::{cu_alias, cu_export, h, hp};
+use crate::abi::*;
+use crate::memory;
+use crate::process;
+use crate::status::*;
+
+cu_export! {
+    fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) {
+        let p = process::get()?;
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(dptr, memory::alloc(p, bytes as u64)?)
+    }
+
+    fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint) {
+        let p = process::get()?;
+        if dptr.is_null() || pitch.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (d, pt) = memory::alloc_pitch(p, width as u64, height as u64, element)?;
+        out(pitch, pt as usize)?;
+        out(dptr, d)
+    }
+
+    fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
+        let p = process::get()?;
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(dptr, memory::alloc_managed(p, bytes as u64, flags)?)
+    }
+
+    fn cuMemFree_v2(dptr: CUdeviceptr) {
+        let p = process::get()?;
+        memory::free(p, dptr)
+    }
+
+    fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
+        let p = process::get()?;
+        let (f, t) = memory::info(p)?;
+        out(free, f as usize)?;
+        out(total, t as usize)
+    }
+
+    fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) {
+        let p = process::get()?;
+        let (b, s) = memory::address_range(p, dptr)?;
+        out_opt(base, b);
+        out_opt(size, s as usize);
+        Ok(())
+    }
+
+    fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) {
+        let p = process::get()?;
+        if pp.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(pp, memory::host_alloc(p, bytes as u64, 0)?.cast())
+    }
+
+    fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) {
+        let p = process::get()?;
+        if pp.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(pp, memory::host_alloc(p, bytes as u64, flags)?.cast())
+    }
+
+    fn cuMemFreeHost(ptr: *mut c_void) {
+        let p = process::get()?;
+        memory::host_free(p, ptr as usize)
+    }
+
+    fn cuMemHostGetDevicePointer_v2(dptr: *mut CUdeviceptr, host: *mut c_void, flags: c_uint) {
+        let p = process::get()?;
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        memory::host_flags(p, host as usize)?;
+        out(dptr, host as u64)
+    }
+
+    fn cuMemHostGetFlags(flags: *mut c_uint, host: *mut c_void) {
+        let p = process::get()?;
+        out(flags, memory::host_flags(p, host as usize)?)
+    }
+
+    fn cuMemHostRegister_v2(host: *mut c_void, bytes: usize, flags: c_uint) {
+        let p = process::get()?;
+        memory::host_register(p, host as usize, bytes as u64, flags)
+    }
+
+    fn cuMemHostUnregister(host: *mut c_void) {
+        let p = process::get()?;
+        memory::host_unregister(p, host as usize)
+    }
+
+    fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: Handle) {
+        let p = process::get()?;
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(dptr, memory::alloc_async(p, bytes as u64, h(stream))?)
+    }
+
+    fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
+        let p = process::get()?;
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(dptr, memory::alloc_from_pool(p, bytes as u64, h(pool), h(stream))?)
+    }
+
+    fn cuMemFreeAsync(dptr: CUdeviceptr, stream: Handle) {
+        let p = process::get()?;
+        memory::free_async(p, dptr, h(stream))
+    }
+
+    fn cuMemPoolCreate(pool: *mut Handle, props: *const CUmemPoolProps) {
+        let p = process::get()?;
+        let props = read(props)?;
+        if pool.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = memory::pool_create(p, props.location.id, props.alloc_type, props.location.kind)?;
+        out(pool, hp(h))
+    }
+
+    fn cuMemPoolDestroy(pool: Handle) {
+        let p = process::get()?;
+        memory::pool_destroy(p, h(pool))
+    }
+
+    fn cuMemPoolTrimTo(pool: Handle, keep: usize) {
+        let p = process::get()?;
+        let _ = keep;
+        memory::pool_trim(p, h(pool))
+    }
+
+    fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c_void) {
+        let p = process::get()?;
+        let v = memory::pool_attribute(p, h(pool), attr)?;
+        if (1..=3).contains(&attr) {
+            out(value.cast::<c_int>(), v as c_int)
+        } else {
+            out(value.cast::<u64>(), v)
+        }
+    }
+
+    fn cuMemPoolSetAttribute(pool: Handle, attr: c_int, value: *mut c_void) {
+        let p = process::get()?;
+        let v = if (1..=3).contains(&attr) {
+            read(value.cast::<c_int>())? as u64
+        } else {
+            read(value.cast::<u64>())?
+        };
+        memory::set_pool_attribute(p, h(pool), attr, v)
+    }
+
+    fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: CUdevice) {
+        let p = process::get()?;
+        out(pool, hp(memory::default_pool(p, dev)?))
+    }
+
+    fn cuDeviceGetMemPool(pool: *mut Handle, dev: CUdevice) {
+        let p = process::get()?;
+        out(pool, hp(memory::device_pool(p, dev)?))
+    }
+
+    fn cuDeviceSetMemPool(dev: CUdevice, pool: Handle) {
+        let p = process::get()?;
+        memory::set_device_pool(p, dev, h(pool))
+    }
+
+    fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, dptr: CUdeviceptr) {
+        let p = process::get()?;
+        let Some((base, size, device, ctx, managed)) = memory::lookup(p, dptr) else {
+            // Pinned host memory answers a few attributes too.
+            memory::host_flags(p, dptr as usize).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+            return match attribute {
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(data.cast::<c_uint>(), CU_MEMORYTYPE_HOST),
+                CU_POINTER_ATTRIBUTE_HOST_POINTER | CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<u64>(), dptr),
+                CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<c_uint>(), 0),
+                _ => Err(CUDA_ERROR_INVALID_VALUE),
+            };
+        };
+        match attribute {
+            CU_POINTER_ATTRIBUTE_CONTEXT => out(data.cast::<Handle>(), hp(ctx)),
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(data.cast::<c_uint>(), CU_MEMORYTYPE_DEVICE),
+            CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<u64>(), dptr),
+            CU_POINTER_ATTRIBUTE_HOST_POINTER => {
+                if managed { out(data.cast::<u64>(), dptr) } else { Err(CUDA_ERROR_INVALID_VALUE) }
+            }
+            CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<c_uint>(), c_uint::from(managed)),
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data.cast::<c_int>(), device as c_int),
+            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => out(data.cast::<u64>(), base),
+            CU_POINTER_ATTRIBUTE_RANGE_SIZE => out(data.cast::<usize>(), size as usize),
+            _ => Err(CUDA_ERROR_INVALID_VALUE),
+        }
+    }
+
+    fn cuMemPrefetchAsync(dptr: CUdeviceptr, bytes: usize, dev: CUdevice, stream: Handle) {
+        let p = process::get()?;
+        let _ = (bytes, h(stream));
+        memory::lookup(p, dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if dev >= 0 { p.device(dev).map(|_| ()) } else { Ok(()) }
+    }
+
+    fn cuMemPrefetchAsync_v2(dptr: CUdeviceptr, bytes: usize, location: CUmemLocation, flags: c_uint, stream: Handle) {
+        let p = process::get()?;
+        let _ = (bytes, flags, location, h(stream));
+        memory::lookup(p, dptr).ok_or(CUDA_ERROR_INVALID_VALUE).map(|_| ())
+    }
+
+    fn cuMemAdvise(dptr: CUdeviceptr, bytes: usize, advice: c_int, dev: CUdevice) {
+        let p = process::get()?;
+        let _ = (bytes, advice, dev);
+        memory::lookup(p, dptr).ok_or(CUDA_ERROR_INVALID_VALUE).map(|_| ())
+    }
+
+    fn cuMemAdvise_v2(dptr: CUdeviceptr, bytes: usize, advice: c_int, location: CUmemLocation) {
+        let p = process::get()?;
+        let _ = (bytes, advice, location);
+        memory::lookup(p, dptr).ok_or(CUDA_ERROR_INVALID_VALUE).map(|_| ())
+    }
+}
+
+cu_alias! {
+    cuMemAllocAsync_ptsz => cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: Handle);
+    cuMemAllocFromPoolAsync_ptsz => cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle);
+    cuMemFreeAsync_ptsz => cuMemFreeAsync(dptr: CUdeviceptr, stream: Handle);
+    cuMemPrefetchAsync_ptsz => cuMemPrefetchAsync(dptr: CUdeviceptr, bytes: usize, dev: CUdevice, stream: Handle);
+    cuMemPrefetchAsync_v2_ptsz => cuMemPrefetchAsync_v2(dptr: CUdeviceptr, bytes: usize, location: CUmemLocation, flags: c_uint, stream: Handle);
+    cuMemHostRegister => cuMemHostRegister_v2(host: *mut c_void, bytes: usize, flags: c_uint);
+}

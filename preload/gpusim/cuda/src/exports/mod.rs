@@ -1,0 +1,114 @@
+//! The exported C entry points of `libcuda.so.1`.
+//!
+//! Every entry point is declared through [`cu_export!`], which
+//! - exports it unmangled with the C ABI and the real driver API signature;
+//! - runs its body under `catch_unwind`, so a panic becomes
+//!   `CUDA_ERROR_UNKNOWN` and never unwinds into C;
+//! - turns the body's `Result<(), CUresult>` into the return code.
+//!
+//! Pointer arguments are only touched through the helpers in [`ptr`], which
+//! reject NULL with `CUDA_ERROR_INVALID_VALUE`. Beyond NULL, the caller
+//! must pass pointers that are valid as the driver API documents; that is
+//! the contract of every function here.
+
+pub mod ptr;
+
+mod array;
+mod context;
+mod device;
+mod graph;
+mod init;
+mod launch;
+mod memory;
+mod module;
+mod stream;
+mod vmm;
+
+pub use array::*;
+pub use context::*;
+pub use device::*;
+pub use graph::*;
+pub use init::*;
+pub use launch::*;
+pub use memory::*;
+pub use module::*;
+pub use stream::*;
+pub use vmm::*;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::status::{CUDA_ERROR_UNKNOWN, CUDA_SUCCESS, CUresult};
+
+/// Runs an entry point's body, converting its result and catching panics.
+pub fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => CUDA_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => CUDA_ERROR_UNKNOWN,
+    }
+}
+
+/// Defines exported driver API functions. The body is a block returning
+/// `Result<(), CUresult>`; it may call the `unsafe` pointer helpers.
+macro_rules! cu_export {
+    ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
+        $(
+            $(#[$m])*
+            #[unsafe(no_mangle)]
+            #[allow(non_snake_case, clippy::missing_safety_doc)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::status::CUresult {
+                $crate::exports::guard(move || {
+                    #[allow(unused_unsafe)]
+                    // SAFETY: the caller passes arguments valid per the
+                    // driver API contract of this function; pointer helpers
+                    // additionally reject NULL.
+                    unsafe { $body }
+                })
+            }
+        )*
+    };
+}
+
+/// Defines exported aliases (per-thread-stream and versioned names) that
+/// forward to an entry point with the same signature.
+macro_rules! cu_alias {
+    ($( $alias:ident => $target:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
+        $(
+            #[unsafe(no_mangle)]
+            #[allow(non_snake_case, clippy::missing_safety_doc)]
+            pub unsafe extern "C" fn $alias($($arg: $ty),*) -> $crate::status::CUresult {
+                // SAFETY: same contract as the target, which takes the same
+                // arguments.
+                unsafe { $target($($arg),*) }
+            }
+        )*
+    };
+}
+
+pub(crate) use {cu_alias, cu_export};
+
+/// A handle as the C side sees it.
+pub fn h(x: crate::abi::Handle) -> u64 {
+    x as u64
+}
+
+/// A handle for the C side.
+pub fn hp(x: u64) -> crate::abi::Handle {
+    x as crate::abi::Handle
+}
+
+/// `CUresult` → `Result`, for entry points that forward to another.
+pub trait Code {
+    /// `Ok` for `CUDA_SUCCESS`, else the code.
+    fn ok(self) -> Result<(), CUresult>;
+}
+
+impl Code for CUresult {
+    fn ok(self) -> Result<(), CUresult> {
+        if self == CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
+}

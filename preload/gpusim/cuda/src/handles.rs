@@ -1,0 +1,159 @@
+//! Opaque handles for driver objects.
+//!
+//! A handle is never a pointer to our memory: it encodes an object kind, a
+//! generation and a slot index, and every use looks it up. A stale, foreign
+//! or garbage handle therefore yields `CUDA_ERROR_INVALID_HANDLE` (or the
+//! code the caller names) instead of undefined behaviour.
+//!
+//! Bit layout: `kind (16) | generation (24) | index + 1 (24)`.
+
+use crate::status::{CUDA_ERROR_INVALID_HANDLE, CUresult};
+
+/// Object kinds, the top 16 bits of a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Kind {
+    /// `CUcontext`.
+    Context = 0xC7C1,
+    /// `CUmodule`.
+    Module = 0xC7C2,
+    /// `CUfunction`.
+    Function = 0xC7C3,
+    /// `CUstream`.
+    Stream = 0xC7C4,
+    /// `CUevent`.
+    Event = 0xC7C5,
+    /// `CUgraph`.
+    Graph = 0xC7C6,
+    /// `CUgraphNode`.
+    GraphNode = 0xC7C7,
+    /// `CUgraphExec`.
+    GraphExec = 0xC7C8,
+    /// `CUmemoryPool`.
+    Pool = 0xC7C9,
+    /// `CUarray`.
+    Array = 0xC7CA,
+    /// `CUmipmappedArray`.
+    Mipmapped = 0xC7CB,
+    /// `CUmemGenericAllocationHandle`.
+    Physical = 0xC7CC,
+    /// `CUlibrary`.
+    Library = 0xC7CD,
+    /// `CUkernel`.
+    Kernel = 0xC7CE,
+}
+
+/// Objects of one kind.
+pub struct Registry<T> {
+    kind: Kind,
+    slots: Vec<(u32, Option<T>)>,
+    free: Vec<usize>,
+}
+
+const INDEX_BITS: u32 = 24;
+const GEN_BITS: u32 = 24;
+const MASK24: u64 = (1 << 24) - 1;
+
+impl<T> Registry<T> {
+    /// An empty registry for `kind`.
+    pub const fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn encode(&self, index: usize, generation: u32) -> u64 {
+        ((self.kind as u64) << (INDEX_BITS + GEN_BITS))
+            | ((u64::from(generation) & MASK24) << INDEX_BITS)
+            | (index as u64 + 1)
+    }
+
+    fn decode(&self, h: u64) -> Option<usize> {
+        if h >> (INDEX_BITS + GEN_BITS) != self.kind as u64 {
+            return None;
+        }
+        let index = (h & MASK24).checked_sub(1)? as usize;
+        let generation = ((h >> INDEX_BITS) & MASK24) as u32;
+        let (g, v) = self.slots.get(index)?;
+        (*g & MASK24 as u32 == generation && v.is_some()).then_some(index)
+    }
+
+    /// Stores `value` and returns its handle.
+    pub fn insert(&mut self, value: T) -> u64 {
+        match self.free.pop() {
+            Some(i) => {
+                let slot = &mut self.slots[i];
+                slot.0 = slot.0.wrapping_add(1);
+                slot.1 = Some(value);
+                let generation = slot.0;
+                self.encode(i, generation)
+            }
+            None => {
+                self.slots.push((0, Some(value)));
+                self.encode(self.slots.len() - 1, 0)
+            }
+        }
+    }
+
+    /// The object behind `h`.
+    pub fn get(&self, h: u64) -> Result<&T, CUresult> {
+        self.get_or(h, CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    /// The object behind `h`, or `err`.
+    pub fn get_or(&self, h: u64, err: CUresult) -> Result<&T, CUresult> {
+        let i = self.decode(h).ok_or(err)?;
+        self.slots[i].1.as_ref().ok_or(err)
+    }
+
+    /// The object behind `h`, mutably.
+    pub fn get_mut(&mut self, h: u64) -> Result<&mut T, CUresult> {
+        let i = self.decode(h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        self.slots[i].1.as_mut().ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+
+    /// Removes and returns the object behind `h`.
+    pub fn remove(&mut self, h: u64) -> Result<T, CUresult> {
+        let i = self.decode(h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let v = self.slots[i].1.take().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        self.free.push(i);
+        Ok(v)
+    }
+
+    /// Whether `h` names a live object.
+    pub fn contains(&self, h: u64) -> bool {
+        self.decode(h).is_some()
+    }
+
+    /// Handles and objects.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (g, v))| v.as_ref().map(|v| (self.encode(i, *g), v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_and_foreign_handles_are_rejected() {
+        let mut a: Registry<u32> = Registry::new(Kind::Stream);
+        let b: Registry<u32> = Registry::new(Kind::Event);
+        let h = a.insert(7);
+        assert_eq!(*a.get(h).unwrap(), 7);
+        assert!(b.get(h).is_err());
+        a.remove(h).unwrap();
+        assert!(a.get(h).is_err());
+        let h2 = a.insert(8);
+        assert_ne!(h, h2, "a reused slot gets a new generation");
+        assert!(a.get(h).is_err());
+        assert!(a.get(0).is_err());
+        assert!(a.get(u64::MAX).is_err());
+        assert_eq!(a.iter().count(), 1);
+    }
+}

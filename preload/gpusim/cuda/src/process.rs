@@ -1,0 +1,470 @@
+//! Per-process driver state: the objects a CUDA process creates, and the
+//! simulated node it talks to.
+//!
+//! One [`Process`] exists after `cuInit`. Its object tables live behind one
+//! mutex that is never held across a wait (submitting to a full queue or
+//! synchronising releases it first), so threads never block each other on
+//! simulated GPU time.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use gpusim::cost::{KernelCost, LaunchShape};
+use gpusim::ioctl::Driver;
+use gpusim::{Attachment, Sim, SimError};
+
+use crate::handles::{Kind, Registry};
+use crate::status::*;
+
+/// Everything a process created through the driver API.
+pub struct Process {
+    /// The simulated node.
+    pub sim: Sim,
+    /// Stand-in device traffic.
+    pub driver: Driver,
+    inner: Mutex<Inner>,
+}
+
+static PROCESS: OnceLock<Result<Process, CUresult>> = OnceLock::new();
+
+thread_local! {
+    /// This thread's context stack; the last entry is current.
+    static CONTEXT_STACK: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `cuInit`: opens the simulated node once per process. A failure is
+/// printed once to stderr and remembered.
+pub fn init() -> Result<&'static Process, CUresult> {
+    PROCESS
+        .get_or_init(|| {
+            let sim = Sim::from_env().map_err(|e| {
+                eprintln!("gpusim: cuInit failed: {}", chain(&e));
+                CUDA_ERROR_NOT_INITIALIZED
+            })?;
+            let driver = Driver::open(sim.node()).map_err(|e| {
+                eprintln!("gpusim: cuInit failed: {}", chain(&e));
+                CUDA_ERROR_NO_DEVICE
+            })?;
+            driver.check_version();
+            let n = sim.gpu_count();
+            Ok(Process {
+                sim,
+                driver,
+                inner: Mutex::new(Inner::new(n)),
+            })
+        })
+        .as_ref()
+        .map_err(|&e| e)
+}
+
+/// The process state, or `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
+pub fn get() -> Result<&'static Process, CUresult> {
+    match PROCESS.get() {
+        Some(Ok(p)) => Ok(p),
+        _ => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+/// An error and its causes, on one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Maps a simulator error to the code a driver would return.
+pub fn sim_err(e: SimError) -> CUresult {
+    match e {
+        SimError::InvalidDevice { .. } => CUDA_ERROR_INVALID_DEVICE,
+        SimError::DeviceLost { .. } => CUDA_ERROR_DEVICE_UNAVAILABLE,
+        SimError::OutOfMemory { .. } | SimError::TooManyProcesses { .. } => {
+            CUDA_ERROR_OUT_OF_MEMORY
+        }
+        SimError::Detached { .. } => CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        SimError::Driver(e) => {
+            eprintln!("gpusim: {}", chain(&e));
+            CUDA_ERROR_OPERATING_SYSTEM
+        }
+        SimError::State(e) => {
+            eprintln!("gpusim: {}", chain(&e));
+            CUDA_ERROR_UNKNOWN
+        }
+    }
+}
+
+impl Process {
+    /// Locks the object tables.
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks a device ordinal.
+    pub fn device(&self, dev: i32) -> Result<usize, CUresult> {
+        usize::try_from(dev)
+            .ok()
+            .filter(|&d| d < self.sim.gpu_count())
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+}
+
+/// This thread's current context, if any.
+pub fn current_context() -> Option<u64> {
+    CONTEXT_STACK.with(|s| s.borrow().last().copied())
+}
+
+/// Runs `f` on this thread's context stack.
+pub fn with_stack<R>(f: impl FnOnce(&mut Vec<u64>) -> R) -> R {
+    CONTEXT_STACK.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// A stream's position on its channel.
+#[derive(Clone, Debug, Default)]
+pub struct StreamState {
+    /// Sequence number of the last item submitted through it.
+    pub last_seq: Option<u64>,
+    /// Graph being captured into, if capturing.
+    pub capture: Option<u64>,
+    /// Last node captured (the next one depends on it).
+    pub capture_tail: Option<u64>,
+}
+
+/// A context.
+pub struct Context {
+    /// Device ordinal.
+    pub device: usize,
+    /// The process's channel on that device.
+    pub att: Attachment,
+    /// `CU_CTX_*` flags.
+    pub flags: u32,
+    /// Whether it is the device's primary context.
+    pub primary: bool,
+    /// Its NULL / legacy / per-thread stream.
+    pub default_stream: StreamState,
+}
+
+/// A primary context's bookkeeping per device.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Primary {
+    /// The context while active.
+    pub ctx: Option<u64>,
+    /// Retain count.
+    pub retains: u32,
+    /// Flags for the next activation.
+    pub flags: u32,
+}
+
+/// A stream created by `cuStreamCreate*`.
+pub struct Stream {
+    /// Owning context.
+    pub ctx: u64,
+    /// `CU_STREAM_*` flags.
+    pub flags: u32,
+    /// Priority.
+    pub priority: i32,
+    /// Position and capture state.
+    pub state: StreamState,
+}
+
+/// An event.
+pub struct Event {
+    /// `CU_EVENT_*` flags.
+    pub flags: u32,
+    /// Channel and sequence number of its last record.
+    pub recorded: Option<(Attachment, u64)>,
+    /// Completion time once known (monotonic ns).
+    pub time_ns: Option<u64>,
+}
+
+/// A loaded module (no code is executed; kernels are names with a cost).
+pub struct Module {
+    /// Functions fetched from it, by name.
+    pub functions: HashMap<String, u64>,
+}
+
+/// A kernel function.
+pub struct Function {
+    /// Kernel name (as asked for).
+    pub name: CString,
+    /// Cost per device, resolved on first launch there.
+    pub costs: Vec<Option<KernelCost>>,
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` as set.
+    pub max_dynamic_shared: i32,
+}
+
+/// A library (`cuLibraryLoadData`); kernels resolve to functions.
+pub struct Library {
+    /// Its implicit module.
+    pub module: u64,
+    /// Kernels, by name.
+    pub kernels: HashMap<String, u64>,
+}
+
+/// A kernel handle (`CUkernel`): a function reachable without a context.
+pub struct KernelObj {
+    /// The function it resolves to.
+    pub function: u64,
+}
+
+/// A kernel launch recorded in a graph.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelLaunch {
+    /// Function.
+    pub function: u64,
+    /// Shape.
+    pub shape: LaunchShape,
+    /// Dynamic shared memory.
+    pub shared_mem: u32,
+}
+
+/// A graph node.
+pub struct GraphNode {
+    /// Owning graph.
+    pub graph: u64,
+    /// What it does (`None` = empty node).
+    pub kernel: Option<KernelLaunch>,
+}
+
+/// A graph.
+#[derive(Default)]
+pub struct Graph {
+    /// Nodes in insertion (a topological) order.
+    pub nodes: Vec<u64>,
+}
+
+/// An executable graph.
+pub struct GraphExec {
+    /// Kernels to launch, in order.
+    pub kernels: Vec<KernelLaunch>,
+}
+
+/// A memory pool.
+pub struct Pool {
+    /// Device.
+    pub device: usize,
+    /// `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`.
+    pub release_threshold: u64,
+    /// Bytes currently allocated from it.
+    pub used: u64,
+    /// High-water mark of `used`.
+    pub used_high: u64,
+    /// Whether it is the device's default pool.
+    pub default: bool,
+}
+
+/// How a device allocation was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocKind {
+    /// `cuMemAlloc`.
+    Linear,
+    /// `cuMemAllocPitch`.
+    Pitch,
+    /// `cuMemAllocManaged` (host-backed).
+    Managed,
+    /// `cuMemAllocAsync` / `cuMemAllocFromPoolAsync`.
+    Pool(u64),
+}
+
+/// A device allocation.
+pub struct Allocation {
+    /// Context it belongs to.
+    pub ctx: u64,
+    /// Device.
+    pub device: usize,
+    /// Requested size.
+    pub size: u64,
+    /// Bytes charged to the device (rounded up).
+    pub charged: u64,
+    /// How it was made.
+    pub kind: AllocKind,
+    /// RM object handle in the stand-in ioctl traffic.
+    pub rm: u32,
+}
+
+/// A pinned host allocation.
+pub struct HostAlloc {
+    /// Length.
+    pub len: usize,
+    /// `CU_MEMHOSTALLOC_*` flags.
+    pub flags: u32,
+    /// RM object handle.
+    pub rm: u32,
+    /// Device ordinal it was charged under (for the RM parent).
+    pub device: usize,
+    /// Registered (`cuMemHostRegister`) rather than allocated.
+    pub registered: bool,
+}
+
+/// A VMM physical allocation (`cuMemCreate`).
+pub struct Physical {
+    /// Context that created it.
+    pub ctx: u64,
+    /// Device.
+    pub device: usize,
+    /// Size.
+    pub size: u64,
+    /// RM object handle.
+    pub rm: u32,
+    /// Mappings referring to it.
+    pub mappings: u32,
+    /// Released by its owner (freed when the last mapping goes).
+    pub released: bool,
+    /// The properties it was created with (kind, location).
+    pub location: i32,
+}
+
+/// A mapping of physical memory into a reserved range.
+#[derive(Clone, Copy, Debug)]
+pub struct Mapping {
+    /// Length.
+    pub size: u64,
+    /// The physical allocation.
+    pub physical: u64,
+}
+
+/// A CUDA array (1D/2D/3D or one mipmap level).
+pub struct Array {
+    /// Device memory allocation backing it (its charge).
+    pub alloc: Option<(usize, Attachment, u64, u32)>,
+    /// Descriptor as created.
+    pub desc: crate::abi::CudaArray3dDescriptor,
+    /// Mipmapped array it is a level of.
+    pub parent: Option<u64>,
+}
+
+/// A mipmapped array.
+pub struct Mipmapped {
+    /// Device, attachment, bytes charged, RM handle.
+    pub alloc: (usize, Attachment, u64, u32),
+    /// Level-0 descriptor.
+    pub desc: crate::abi::CudaArray3dDescriptor,
+    /// Number of levels.
+    pub levels: u32,
+    /// Level arrays handed out so far.
+    pub level_arrays: Vec<Option<u64>>,
+}
+
+/// Every object table.
+pub struct Inner {
+    /// Contexts.
+    pub contexts: Registry<Context>,
+    /// Primary contexts, per device.
+    pub primary: Vec<Primary>,
+    /// Modules.
+    pub modules: Registry<Module>,
+    /// Functions.
+    pub functions: Registry<Function>,
+    /// Libraries.
+    pub libraries: Registry<Library>,
+    /// Kernels.
+    pub kernels: Registry<KernelObj>,
+    /// Streams.
+    pub streams: Registry<Stream>,
+    /// Events.
+    pub events: Registry<Event>,
+    /// Graphs.
+    pub graphs: Registry<Graph>,
+    /// Graph nodes.
+    pub nodes: Registry<GraphNode>,
+    /// Executable graphs.
+    pub execs: Registry<GraphExec>,
+    /// Memory pools.
+    pub pools: Registry<Pool>,
+    /// Current pool per device (default pool unless set).
+    pub device_pools: Vec<Option<u64>>,
+    /// Default pool per device.
+    pub default_pools: Vec<Option<u64>>,
+    /// Device allocations by address.
+    pub allocations: BTreeMap<u64, Allocation>,
+    /// Pinned host memory by address.
+    pub host: BTreeMap<usize, HostAlloc>,
+    /// VMM physical allocations.
+    pub physical: Registry<Physical>,
+    /// Reserved VA ranges: start → length.
+    pub reservations: BTreeMap<u64, u64>,
+    /// Mapped ranges: start → mapping.
+    pub mappings: BTreeMap<u64, Mapping>,
+    /// Arrays.
+    pub arrays: Registry<Array>,
+    /// Mipmapped arrays.
+    pub mipmaps: Registry<Mipmapped>,
+    /// Device address space.
+    pub va: crate::va::AddressSpace,
+}
+
+impl Inner {
+    fn new(gpus: usize) -> Self {
+        Self {
+            contexts: Registry::new(Kind::Context),
+            primary: vec![Primary::default(); gpus],
+            modules: Registry::new(Kind::Module),
+            functions: Registry::new(Kind::Function),
+            libraries: Registry::new(Kind::Library),
+            kernels: Registry::new(Kind::Kernel),
+            streams: Registry::new(Kind::Stream),
+            events: Registry::new(Kind::Event),
+            graphs: Registry::new(Kind::Graph),
+            nodes: Registry::new(Kind::GraphNode),
+            execs: Registry::new(Kind::GraphExec),
+            pools: Registry::new(Kind::Pool),
+            device_pools: vec![None; gpus],
+            default_pools: vec![None; gpus],
+            allocations: BTreeMap::new(),
+            host: BTreeMap::new(),
+            physical: Registry::new(Kind::Physical),
+            reservations: BTreeMap::new(),
+            mappings: BTreeMap::new(),
+            arrays: Registry::new(Kind::Array),
+            mipmaps: Registry::new(Kind::Mipmapped),
+            va: crate::va::AddressSpace::new(),
+        }
+    }
+
+    /// The current context, checked.
+    pub fn current(&self) -> Result<(u64, &Context), CUresult> {
+        let h = current_context().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let c = self.contexts.get_or(h, CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
+        Ok((h, c))
+    }
+
+    /// Resolves a stream handle (0, `CU_STREAM_LEGACY` and
+    /// `CU_STREAM_PER_THREAD` mean the current context's default stream)
+    /// to its context and state.
+    pub fn stream_mut(&mut self, stream: u64) -> Result<(u64, &mut StreamState), CUresult> {
+        if stream <= crate::abi::CU_STREAM_PER_THREAD as u64 {
+            let h = current_context().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+            let c = self
+                .contexts
+                .get_mut(h)
+                .map_err(|_| CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
+            return Ok((h, &mut c.default_stream));
+        }
+        let s = self.streams.get_mut(stream)?;
+        Ok((s.ctx, &mut s.state))
+    }
+
+    /// The default pool of `device`, created on first use.
+    pub fn default_pool(&mut self, device: usize) -> u64 {
+        if let Some(p) = self.default_pools[device] {
+            return p;
+        }
+        let p = self.pools.insert(Pool {
+            device,
+            release_threshold: 0,
+            used: 0,
+            used_high: 0,
+            default: true,
+        });
+        self.default_pools[device] = Some(p);
+        if self.device_pools[device].is_none() {
+            self.device_pools[device] = Some(p);
+        }
+        p
+    }
+}

@@ -1,0 +1,252 @@
+//! Streams, events, host callbacks and stream capture.
+//!
+//! All streams of a process on one GPU feed the same channel in launch
+//! order, so a stream is a position on that channel: synchronising it
+//! waits for its last item. Events are zero-length markers whose
+//! completion time comes from the GPU timeline.
+
+use gpusim::layout::ItemKind;
+use gpusim::sim::Attachment;
+
+use crate::abi::CU_EVENT_DISABLE_TIMING;
+use crate::process::{Event, Process, Stream, StreamState, sim_err};
+use crate::status::*;
+
+/// Submits `kind` work of `ns` on `stream`, recording it as the stream's
+/// last item. Fails while the stream is capturing.
+pub fn submit(
+    p: &Process,
+    stream: u64,
+    kind: ItemKind,
+    ns: u64,
+) -> Result<(Attachment, u64), CUresult> {
+    let att = {
+        let mut inner = p.lock();
+        let (ctx, st) = inner.stream_mut(stream)?;
+        if st.capture.is_some() {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        inner.contexts.get(ctx)?.att
+    };
+    let seq = p.sim.submit(&att, kind, ns).map_err(sim_err)?;
+    let mut inner = p.lock();
+    if let Ok((_, st)) = inner.stream_mut(stream) {
+        st.last_seq = Some(st.last_seq.map_or(seq, |s| s.max(seq)));
+    }
+    Ok((att, seq))
+}
+
+/// The stream's channel and last item.
+fn position(p: &Process, stream: u64) -> Result<(Attachment, Option<u64>), CUresult> {
+    let mut inner = p.lock();
+    let (ctx, st) = inner.stream_mut(stream)?;
+    let last = st.last_seq;
+    Ok((inner.contexts.get(ctx)?.att, last))
+}
+
+/// `cuStreamCreate` / `cuStreamCreateWithPriority`.
+pub fn create(p: &Process, flags: u32, priority: i32) -> Result<u64, CUresult> {
+    if flags & !1 != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut inner = p.lock();
+    let (ctx, _) = inner.current()?;
+    Ok(inner.streams.insert(Stream {
+        ctx,
+        flags,
+        priority: priority.clamp(-5, 0),
+        state: StreamState::default(),
+    }))
+}
+
+/// `cuStreamDestroy_v2` (pending work still completes).
+pub fn destroy(p: &Process, stream: u64) -> Result<(), CUresult> {
+    p.lock().streams.remove(stream).map(|_| ())
+}
+
+/// `cuStreamSynchronize`.
+pub fn synchronize(p: &Process, stream: u64) -> Result<(), CUresult> {
+    let (att, last) = position(p, stream)?;
+    if let Some(seq) = last {
+        p.sim.wait(&att, seq).map_err(sim_err)?;
+    }
+    Ok(())
+}
+
+/// `cuStreamQuery`: `CUDA_SUCCESS` when idle, else `CUDA_ERROR_NOT_READY`.
+pub fn query(p: &Process, stream: u64) -> Result<(), CUresult> {
+    let (att, last) = position(p, stream)?;
+    match last {
+        Some(seq) if !p.sim.is_complete(&att, seq).map_err(sim_err)? => Err(CUDA_ERROR_NOT_READY),
+        _ => Ok(()),
+    }
+}
+
+/// `cuStreamWaitEvent`: work is already ordered on the channel; only the
+/// handles are checked.
+pub fn wait_event(p: &Process, stream: u64, event: u64) -> Result<(), CUresult> {
+    let mut inner = p.lock();
+    inner.events.get(event)?;
+    inner.stream_mut(stream).map(|_| ())
+}
+
+/// Stream properties: (flags, priority, context).
+pub fn properties(p: &Process, stream: u64) -> Result<(u32, i32, u64), CUresult> {
+    let mut inner = p.lock();
+    if stream <= crate::abi::CU_STREAM_PER_THREAD as u64 {
+        let (ctx, _) = inner.stream_mut(stream)?;
+        return Ok((0, 0, ctx));
+    }
+    let s = inner.streams.get(stream)?;
+    Ok((s.flags, s.priority, s.ctx))
+}
+
+/// A host function to call once a stream reaches a point.
+pub struct HostCall {
+    /// Calls the function.
+    pub run: Box<dyn FnOnce() + Send>,
+}
+
+/// `cuLaunchHostFunc` / `cuStreamAddCallback`: runs `call` on a helper
+/// thread once the work submitted so far on `stream` is done.
+pub fn host_func(p: &'static Process, stream: u64, call: HostCall) -> Result<(), CUresult> {
+    let (att, seq) = submit(p, stream, ItemKind::Marker, 0)?;
+    std::thread::Builder::new()
+        .name("gpusim-callback".into())
+        .spawn(move || {
+            let _ = p.sim.wait(&att, seq);
+            (call.run)();
+        })
+        .map(|_| ())
+        .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// `cuStreamBeginCapture`: later launches on `stream` go into a new graph.
+pub fn begin_capture(p: &Process, stream: u64) -> Result<(), CUresult> {
+    if stream <= crate::abi::CU_STREAM_PER_THREAD as u64 {
+        // The legacy NULL stream cannot be captured.
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    let mut inner = p.lock();
+    if inner.streams.get(stream)?.state.capture.is_some() {
+        return Err(CUDA_ERROR_ILLEGAL_STATE);
+    }
+    let g = inner.graphs.insert(Default::default());
+    let st = &mut inner.streams.get_mut(stream)?.state;
+    st.capture = Some(g);
+    st.capture_tail = None;
+    Ok(())
+}
+
+/// `cuStreamEndCapture`: returns the captured graph.
+pub fn end_capture(p: &Process, stream: u64) -> Result<u64, CUresult> {
+    let mut inner = p.lock();
+    let (_, st) = inner.stream_mut(stream)?;
+    let g = st.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    st.capture_tail = None;
+    Ok(g)
+}
+
+/// `cuStreamIsCapturing`.
+pub fn is_capturing(p: &Process, stream: u64) -> Result<bool, CUresult> {
+    let mut inner = p.lock();
+    Ok(inner.stream_mut(stream)?.1.capture.is_some())
+}
+
+/// `cuEventCreate`.
+pub fn event_create(p: &Process, flags: u32) -> Result<u64, CUresult> {
+    if flags & !0xf != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut inner = p.lock();
+    inner.current()?;
+    Ok(inner.events.insert(Event {
+        flags,
+        recorded: None,
+        time_ns: None,
+    }))
+}
+
+/// `cuEventDestroy_v2`.
+pub fn event_destroy(p: &Process, event: u64) -> Result<(), CUresult> {
+    p.lock().events.remove(event).map(|_| ())
+}
+
+/// `cuEventRecord`.
+pub fn record(p: &Process, event: u64, stream: u64) -> Result<(), CUresult> {
+    p.lock().events.get(event)?;
+    let (att, seq) = submit(p, stream, ItemKind::Marker, 0)?;
+    let mut inner = p.lock();
+    let e = inner.events.get_mut(event)?;
+    e.recorded = Some((att, seq));
+    e.time_ns = None;
+    Ok(())
+}
+
+/// Whether the event is complete; fills in its time when it is.
+fn event_done(p: &Process, event: u64) -> Result<bool, CUresult> {
+    let (rec, known) = {
+        let inner = p.lock();
+        let e = inner.events.get(event)?;
+        (e.recorded, e.time_ns.is_some())
+    };
+    let Some((att, seq)) = rec else {
+        return Ok(true);
+    };
+    if known {
+        return Ok(true);
+    }
+    match p.sim.marker_time(&att, seq) {
+        Ok(Some(t)) => {
+            if let Ok(e) = p.lock().events.get_mut(event)
+                && e.recorded == Some((att, seq))
+            {
+                e.time_ns = Some(t);
+            }
+            Ok(true)
+        }
+        Ok(None) => p.sim.is_complete(&att, seq).map_err(sim_err),
+        Err(e) => Err(sim_err(e)),
+    }
+}
+
+/// `cuEventQuery`.
+pub fn event_query(p: &Process, event: u64) -> Result<(), CUresult> {
+    if event_done(p, event)? {
+        Ok(())
+    } else {
+        Err(CUDA_ERROR_NOT_READY)
+    }
+}
+
+/// `cuEventSynchronize`.
+pub fn event_synchronize(p: &Process, event: u64) -> Result<(), CUresult> {
+    let rec = p.lock().events.get(event)?.recorded;
+    if let Some((att, seq)) = rec {
+        p.sim.wait(&att, seq).map_err(sim_err)?;
+        event_done(p, event)?;
+    }
+    Ok(())
+}
+
+/// `cuEventElapsedTime` in ms.
+pub fn elapsed_ms(p: &Process, start: u64, end: u64) -> Result<f32, CUresult> {
+    for e in [start, end] {
+        let inner = p.lock();
+        let ev = inner.events.get(e)?;
+        if ev.flags & CU_EVENT_DISABLE_TIMING != 0 || ev.recorded.is_none() {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+    }
+    if !event_done(p, start)? || !event_done(p, end)? {
+        return Err(CUDA_ERROR_NOT_READY);
+    }
+    let inner = p.lock();
+    let t0 = inner.events.get(start)?.time_ns;
+    let t1 = inner.events.get(end)?.time_ns;
+    match (t0, t1) {
+        (Some(a), Some(b)) => Ok((b as f64 - a as f64) as f32 / 1e6),
+        // Completed too long ago for the timeline to remember.
+        _ => Err(CUDA_ERROR_INVALID_HANDLE),
+    }
+}
