@@ -6,10 +6,10 @@
 //! Work is *submitted* to the channel and *waited* for by sequence number.
 //! Every operation first brings the GPU's timeline up to now.
 //!
-//! Dead processes are found by looking at `/proc` (see `procfs.rs`) at most
-//! every [`REAP_INTERVAL_NS`] when a GPU is queried, and always before an
-//! allocation is refused; their channels, memory and queued work go away as
-//! they would when a real driver sees the process's files close.
+//! Dead processes are found by looking at `/proc` (see `procfs.rs`) whenever
+//! a GPU's memory or processes are queried and before an allocation is
+//! refused; their channels, memory and queued work go away as they would
+//! when a real driver sees the process's files close.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,10 +19,6 @@ use crate::node::{NodeDescription, uuid_bytes};
 use crate::state::{Config, GpuGuard, State, StateError};
 use crate::timeline::{self, Params};
 use crate::{procfs, sys};
-
-/// Dead processes are looked for at most this often per GPU (ns) when
-/// querying; allocation failures always look.
-pub const REAP_INTERVAL_NS: u64 = 100_000_000;
 
 /// Xid the simulator records when a GPU is marked lost ("fallen off the bus").
 pub const XID_FALLEN_OFF_BUS: u64 = 79;
@@ -236,14 +232,9 @@ impl Sim {
         }
     }
 
-    /// Releases the channels of processes that have exited. With `force`
-    /// false this runs at most every [`REAP_INTERVAL_NS`].
-    fn reap(g: &mut GpuGuard<'_>, force: bool) {
-        let now = sys::monotonic_ns();
-        if !force && now.saturating_sub(g.last_reap_ns) < REAP_INTERVAL_NS {
-            return;
-        }
-        g.last_reap_ns = now;
+    /// Releases the channels of processes that have exited.
+    fn reap(g: &mut GpuGuard<'_>) {
+        g.last_reap_ns = sys::monotonic_ns();
         for c in 0..MAX_CHANNELS {
             let ch = &g.channels[c];
             if ch.active == 1 && !procfs::alive(ch.pid, ch.start_time) {
@@ -269,7 +260,7 @@ impl Sim {
                 let c = match free(&g) {
                     Some(c) => c,
                     None => {
-                        Self::reap(&mut g, true);
+                        Self::reap(&mut g);
                         free(&g).ok_or(SimError::TooManyProcesses { gpu })?
                     }
                 };
@@ -278,7 +269,7 @@ impl Sim {
         };
         let mem = self.memory(&g, gpu);
         if overhead > mem.free {
-            Self::reap(&mut g, true);
+            Self::reap(&mut g);
             let mem = self.memory(&g, gpu);
             if overhead > mem.free {
                 return Err(SimError::OutOfMemory {
@@ -335,7 +326,7 @@ impl Sim {
         Self::check(&g, a)?;
         let mut mem = self.memory(&g, a.gpu);
         if bytes > mem.free {
-            Self::reap(&mut g, true);
+            Self::reap(&mut g);
             Self::check(&g, a)?;
             mem = self.memory(&g, a.gpu);
             if bytes > mem.free {
@@ -363,7 +354,7 @@ impl Sim {
     /// Memory of `gpu`.
     pub fn memory_info(&self, gpu: usize) -> Result<MemoryInfo, SimError> {
         let mut g = self.lock(gpu)?;
-        Self::reap(&mut g, false);
+        Self::reap(&mut g);
         Ok(self.memory(&g, gpu))
     }
 
@@ -448,7 +439,7 @@ impl Sim {
         since_unix_us: u64,
     ) -> Result<Vec<ProcessSample>, SimError> {
         let mut g = self.lock(gpu)?;
-        Self::reap(&mut g, false);
+        Self::reap(&mut g);
         let now = g.sim_time_ns;
         let real_us = sys::realtime_ns() / 1_000;
         let back_ns = real_us.saturating_sub(since_unix_us).saturating_mul(1_000);
@@ -471,7 +462,7 @@ impl Sim {
     /// Processes holding memory on `gpu`.
     pub fn processes(&self, gpu: usize) -> Result<Vec<ProcessMemory>, SimError> {
         let mut g = self.lock(gpu)?;
-        Self::reap(&mut g, false);
+        Self::reap(&mut g);
         Ok(g.channels
             .iter()
             .filter(|c| c.active == 1)
