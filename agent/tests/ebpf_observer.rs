@@ -5,25 +5,23 @@
 //!
 //! They need root and the built object (`$TESSERA_ARTIFACTS/ebpf/
 //! tessera.bpf.o`, as `cargo xtask test` sets it) and say `skipped: <why>`
-//! otherwise. The child is this test binary run again with
-//! `TESSERA_EBPF_CHILD` set: the same test function then acts as the child.
+//! otherwise. The child is this test binary run again (see
+//! `ebpf_support`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+#[path = "ebpf_support/mod.rs"]
+mod support;
 
+use support::{Child, TestCgroup, child_role, object, skip_reason, sys};
 use tessera_agent::ebpf::{
-    AttachMode, Device, DeviceSpec, ModeRequest, Observer, ObserverConfig, cgroup,
+    AttachMode, Device, DeviceSpec, ModeRequest, Observer, ObserverConfig,
     mode::{self, KernelFacts},
 };
 use tessera_ebpf_common::{dev::kdev, ioctl::flags};
 
-const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 /// ioctls on the watched device, with a plain command.
 const N_PLAIN: u32 = 37;
 /// ioctls on the watched device, wrapped in NV_ESC_IOCTL_XFER_CMD.
@@ -37,36 +35,11 @@ const XFER: u64 = 0xC010_46D3;
 /// The escape carried inside the XFER calls (RM_ALLOC).
 const XFER_INNER: u32 = 0x2B;
 
-/// The raw ioctl the child issues; the only unsafe code here.
-mod sys {
-    /// `nv_ioctl_xfer_t`.
-    #[repr(C)]
-    pub struct Xfer {
-        pub cmd: u32,
-        pub size: u32,
-        pub ptr: u64,
-    }
-
-    /// ioctl(fd, cmd, arg) on a device that rejects it (`/dev/zero`,
-    /// `/dev/null` answer ENOTTY); the result is irrelevant.
-    pub fn ioctl<T>(fd: &std::fs::File, cmd: u64, arg: &mut T) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: `fd` is an open file and `arg` a live, writable value of
-        // at least the size encoded in `cmd`; the memory drivers never
-        // write through it anyway.
-        unsafe { libc::ioctl(fd.as_raw_fd(), cmd as _, std::ptr::from_mut(arg)) };
-    }
-}
-
 /// Runs the child side and exits, when this process is the child.
 fn child_side() {
-    if std::env::var_os(CHILD_ENV).is_none() {
+    if child_role().is_none() {
         return;
     }
-    // Wait until the parent has moved this process into the cgroup.
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "go");
     let zero = std::fs::File::open("/dev/zero").unwrap();
     let null = std::fs::File::open("/dev/null").unwrap();
     let mut params = [0u8; 48];
@@ -87,89 +60,9 @@ fn child_side() {
     std::process::exit(0);
 }
 
-/// Why this machine cannot run the test, if it cannot.
-fn skip_reason() -> Option<String> {
-    // /proc/self belongs to the effective uid.
-    let euid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
-    if euid != 0 {
-        return Some("not root".into());
-    }
-    if let Err(why) = object() {
-        return Some(why);
-    }
-    if let Err(e) = cgroup::cgroup2_root() {
-        return Some(e.to_string());
-    }
-    None
-}
-
-fn object() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("TESSERA_ARTIFACTS")
-        .ok_or("TESSERA_ARTIFACTS is not set (run `cargo xtask test`)")?;
-    let object = Path::new(&dir).join("ebpf/tessera.bpf.o");
-    if object.is_file() {
-        Ok(object)
-    } else {
-        Err(format!(
-            "{} does not exist (run `cargo xtask build`)",
-            object.display()
-        ))
-    }
-}
-
-/// A fresh cgroup v2 directory, removed on drop.
-struct TestCgroup(PathBuf);
-
-impl TestCgroup {
-    fn new(name: &str) -> Self {
-        let root = cgroup::cgroup2_root().unwrap();
-        let dir = root.join(format!("tessera-test-{}-{name}", std::process::id()));
-        std::fs::create_dir(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn id(&self) -> u64 {
-        cgroup::cgroup_id(&self.0).unwrap()
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        eprintln!("warning: cannot remove test cgroup {}", self.0.display());
-    }
-}
-
 /// Runs this test again as the child, inside `cgroup`.
 fn run_child(test_name: &str, cgroup: &TestCgroup) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::fs::write(cgroup.0.join("cgroup.procs"), child.id().to_string()).unwrap();
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let mut stderr = String::new();
-    for line in BufReader::new(&out.stderr[..]).lines() {
-        stderr.push_str(&line.unwrap());
-        stderr.push('\n');
-    }
-    assert!(
-        out.status.success(),
-        "child failed: {}\n{stderr}",
-        out.status
-    );
+    Child::spawn(test_name, "ioctls").join(&cgroup.0).go();
 }
 
 /// The whole scenario in one attach mode; returns the mode chosen.

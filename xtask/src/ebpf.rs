@@ -1,7 +1,8 @@
 //! The eBPF programs in `agent-ebpf/programs`: a cargo workspace of its own,
 //! built with nightly for `bpfel-unknown-none` (`-Z build-std=core`, set in
-//! its `.cargo/config.toml`) and linked by bpf-linker into one object,
-//! `tessera.bpf.o`, that the agent loads.
+//! its `.cargo/config.toml`) and linked by bpf-linker into two objects that
+//! the agent loads: `tessera.bpf.o` (observers) and `tessera-guard.bpf.o`
+//! (the per-pod device guard, loaded once per pod).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,16 +14,19 @@ use crate::sh::{self, workspace_root};
 
 /// The target triple of the programs.
 const TARGET: &str = "bpfel-unknown-none";
-/// The binary target of `agent-ebpf/programs`.
-const BIN: &str = "tessera";
-/// The file name the agent looks for.
-pub const OBJECT: &str = "tessera.bpf.o";
+/// The binary targets of `agent-ebpf/programs` and the object file name
+/// the agent looks for of each.
+const OBJECTS: [(&str, &str); 2] = [
+    ("tessera", "tessera.bpf.o"),
+    ("tessera-guard", "tessera-guard.bpf.o"),
+];
 
 fn programs_dir() -> PathBuf {
     workspace_root().join("agent-ebpf/programs")
 }
 
-/// Builds the programs and writes `out_dir/tessera.bpf.o`.
+/// Builds the programs and writes `out_dir/tessera.bpf.o` and
+/// `out_dir/tessera-guard.bpf.o`.
 ///
 /// The programs always build with the release profile: the verifier
 /// rejects the unoptimised code of a debug build. `_release` is accepted
@@ -43,15 +47,17 @@ pub fn build(tools: &Tools, _release: bool, out_dir: &Path) -> Result<()> {
         .arg(&target_dir);
     sh::run(&mut cmd).context("cannot build the eBPF programs in agent-ebpf/programs")?;
 
-    let built = target_dir.join(TARGET).join("release").join(BIN);
     fs::create_dir_all(out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
-    let dest = out_dir.join(OBJECT);
-    let tmp = dest.with_extension("o.tmp");
-    fs::copy(&built, &tmp)
-        .with_context(|| format!("cannot copy {} to {}", built.display(), tmp.display()))?;
-    fs::rename(&tmp, &dest)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), dest.display()))?;
-    eprintln!("ebpf object: {}", dest.display());
+    for (bin, object) in OBJECTS {
+        let built = target_dir.join(TARGET).join("release").join(bin);
+        let dest = out_dir.join(object);
+        let tmp = dest.with_extension("o.tmp");
+        fs::copy(&built, &tmp)
+            .with_context(|| format!("cannot copy {} to {}", built.display(), tmp.display()))?;
+        fs::rename(&tmp, &dest)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), dest.display()))?;
+        eprintln!("ebpf object: {}", dest.display());
+    }
     Ok(())
 }
 

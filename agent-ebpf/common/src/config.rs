@@ -1,7 +1,10 @@
 //! The global the agent writes into the object before loading it.
 //!
 //! Rust eBPF programs cannot carry CO-RE relocations yet, so the agent reads
-//! the struct offsets from the running kernel's BTF and passes them here.
+//! the struct offsets from the running kernel's BTF and passes them here,
+//! together with the parameter layouts of the NVIDIA driver it found.
+
+use crate::rm::RmLayout;
 
 /// Byte offsets of the kernel struct members the programs walk to turn an
 /// fd into a device number: `current->files->fdt->fd[fd]->f_inode->i_rdev`.
@@ -31,8 +34,13 @@ pub struct ProgramConfig {
     pub offsets: KernelOffsets,
     /// Syscall number of ioctl on this architecture (raw tracepoint mode).
     pub ioctl_syscall_nr: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Offset of the `group_dead` field in the `sched/sched_process_exit`
+    /// tracepoint record, 0 where the kernel's record has none (before
+    /// 6.16): then a process counts as gone when its leader thread exits.
+    pub exit_group_dead_offset: u32,
+    /// Layouts of `NV_ESC_RM_ALLOC` for the node's driver version; all zero
+    /// turns the memory estimate off.
+    pub rm: RmLayout,
 }
 
 impl ProgramConfig {
@@ -47,7 +55,8 @@ impl ProgramConfig {
             inode_rdev: 0,
         },
         ioctl_syscall_nr: 0,
-        reserved: 0,
+        exit_group_dead_offset: 0,
+        rm: RmLayout::OFF,
     };
 }
 
@@ -58,6 +67,7 @@ mod tests {
     #[test]
     fn config_has_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<KernelOffsets>(), 24);
-        assert_eq!(core::mem::size_of::<ProgramConfig>(), 32);
+        assert_eq!(core::mem::size_of::<RmLayout>(), 20);
+        assert_eq!(core::mem::size_of::<ProgramConfig>(), 52);
     }
 }

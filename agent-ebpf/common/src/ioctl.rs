@@ -36,6 +36,24 @@ pub const fn ioc_nr(cmd: u32) -> u32 {
     cmd & 0xFF
 }
 
+/// `_IOC_SIZE(cmd)`: the size of the parameter block.
+pub const fn ioc_size(cmd: u32) -> u32 {
+    (cmd >> 16) & 0x3FFF
+}
+
+/// `nv_ioctl_xfer_t`, the argument of [`NV_ESC_IOCTL_XFER_CMD`]. `cmd` is
+/// the bare escape number (the driver switches on it directly).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Xfer {
+    /// The wrapped escape number.
+    pub cmd: u32,
+    /// Size of the wrapped parameter block.
+    pub size: u32,
+    /// User pointer to it.
+    pub ptr: u64,
+}
+
 /// Whether a raw (UVM) command is in the range UVM defines: small
 /// integers, plus `UVM_INITIALIZE`/`UVM_DEINITIALIZE` (0x3000_000x).
 pub const fn raw_in_range(cmd: u32) -> bool {
@@ -94,6 +112,14 @@ mod tests {
             decode(decode::NV_FRONTEND, XFER, || Some(0x1_2B)),
             (NR_UNKNOWN, flags::XFER | flags::OUT_OF_RANGE)
         );
+    }
+
+    #[test]
+    fn size_comes_from_the_command() {
+        assert_eq!(ioc_size(RM_ALLOC), 48);
+        assert_eq!(ioc_size(XFER), 16);
+        assert_eq!(ioc_size(0xC020_462B), 32);
+        assert_eq!(core::mem::size_of::<Xfer>(), 16);
     }
 
     #[test]

@@ -13,13 +13,17 @@
 
 pub mod config;
 pub mod dev;
+pub mod events;
+pub mod guard;
 pub mod ioctl;
 pub mod keys;
 pub mod names;
+pub mod rm;
 pub mod stats;
+pub mod uvm;
 
 #[cfg(feature = "user")]
 mod pod;
 
 /// Version of the layouts in this crate, shared by the object and the agent.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;

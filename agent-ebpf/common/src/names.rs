@@ -1,4 +1,5 @@
-//! Names of the maps, programs and globals in `tessera.bpf.o`.
+//! Names of the maps, programs and globals in `tessera.bpf.o` and
+//! `tessera-guard.bpf.o`.
 
 /// `HashMap<u32 kernel dev_t, dev::WatchedDevice>`: the devices to count,
 /// filled by the agent.
@@ -9,9 +10,28 @@ pub const IOCTL_COUNTS: &str = "IOCTL_COUNTS";
 pub const OPEN_COUNTS: &str = "OPEN_COUNTS";
 /// `PerCpuArray<u64>` indexed by `stats::*`: the programs' own counters.
 pub const STATS: &str = "OBS_STATS";
+/// `HashMap<u32 tgid, u32>`: processes registered with the preload,
+/// filled by the agent; emptied of a process when it exits.
+pub const REGISTERED: &str = "REGISTERED";
+/// `LruHashMap<u32 tgid, u64 ktime>`: processes already reported as
+/// bypassing the preload.
+pub const REPORTED: &str = "REPORTED";
+/// `HashMap<u64 cgroup id, u32>`: cgroups (with their subtrees) whose
+/// processes must register, the GPU pods; filled by the agent.
+pub const WATCHED_CGROUPS: &str = "WATCHED_CGROUPS";
+/// `RingBuf` of `events::BypassEvent`.
+pub const EVENTS: &str = "EVENTS";
+/// `HashMap<uvm::GpuUseKey, uvm::GpuUse>`: UVM GPU registrations per cgroup.
+pub const GPU_USE: &str = "GPU_USE";
+/// `LruHashMap<rm::RmObjectKey, rm::RmObject>`: live video-memory objects.
+pub const RM_OBJECTS: &str = "RM_OBJECTS";
+/// `HashMap<u32 tgid, rm::RmProcess>`: video-memory estimate per process.
+pub const RM_PROCS: &str = "RM_PROCS";
 
 /// Global `config::ProgramConfig`, set by the agent before loading.
 pub const CONFIG_GLOBAL: &str = "TESSERA_CONFIG";
+/// Global `guard::GuardPolicy` of the guard object, set per pod.
+pub const GUARD_GLOBAL: &str = "TESSERA_GUARD";
 
 /// Tracepoint `syscalls/sys_enter_ioctl`.
 pub const PROG_IOCTL_TRACEPOINT: &str = "ioctl_tp";
@@ -21,3 +41,7 @@ pub const PROG_IOCTL_RAW_TRACEPOINT: &str = "ioctl_raw_tp";
 pub const PROG_IOCTL_KPROBE: &str = "ioctl_kprobe";
 /// Cgroup device program counting opens of watched devices; never denies.
 pub const PROG_DEVICE_AUDIT: &str = "dev_open_audit";
+/// Tracepoint `sched/sched_process_exit`: forgets exited processes.
+pub const PROG_PROCESS_EXIT: &str = "process_exit";
+/// Cgroup device program of `tessera-guard.bpf.o`: the per-pod guard.
+pub const PROG_POD_GUARD: &str = "pod_device_guard";

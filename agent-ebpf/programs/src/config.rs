@@ -1,6 +1,9 @@
 //! The `TESSERA_CONFIG` global, written by the agent before loading.
 
-use tessera_ebpf_common::config::{KernelOffsets, ProgramConfig};
+use tessera_ebpf_common::{
+    config::{KernelOffsets, ProgramConfig},
+    rm::RmLayout,
+};
 
 /// Overridden by the agent (`EbpfLoader::override_global`).
 #[unsafe(no_mangle)]
@@ -20,4 +23,18 @@ pub fn offsets() -> Option<KernelOffsets> {
 pub fn ioctl_syscall_nr() -> u32 {
     // SAFETY: as in `offsets`.
     unsafe { core::ptr::read_volatile(&raw const TESSERA_CONFIG.ioctl_syscall_nr) }
+}
+
+/// Offset of `group_dead` in the process-exit record, 0 if absent.
+#[inline(always)]
+pub fn exit_group_dead_offset() -> u32 {
+    // SAFETY: as in `offsets`.
+    unsafe { core::ptr::read_volatile(&raw const TESSERA_CONFIG.exit_group_dead_offset) }
+}
+
+/// The driver's RM_ALLOC layouts.
+#[inline(always)]
+pub fn rm_layout() -> RmLayout {
+    // SAFETY: as in `offsets`.
+    unsafe { core::ptr::read_volatile(&raw const TESSERA_CONFIG.rm) }
 }

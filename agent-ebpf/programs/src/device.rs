@@ -1,6 +1,7 @@
 //! Cgroup device program: counts access checks (opens, mknod) of watched
-//! devices per cgroup. Audit only: it always allows, and the kernel still
-//! applies every other device program and the v1 devices controller.
+//! devices per cgroup, and reports the first by an unregistered process.
+//! Audit only: it always allows, and the kernel still applies every other
+//! device program and the v1 devices controller.
 //!
 //! It runs where the kernel checks device permission, before the open
 //! completes, so it sees opens through any path (open, openat, openat2,
@@ -10,15 +11,14 @@
 use aya_ebpf::{
     helpers::bpf_get_current_cgroup_id, macros::cgroup_device, programs::DeviceContext,
 };
-use tessera_ebpf_common::{dev::kdev, keys::OpenKey, stats};
+use tessera_ebpf_common::{dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey, stats};
 
 use crate::{
+    bypass,
     counters::{bump, stat},
     maps::{OPEN_COUNTS, WATCHED_DEVS},
 };
 
-/// `BPF_DEVCG_DEV_CHAR`.
-const DEV_CHAR: u32 = 2;
 /// Allow.
 const ALLOW: i32 = 1;
 
@@ -33,13 +33,16 @@ pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
     if WATCHED_DEVS.get_ptr(rdev).is_none() {
         return ALLOW;
     }
+    // SAFETY: the helper has no preconditions.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let access = dev.access_type >> 16;
     let key = OpenKey {
-        // SAFETY: the helper has no preconditions.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        cgroup_id,
         dev: rdev,
-        access: dev.access_type >> 16,
+        access,
     };
     bump(&OPEN_COUNTS, &key);
     stat(stats::OPEN_COUNTED);
+    bypass::check(cgroup_id, rdev, kind::OPEN, access, 0);
     ALLOW
 }

@@ -1,11 +1,22 @@
-//! Counting one ioctl on a device, shared by the three attach modes.
+//! Counting one ioctl on a device, shared by the three attach modes; then
+//! the bypass check and what the ioctl's parameters tell.
 
 use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_probe_read_user};
-use tessera_ebpf_common::{ioctl::decode, keys::IoctlKey, stats};
+use tessera_ebpf_common::{
+    dev::class,
+    events::kind,
+    ioctl::{Xfer, decode, flags, ioc_size},
+    keys::IoctlKey,
+    rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_FREE},
+    stats,
+    uvm::UVM_REGISTER_GPU,
+};
 
 use crate::{
+    bypass,
     counters::{bump, stat},
     maps::{IOCTL_COUNTS, WATCHED_DEVS},
+    track,
 };
 
 /// Counts `cmd` on the device `rdev` if that device is watched; `arg` is the
@@ -17,19 +28,37 @@ pub fn record(rdev: u32, cmd: u32, arg: u64) {
     let Some(watched) = (unsafe { WATCHED_DEVS.get(rdev) }).copied() else {
         return;
     };
-    let (nr, flags) = decode(watched.decode, cmd, || {
-        // `nv_ioctl_xfer_t` starts with `u32 cmd`.
+    let mut xfer = None;
+    let (nr, nr_flags) = decode(watched.decode, cmd, || {
         // SAFETY: bpf_probe_read_user is fault-tolerant.
-        unsafe { bpf_probe_read_user(arg as *const u32) }.ok()
+        let x: Xfer = unsafe { bpf_probe_read_user(arg as *const Xfer) }.ok()?;
+        xfer = Some(x);
+        Some(x.cmd)
     });
+    // SAFETY: the helper has no preconditions.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     let key = IoctlKey {
-        // SAFETY: the helper has no preconditions.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        cgroup_id,
         dev: rdev,
         nr,
-        flags,
+        flags: nr_flags,
         reserved: 0,
     };
     bump(&IOCTL_COUNTS, &key);
     stat(stats::IOCTL_COUNTED);
+    bypass::check(cgroup_id, rdev, kind::IOCTL, nr, nr_flags);
+
+    // The parameter block: XFER names it, else the command's size field.
+    let (params, size) = match xfer {
+        Some(x) => (x.ptr, x.size),
+        None => (arg, ioc_size(cmd)),
+    };
+    match watched.class {
+        class::CONTROL if nr == NV_ESC_RM_ALLOC => track::rm_alloc(cgroup_id, params, size),
+        class::CONTROL if nr == NV_ESC_RM_FREE => track::rm_free(params, size),
+        class::UVM if nr == UVM_REGISTER_GPU && nr_flags == flags::RAW => {
+            track::uvm_register(cgroup_id, arg)
+        }
+        _ => {}
+    }
 }

@@ -11,19 +11,31 @@
 //! - [`raw_tracepoint`]: `sys_enter`, cheaper per ioctl, runs on every syscall;
 //! - [`kprobe`]: `nvidia_unlocked_ioctl` / `uvm_unlocked_ioctl_entry`, only
 //!   NVIDIA ioctls pay anything;
-//! - [`device`]: cgroup device program, counts opens and never denies.
+//! - [`device`]: cgroup device program, counts opens and never denies;
+//! - [`exit`]: `sched/sched_process_exit`, forgets exited processes.
+//!
+//! Both the ioctl and the open paths report the first access of an
+//! unregistered process in a watched cgroup ([`bypass`]); the ioctl path
+//! also records UVM GPU registrations and estimates video memory
+//! ([`track`]). The per-pod device guard is a separate object
+//! (`src/guard/main.rs`), loaded once per pod.
 #![no_std]
 #![no_main]
+// BPF inline assembly: the atomic add (`track::add`).
+#![feature(asm_experimental_arch)]
 
+mod bypass;
 mod config;
 mod counters;
 mod device;
+mod exit;
 mod ioctl;
 mod kernel;
 mod kprobe;
 mod maps;
 mod raw_tracepoint;
 mod tracepoint;
+mod track;
 
 /// GPL-compatible, as helpers such as `bpf_probe_read_kernel` require.
 /// Matches the crate's licence (GPL-2.0 OR MIT).

@@ -2,12 +2,14 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tessera_ebpf_common::{
     dev::WatchedDevice,
     keys::{IoctlKey, OpenKey},
+    rm::{RmObject, RmObjectKey, RmProcess},
     stats,
+    uvm::{GpuUse, GpuUseKey},
 };
 
 /// Devices to count, keyed by kernel `dev_t`; filled by the agent.
@@ -25,3 +27,32 @@ pub static OPEN_COUNTS: PerCpuHashMap<OpenKey, u64> = PerCpuHashMap::with_max_en
 /// The programs' own counters, indexed by `stats::*`.
 #[map(name = "OBS_STATS")]
 pub static OBS_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stats::LEN, 0);
+
+/// Processes registered with the preload (tgid → 0); filled by the agent.
+#[map(name = "REGISTERED")]
+pub static REGISTERED: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
+
+/// Processes already reported as bypassing (tgid → ktime of the report).
+#[map(name = "REPORTED")]
+pub static REPORTED: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Cgroups whose subtrees must register (cgroup id → 0); filled by the
+/// agent with the GPU pods' cgroups.
+#[map(name = "WATCHED_CGROUPS")]
+pub static WATCHED_CGROUPS: HashMap<u64, u32> = HashMap::with_max_entries(4096, 0);
+
+/// Bypass events. Rare (one per offending process), so 64 KiB is plenty.
+#[map(name = "EVENTS")]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+/// UVM GPU registrations per cgroup.
+#[map(name = "GPU_USE")]
+pub static GPU_USE: HashMap<GpuUseKey, GpuUse> = HashMap::with_max_entries(4096, 0);
+
+/// Live video-memory objects (LRU: objects of exited processes age out).
+#[map(name = "RM_OBJECTS")]
+pub static RM_OBJECTS: LruHashMap<RmObjectKey, RmObject> = LruHashMap::with_max_entries(65536, 0);
+
+/// Video-memory estimate per process; removed when the process exits.
+#[map(name = "RM_PROCS")]
+pub static RM_PROCS: HashMap<u32, RmProcess> = HashMap::with_max_entries(16384, 0);

@@ -1,10 +1,13 @@
-//! What the observer has counted, summed over CPUs.
+//! What the observer has counted (summed over CPUs), which GPUs cgroups
+//! registered with UVM, and the per-process video-memory estimate.
 
 use std::collections::BTreeMap;
 
 use tessera_ebpf_common::{
     keys::{IoctlKey, OpenKey},
+    rm::RmProcess,
     stats,
+    uvm::{GpuUse, GpuUseKey},
 };
 
 /// The programs' own counters (`OBS_STATS`).
@@ -18,6 +21,16 @@ pub struct ProgramStats {
     pub ioctls_counted: u64,
     /// Opens counted.
     pub opens_counted: u64,
+    /// Bypass events sent.
+    pub bypass_reported: u64,
+    /// Bypass events lost to a full ring buffer.
+    pub events_dropped: u64,
+    /// Video-memory allocations added to the estimate.
+    pub rm_allocs_tracked: u64,
+    /// RM/UVM arguments unreadable, of unknown size or FINN-serialised.
+    pub args_unreadable: u64,
+    /// GPU-use or memory-estimate updates lost to a full map.
+    pub track_dropped: u64,
 }
 
 impl ProgramStats {
@@ -29,17 +42,27 @@ impl ProgramStats {
             count_dropped: at(stats::COUNT_DROPPED),
             ioctls_counted: at(stats::IOCTL_COUNTED),
             opens_counted: at(stats::OPEN_COUNTED),
+            bypass_reported: at(stats::BYPASS_REPORTED),
+            events_dropped: at(stats::EVENT_DROPPED),
+            rm_allocs_tracked: at(stats::RM_ALLOC_TRACKED),
+            args_unreadable: at(stats::ARG_UNREADABLE),
+            track_dropped: at(stats::TRACK_DROPPED),
         }
     }
 }
 
-/// One read of the count maps.
+/// One read of the observer's maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// ioctl counts per (cgroup, device, number, flags).
     pub ioctls: BTreeMap<IoctlKey, u64>,
     /// Open (access-check) counts per (cgroup, device, access).
     pub opens: BTreeMap<OpenKey, u64>,
+    /// UVM GPU registrations per (cgroup, GPU UUID).
+    pub gpu_use: BTreeMap<GpuUseKey, GpuUse>,
+    /// Video-memory estimate per live process (tgid), from RM_ALLOC and
+    /// RM_FREE: requested sizes, not what the driver granted.
+    pub rm_procs: BTreeMap<u32, RmProcess>,
     /// The programs' own counters.
     pub stats: ProgramStats,
 }
@@ -73,6 +96,26 @@ impl Snapshot {
             .iter()
             .filter(|(k, _)| k.cgroup_id == cgroup_id && k.dev == kdev)
             .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// UUIDs of the GPUs processes of cgroup `cgroup_id` registered with
+    /// UVM, with the registrations seen.
+    pub fn gpus_of(&self, cgroup_id: u64) -> Vec<([u8; 16], GpuUse)> {
+        self.gpu_use
+            .iter()
+            .filter(|(k, _)| k.cgroup_id == cgroup_id)
+            .map(|(k, v)| (k.uuid, *v))
+            .collect()
+    }
+
+    /// Estimated live video memory of the processes that allocated from
+    /// cgroup `cgroup_id` (requested bytes).
+    pub fn rm_bytes_of(&self, cgroup_id: u64) -> u64 {
+        self.rm_procs
+            .values()
+            .filter(|p| p.cgroup_id == cgroup_id)
+            .map(RmProcess::live)
             .sum()
     }
 }
@@ -116,6 +159,44 @@ mod tests {
         assert_eq!(s.ioctls_nr(7, 3, 2, 1), 0);
         assert_eq!(s.ioctls_on(9, 3), 0);
         assert_eq!(s.opens_of(7, 3), 3);
+    }
+
+    #[test]
+    fn gpu_use_and_memory_by_cgroup() {
+        let mut s = Snapshot::default();
+        let use_ = |n| GpuUse {
+            first_ns: 1,
+            registrations: n,
+            first_tgid: 10,
+            reserved: 0,
+        };
+        s.gpu_use.insert(
+            GpuUseKey {
+                cgroup_id: 7,
+                uuid: [1; 16],
+            },
+            use_(2),
+        );
+        s.gpu_use.insert(
+            GpuUseKey {
+                cgroup_id: 8,
+                uuid: [2; 16],
+            },
+            use_(1),
+        );
+        assert_eq!(s.gpus_of(7), vec![([1; 16], use_(2))]);
+        assert!(s.gpus_of(9).is_empty());
+        let proc_ = |cgroup_id, live_bytes| RmProcess {
+            cgroup_id,
+            live_bytes,
+            ..RmProcess::default()
+        };
+        s.rm_procs.insert(100, proc_(7, 1 << 20));
+        s.rm_procs.insert(101, proc_(7, 3 << 20));
+        s.rm_procs.insert(102, proc_(7, 0u64.wrapping_sub(4096)));
+        s.rm_procs.insert(103, proc_(8, 5));
+        assert_eq!(s.rm_bytes_of(7), 4 << 20);
+        assert_eq!(s.rm_bytes_of(8), 5);
     }
 
     #[test]

@@ -9,7 +9,11 @@
 //!   stand-ins such as `/dev/null` for tests and the simulator);
 //! - [`mode`]: kprobe, syscall tracepoint or raw tracepoint, probed and
 //!   tried in order;
-//! - [`observer`]: load, attach, read the per-CPU counts ([`counts`]);
+//! - [`observer`]: load, attach, read the per-CPU counts, GPU use and
+//!   memory estimates ([`counts`]);
+//! - [`bypass`]: preload registration, watched (GPU pod) cgroups, and the
+//!   ring buffer of processes that skip the preload;
+//! - [`driver`]: the NVIDIA driver version, for parameter layouts;
 //! - [`cgroup`]: where cgroup v2 is mounted and what a cgroup's id is;
 //! - [`mounts`]: tracefs and bpffs when the host has not mounted them.
 //!
@@ -21,13 +25,16 @@
 
 pub mod args;
 pub mod btf;
+pub mod bypass;
 pub mod cgroup;
 pub mod counts;
 pub mod devices;
+pub mod driver;
 pub mod mode;
 pub mod mounts;
 pub mod observer;
 
+pub use bypass::{Access, Bypass, BypassEvents};
 pub use counts::{ProgramStats, Snapshot};
 pub use devices::{Device, DeviceSpec, DeviceTarget};
 pub use mode::{AttachMode, ModeRequest};

@@ -1,5 +1,6 @@
 //! Loading `tessera.bpf.o`, attaching the ioctl observer in the best mode
-//! the kernel offers, and reading what it counted.
+//! the kernel offers (plus the process-exit hook), and reading what it
+//! counted. Registration and bypass events are in [`super::bypass`].
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -14,14 +15,22 @@ use tessera_ebpf_common::{
     config::{KernelOffsets, ProgramConfig},
     dev::WatchedDevice,
     keys::{IoctlKey, OpenKey},
-    names, stats,
+    names,
+    rm::RmProcess,
+    stats,
+    uvm::{GpuUse, GpuUseKey},
 };
 
 use super::btf::{Btf, BtfError};
 use super::counts::{ProgramStats, Snapshot};
 use super::devices::Device;
+use super::driver;
 use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
 use super::mounts;
+
+/// The kernel struct holding the `sched_process_exit` record, and its
+/// member that says the whole process is gone (6.16+).
+const EXIT_RECORD: (&str, &str) = ("trace_event_raw_sched_process_exit", "group_dead");
 
 /// Errors of the observer.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +99,10 @@ pub struct ObserverConfig {
     pub devices: Vec<Device>,
     /// Struct offsets; `None` reads them from the running kernel's BTF.
     pub offsets: Option<KernelOffsets>,
+    /// NVIDIA driver major version, for the parameter layouts the
+    /// memory estimate decodes; `None`: the running module's, else the
+    /// newest known (see [`driver`]).
+    pub driver_major: Option<u32>,
 }
 
 impl ObserverConfig {
@@ -100,15 +113,17 @@ impl ObserverConfig {
             mode: ModeRequest::Auto,
             devices,
             offsets: None,
+            driver_major: None,
         }
     }
 }
 
 /// The loaded observer. Dropping it detaches every program.
 pub struct Observer {
-    ebpf: Ebpf,
+    pub(super) ebpf: Ebpf,
     mode: AttachMode,
     open_audit: Option<PathBuf>,
+    exit_hook: bool,
 }
 
 impl std::fmt::Debug for Observer {
@@ -116,24 +131,42 @@ impl std::fmt::Debug for Observer {
         f.debug_struct("Observer")
             .field("mode", &self.mode)
             .field("open_audit", &self.open_audit)
+            .field("exit_hook", &self.exit_hook)
             .finish_non_exhaustive()
     }
 }
 
 impl Observer {
-    /// Loads the object, fills the watched devices and attaches the ioctl
-    /// program in the first mode that works.
+    /// Loads the object, fills the watched devices, attaches the
+    /// process-exit hook and the ioctl program in the first mode that
+    /// works.
     pub fn start(config: &ObserverConfig) -> Result<Self, ObserverError> {
-        let offsets = match config.offsets {
-            Some(offsets) => offsets,
-            None => Btf::from_kernel()
-                .and_then(|btf| btf.kernel_offsets())
-                .map_err(ObserverError::Offsets)?,
+        let (offsets, btf) = match config.offsets {
+            Some(offsets) => (offsets, Btf::from_kernel().ok()),
+            None => {
+                let btf = Btf::from_kernel().map_err(ObserverError::Offsets)?;
+                let offsets = btf.kernel_offsets().map_err(ObserverError::Offsets)?;
+                (offsets, Some(btf))
+            }
         };
+        let exit_group_dead_offset = btf
+            .and_then(|btf| btf.member_offset(EXIT_RECORD.0, EXIT_RECORD.1).ok())
+            .unwrap_or(0);
+        if exit_group_dead_offset == 0 {
+            tracing::info!(
+                "no group_dead in the process-exit record: a process counts as gone when its leader exits"
+            );
+        }
+        let (rm, driver_major) = driver::rm_layout(config.driver_major);
+        tracing::info!(
+            driver_major,
+            "ebpf memory estimate uses this driver's layouts"
+        );
         let program_config = ProgramConfig {
             offsets,
             ioctl_syscall_nr: libc::SYS_ioctl as u32,
-            reserved: 0,
+            exit_group_dead_offset,
+            rm,
         };
         let facts = KernelFacts::probe();
         let plan = mode::plan(config.mode, &facts);
@@ -142,12 +175,12 @@ impl Observer {
             tracing::info!(%mode, reason = %why, "ebpf attach mode skipped");
             tried.push(format!("{mode}: {why}"));
         }
-        if plan.candidates.contains(&AttachMode::Tracepoint) {
-            match mounts::ensure_tracefs() {
-                Ok(true) => tracing::info!(path = mounts::TRACEFS, "mounted tracefs"),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %error_chain(&e), "tracefs unavailable"),
-            }
+        // Tracepoints (the exit hook, and maybe the ioctl observer) need
+        // tracefs for their ids.
+        match mounts::ensure_tracefs() {
+            Ok(true) => tracing::info!(path = mounts::TRACEFS, "mounted tracefs"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %error_chain(&e), "tracefs unavailable"),
         }
 
         let mut ebpf = EbpfLoader::new()
@@ -158,6 +191,13 @@ impl Observer {
                 source: Box::new(source),
             })?;
         set_devices(&mut ebpf, &config.devices)?;
+        let exit_hook = match attach_exit_hook(&mut ebpf) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "exited processes will not be forgotten (registrations, reports, memory estimates)");
+                false
+            }
+        };
 
         for mode in plan.candidates {
             match attach(&mut ebpf, mode, &facts) {
@@ -167,6 +207,7 @@ impl Observer {
                         ebpf,
                         mode,
                         open_audit: None,
+                        exit_hook,
                     });
                 }
                 Err(e) => {
@@ -184,6 +225,12 @@ impl Observer {
     /// The mode the ioctl observer runs in.
     pub fn mode(&self) -> AttachMode {
         self.mode
+    }
+
+    /// Whether the process-exit hook is attached (exited processes are
+    /// forgotten in the kernel maps).
+    pub fn exit_hook(&self) -> bool {
+        self.exit_hook
     }
 
     /// Attaches the open-counting device program to cgroup v2 directory
@@ -222,11 +269,13 @@ impl Observer {
         set_devices(&mut self.ebpf, devices)
     }
 
-    /// Reads the count maps.
+    /// Reads the count, GPU-use and memory-estimate maps.
     pub fn snapshot(&self) -> Result<Snapshot, ObserverError> {
         Ok(Snapshot {
             ioctls: per_cpu_sums::<IoctlKey>(&self.ebpf, names::IOCTL_COUNTS)?,
             opens: per_cpu_sums::<OpenKey>(&self.ebpf, names::OPEN_COUNTS)?,
+            gpu_use: entries::<GpuUseKey, GpuUse>(&self.ebpf, names::GPU_USE)?,
+            rm_procs: entries::<u32, RmProcess>(&self.ebpf, names::RM_PROCS)?,
             stats: self.stats()?,
         })
     }
@@ -245,7 +294,10 @@ impl Observer {
     }
 }
 
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ObserverError>
+pub(super) fn program<'a, T>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut T, ObserverError>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
 {
@@ -307,6 +359,19 @@ fn attach(ebpf: &mut Ebpf, mode: AttachMode, facts: &KernelFacts) -> Result<(), 
     Ok(())
 }
 
+/// Loads and attaches the process-exit hook.
+fn attach_exit_hook(ebpf: &mut Ebpf) -> Result<(), ObserverError> {
+    let name = names::PROG_PROCESS_EXIT;
+    let err = |source| ObserverError::Program {
+        program: name,
+        source,
+    };
+    let p: &mut TracePoint = program(ebpf, name)?;
+    p.load().map_err(err)?;
+    p.attach("sched", "sched_process_exit").map_err(err)?;
+    Ok(())
+}
+
 fn set_devices(ebpf: &mut Ebpf, devices: &[Device]) -> Result<(), ObserverError> {
     let name = names::WATCHED_DEVICES;
     let err = |source| ObserverError::Map { map: name, source };
@@ -342,6 +407,17 @@ fn per_cpu_sums<K: aya::Pod + Ord>(
         out.insert(key, values.iter().sum());
     }
     Ok(out)
+}
+
+/// Every entry of hash map `name`.
+pub(super) fn entries<K: aya::Pod + Ord, V: aya::Pod>(
+    ebpf: &Ebpf,
+    name: &'static str,
+) -> Result<std::collections::BTreeMap<K, V>, ObserverError> {
+    let err = |source| ObserverError::Map { map: name, source };
+    let map = ebpf.map(name).ok_or(ObserverError::Missing(name))?;
+    let map = HashMap::<&MapData, K, V>::try_from(map).map_err(err)?;
+    map.iter().map(|item| item.map_err(err)).collect()
 }
 
 /// An error and its sources on one line, for logs.

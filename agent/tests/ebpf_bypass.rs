@@ -1,0 +1,191 @@
+//! Privileged tests of bypass detection: processes in a watched cgroup
+//! that touch a watched stand-in device (`/dev/zero`) without having
+//! registered produce exactly one event each; registered ones and ones
+//! outside watched cgroups produce none; and the kernel forgets exited
+//! processes. Skipped (with the reason) without root or the object.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+#[path = "ebpf_support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{Child, TestCgroup, child_role, object, skip_reason, sys};
+use tessera_agent::ebpf::{
+    Access, AttachMode, Bypass, BypassEvents, DeviceSpec, ModeRequest, Observer, ObserverConfig,
+};
+use tessera_ebpf_common::keys::access;
+
+/// Opens of the device per child.
+const OPENS: usize = 3;
+/// Threads per child, each issuing [`IOCTLS`] ioctls.
+const THREADS: usize = 4;
+const IOCTLS: usize = 10;
+/// `_IOWR('F', 0x2A, 32)`: RM_CONTROL.
+const RM_CONTROL: u64 = 0xC020_462A;
+
+/// The child: opens /dev/zero a few times and issues ioctls from several
+/// threads at once, all racing to be "first".
+fn child_side() {
+    if child_role().is_none() {
+        return;
+    }
+    let files: Vec<_> = (0..OPENS)
+        .map(|_| std::fs::File::open("/dev/zero").unwrap())
+        .collect();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let file = &files[t % OPENS];
+            s.spawn(move || {
+                let mut params = [0u8; 32];
+                for _ in 0..IOCTLS {
+                    sys::ioctl(file, RM_CONTROL, &mut params);
+                }
+            });
+        }
+    });
+    std::process::exit(0);
+}
+
+fn observer(mode: ModeRequest) -> Observer {
+    let zero = DeviceSpec::path("/dev/zero").resolve().unwrap();
+    let mut config = ObserverConfig::new(object().unwrap(), vec![zero]);
+    config.mode = mode;
+    Observer::start(&config).unwrap()
+}
+
+/// Events until none arrives for a while (the programs submit before the
+/// syscall returns, so the children's are all there once they exited).
+fn collect(events: &mut BypassEvents) -> Vec<Bypass> {
+    let mut all = events.drain();
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        if events.wait(Duration::from_millis(50)).unwrap() {
+            all.extend(events.drain());
+        }
+    }
+    all
+}
+
+#[test]
+fn unregistered_process_is_reported_once_and_registered_one_not() {
+    child_side();
+    let name = "unregistered_process_is_reported_once_and_registered_one_not";
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let pod = TestCgroup::new("bypass-pod");
+    let container = pod.child("ctr");
+    let container_id = tessera_agent::ebpf::cgroup::cgroup_id(&container).unwrap();
+    let elsewhere = TestCgroup::new("bypass-other");
+    let mut observer = observer(ModeRequest::Auto);
+    let mut events = observer.bypass_events().unwrap();
+    assert!(observer.bypass_events().is_err(), "one reader per observer");
+    observer.audit_opens(&pod.0).unwrap();
+    observer.audit_opens(&elsewhere.0).unwrap_or(());
+    observer.watch_cgroup(pod.id()).unwrap();
+    assert_eq!(observer.watched_cgroups().unwrap(), vec![pod.id()]);
+
+    let unregistered = Child::spawn(name, "bypass");
+    let unregistered_pid = unregistered.pid();
+    unregistered.join(&container).go();
+
+    let registered = Child::spawn(name, "bypass").join(&container);
+    let registered_pid = registered.pid();
+    observer.register_tgid(registered_pid).unwrap();
+    assert!(
+        observer
+            .registered_tgids()
+            .unwrap()
+            .contains(&registered_pid)
+    );
+    registered.go();
+
+    let outside = Child::spawn(name, "bypass");
+    let outside_pid = outside.pid();
+    outside.join(&elsewhere.0).go();
+
+    let all = collect(&mut events);
+    let ours: Vec<&Bypass> = all
+        .iter()
+        .filter(|e| [unregistered_pid, registered_pid, outside_pid].contains(&e.tgid))
+        .collect();
+    assert_eq!(ours.len(), 1, "exactly one event: {ours:#?}");
+    let e = ours[0];
+    assert_eq!(e.tgid, unregistered_pid);
+    // libtest runs the child's test body on a thread of its own.
+    assert_ne!(e.pid, 0);
+    assert_eq!(e.cgroup_id, container_id);
+    assert_eq!(e.watched_cgroup_id, pod.id());
+    assert_eq!((e.major, e.minor), (1, 5));
+    match e.access {
+        Access::Open { access: a } => assert_ne!(a & access::READ, 0, "{e:?}"),
+        other => panic!("the first access is the open, got {other:?}"),
+    }
+    assert!(!e.comm.is_empty());
+    assert!(observer.stats().unwrap().bypass_reported >= 1);
+    assert_eq!(events.malformed(), 0);
+
+    if observer.exit_hook() {
+        // The exit hook forgets exited processes.
+        assert!(
+            !observer
+                .registered_tgids()
+                .unwrap()
+                .contains(&registered_pid)
+        );
+        assert!(
+            !observer
+                .reported_tgids()
+                .unwrap()
+                .contains(&unregistered_pid)
+        );
+    } else {
+        eprintln!("note: exit hook not attached, not checking that exits are forgotten");
+    }
+}
+
+#[test]
+fn first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode() {
+    child_side();
+    let name = "first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode";
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let pod = TestCgroup::new("bypass-raw");
+    let deep = pod.child("ctr/sub/deeper");
+    let deep_id = tessera_agent::ebpf::cgroup::cgroup_id(&deep).unwrap();
+    let mut observer = observer(ModeRequest::Only(AttachMode::RawTracepoint));
+    let mut events = observer.bypass_events().unwrap();
+    observer.watch_cgroup(pod.id()).unwrap();
+    // No open audit: the first access the programs see is an ioctl.
+    let child = Child::spawn(name, "bypass");
+    let pid = child.pid();
+    child.join(&deep).go();
+
+    let all = collect(&mut events);
+    let ours: Vec<&Bypass> = all.iter().filter(|e| e.tgid == pid).collect();
+    assert_eq!(ours.len(), 1, "exactly one event: {ours:#?}");
+    let e = ours[0];
+    assert_eq!(e.cgroup_id, deep_id);
+    assert_eq!(e.watched_cgroup_id, pod.id());
+    assert_eq!(e.access, Access::Ioctl { nr: 0x2A, flags: 0 });
+    assert_eq!((e.major, e.minor), (1, 5));
+
+    // Unwatching stops further reports.
+    observer.unwatch_cgroup(pod.id()).unwrap();
+    assert!(observer.watched_cgroups().unwrap().is_empty());
+    let child = Child::spawn(name, "bypass");
+    let pid = child.pid();
+    child.join(&deep).go();
+    let again = collect(&mut events);
+    assert!(
+        again.iter().all(|e| e.tgid != pid),
+        "unwatched cgroup reported: {again:#?}"
+    );
+}

@@ -1,0 +1,206 @@
+//! Shared by the privileged eBPF tests: skip reasons, the built objects,
+//! test cgroups, and re-running the test binary as a child process inside
+//! a cgroup.
+//!
+//! A child is this test binary run again with `TESSERA_EBPF_CHILD=<role>`
+//! and the test's exact name: the same test function then calls
+//! [`child_role`] first and acts as the child. The child waits for "go" on
+//! stdin, so the parent can move it into a cgroup (and register it) before
+//! it touches a device.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use tessera_agent::ebpf::cgroup;
+
+const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
+
+/// Why this machine cannot run privileged eBPF tests, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    // /proc/self belongs to the effective uid.
+    let euid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX);
+    if euid != 0 {
+        return Some("not root".into());
+    }
+    if let Err(why) = object() {
+        return Some(why);
+    }
+    if let Err(e) = cgroup::cgroup2_root() {
+        return Some(e.to_string());
+    }
+    None
+}
+
+/// `$TESSERA_ARTIFACTS/ebpf/<name>`, or why it is missing.
+pub fn artifact(name: &str) -> Result<PathBuf, String> {
+    let dir = std::env::var_os("TESSERA_ARTIFACTS")
+        .ok_or("TESSERA_ARTIFACTS is not set (run `cargo xtask test`)")?;
+    let object = Path::new(&dir).join("ebpf").join(name);
+    if object.is_file() {
+        Ok(object)
+    } else {
+        Err(format!(
+            "{} does not exist (run `cargo xtask build`)",
+            object.display()
+        ))
+    }
+}
+
+/// The observer object.
+pub fn object() -> Result<PathBuf, String> {
+    artifact("tessera.bpf.o")
+}
+
+/// A fresh cgroup v2 directory, removed (with its children) on drop.
+pub struct TestCgroup(pub PathBuf);
+
+impl TestCgroup {
+    /// `<cgroup2 root>/tessera-test-<pid>-<name>`.
+    pub fn new(name: &str) -> Self {
+        let root = cgroup::cgroup2_root().unwrap();
+        Self::at(root.join(format!("tessera-test-{}-{name}", std::process::id())))
+    }
+
+    /// A cgroup at `dir` (its parent must exist).
+    pub fn at(dir: PathBuf) -> Self {
+        std::fs::create_dir(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// A child cgroup `name` of this one (removed by this one's drop).
+    pub fn child(&self, name: &str) -> PathBuf {
+        let dir = self.0.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Its cgroup id.
+    pub fn id(&self) -> u64 {
+        cgroup::cgroup_id(&self.0).unwrap()
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let mut dirs = Vec::new();
+        collect_dirs(&self.0, &mut dirs);
+        // Deepest first.
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for dir in dirs {
+            let mut removed = false;
+            for _ in 0..50 {
+                if std::fs::remove_dir(&dir).is_ok() {
+                    removed = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if !removed {
+                eprintln!("warning: cannot remove test cgroup {}", dir.display());
+            }
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_owned());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&entry.path(), out);
+            }
+        }
+    }
+}
+
+/// The child role of this process, after waiting for the parent's "go";
+/// `None` in the parent.
+pub fn child_role() -> Option<String> {
+    let role = std::env::var(CHILD_ENV).ok()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "go");
+    Some(role)
+}
+
+/// A child process waiting for "go".
+pub struct Child(std::process::Child);
+
+impl Child {
+    /// Runs test `test_name` of this binary again as a child in `role`.
+    pub fn spawn(test_name: &str, role: &str) -> Self {
+        Self::spawn_with(test_name, role, &[])
+    }
+
+    /// As [`Child::spawn`], with extra environment.
+    pub fn spawn_with(test_name: &str, role: &str, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self(cmd.spawn().unwrap())
+    }
+
+    /// Its pid (= tgid).
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Moves it into cgroup directory `dir`.
+    pub fn join(self, dir: &Path) -> Self {
+        std::fs::write(dir.join("cgroup.procs"), self.pid().to_string()).unwrap();
+        self
+    }
+
+    /// Lets it run; waits for it and returns its stdout. Fails the test if
+    /// the child failed.
+    pub fn go(mut self) -> String {
+        self.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let out = self.0.wait_with_output().unwrap();
+        let mut stderr = String::new();
+        for line in BufReader::new(&out.stderr[..]).lines() {
+            stderr.push_str(&line.unwrap());
+            stderr.push('\n');
+        }
+        assert!(
+            out.status.success(),
+            "child failed: {}\n{stderr}",
+            out.status
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// The raw ioctl children issue; the only unsafe code of the tests.
+pub mod sys {
+    /// `nv_ioctl_xfer_t`.
+    #[repr(C)]
+    pub struct Xfer {
+        /// Wrapped escape.
+        pub cmd: u32,
+        /// Its parameter size.
+        pub size: u32,
+        /// Its parameters.
+        pub ptr: u64,
+    }
+
+    /// ioctl(fd, cmd, arg) on a device that rejects it (`/dev/zero`,
+    /// `/dev/null` answer ENOTTY); the result is irrelevant.
+    pub fn ioctl<T>(fd: &std::fs::File, cmd: u64, arg: &mut T) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `fd` is an open file and `arg` a live, writable value of
+        // at least the size encoded in `cmd`; the memory drivers never
+        // write through it anyway.
+        unsafe { libc::ioctl(fd.as_raw_fd(), cmd as _, std::ptr::from_mut(arg)) };
+    }
+}
