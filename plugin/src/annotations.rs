@@ -1,0 +1,272 @@
+//! Pod annotations under `tessera.dev/` that choose GPU policy.
+//!
+//! | annotation | accepted |
+//! |---|---|
+//! | `tessera.dev/compute-mode` | `hard` (always capped) or `elastic` (lends idle SMs, capped under contention) |
+//! | `tessera.dev/placement` | `binpack` (fill used GPUs and nodes first) or `spread` (least used first) |
+//! | `tessera.dev/gpu-model-include` | comma-separated model names; a GPU qualifies if its model contains one (case-insensitive), e.g. `A100,H100` |
+//! | `tessera.dev/gpu-model-exclude` | same form; a GPU whose model contains one is skipped |
+//! | `tessera.dev/gpu-uuid-include` | comma-separated `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` UUIDs; only these qualify |
+//! | `tessera.dev/gpu-uuid-exclude` | same form; these never qualify |
+//!
+//! Any other `tessera.dev/` key is refused, so a typo cannot silently drop
+//! a policy. Annotations outside the prefix are not looked at.
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+/// The annotation prefix Tessera owns.
+pub const PREFIX: &str = "tessera.dev/";
+/// `hard` | `elastic`.
+pub const COMPUTE_MODE: &str = "tessera.dev/compute-mode";
+/// `binpack` | `spread`.
+pub const PLACEMENT: &str = "tessera.dev/placement";
+/// Model names a GPU must match one of.
+pub const MODEL_INCLUDE: &str = "tessera.dev/gpu-model-include";
+/// Model names a GPU must match none of.
+pub const MODEL_EXCLUDE: &str = "tessera.dev/gpu-model-exclude";
+/// UUIDs a GPU must be one of.
+pub const UUID_INCLUDE: &str = "tessera.dev/gpu-uuid-include";
+/// UUIDs a GPU must be none of.
+pub const UUID_EXCLUDE: &str = "tessera.dev/gpu-uuid-exclude";
+
+/// Every annotation key this module reads.
+pub const KNOWN: [&str; 6] = [
+    COMPUTE_MODE,
+    PLACEMENT,
+    MODEL_INCLUDE,
+    MODEL_EXCLUDE,
+    UUID_INCLUDE,
+    UUID_EXCLUDE,
+];
+
+const KNOWN_TEXT: &str = "tessera.dev/compute-mode, tessera.dev/placement, tessera.dev/gpu-model-include, tessera.dev/gpu-model-exclude, tessera.dev/gpu-uuid-include, tessera.dev/gpu-uuid-exclude";
+const UUID_FORM: &str = "comma-separated GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)";
+const MODEL_FORM: &str = "comma-separated model names, e.g. A100,H100";
+
+/// A refused annotation, naming the key and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AnnotationError {
+    /// A `tessera.dev/` key this version does not know.
+    #[error("annotation {key} is not known; accepted: {KNOWN_TEXT}")]
+    Unknown {
+        /// The key as written.
+        key: String,
+    },
+    /// A value outside the key's choices.
+    #[error("annotation {key} is {value:?}; accepted: {accepted}")]
+    Value {
+        /// The key.
+        key: &'static str,
+        /// The value as written.
+        value: String,
+        /// The accepted values, in words.
+        accepted: &'static str,
+    },
+    /// A list with no item.
+    #[error("annotation {key} lists nothing; accepted: {accepted}")]
+    EmptyList {
+        /// The key.
+        key: &'static str,
+        /// The accepted form, in words.
+        accepted: &'static str,
+    },
+    /// A list item that is not a GPU UUID.
+    #[error("annotation {key} lists {item:?}, not a GPU UUID; accepted: {UUID_FORM}")]
+    Uuid {
+        /// The key.
+        key: &'static str,
+        /// The offending item.
+        item: String,
+    },
+    /// The same item both included and excluded.
+    #[error(
+        "annotations {include} and {exclude} both list {item:?}; accepted: an item in at most one of them"
+    )]
+    Conflict {
+        /// The include key.
+        include: &'static str,
+        /// The exclude key.
+        exclude: &'static str,
+        /// The item in both.
+        item: String,
+    },
+}
+
+/// How a container's compute limit behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeMode {
+    /// The cap always holds.
+    Hard,
+    /// Idle SMs are lent; the cap holds only under contention.
+    Elastic,
+}
+
+/// Which GPUs and nodes to prefer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Most used first: keeps whole GPUs and nodes free.
+    #[default]
+    Binpack,
+    /// Least used first: fewer neighbours per workload.
+    Spread,
+}
+
+/// Include/exclude lists; empty include means "any".
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector {
+    /// Items of which one must match; empty = all match.
+    pub include: Vec<String>,
+    /// Items of which none may match.
+    pub exclude: Vec<String>,
+}
+
+/// A pod's GPU policy from its annotations; absent keys stay at defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuPolicy {
+    /// Compute mode; `None` leaves it to the node's policy file.
+    pub compute_mode: Option<ComputeMode>,
+    /// Placement; absent means binpack.
+    pub placement: Placement,
+    /// Model names (matched as case-insensitive substrings).
+    pub models: Selector,
+    /// GPU UUIDs (matched case-insensitively).
+    pub uuids: Selector,
+}
+
+impl GpuPolicy {
+    /// Whether a GPU with this UUID and model may take the pod's shares.
+    pub fn admits(&self, uuid: &str, model: &str) -> bool {
+        let model = model.to_ascii_lowercase();
+        let model_hit = |m: &String| model.contains(&m.to_ascii_lowercase());
+        let uuid_hit = |u: &String| u.eq_ignore_ascii_case(uuid);
+        (self.models.include.is_empty() || self.models.include.iter().any(model_hit))
+            && !self.models.exclude.iter().any(model_hit)
+            && (self.uuids.include.is_empty() || self.uuids.include.iter().any(uuid_hit))
+            && !self.uuids.exclude.iter().any(uuid_hit)
+    }
+}
+
+/// Reads the policy from a pod's annotations.
+///
+/// # Errors
+/// Every refused annotation.
+pub fn parse(annotations: &BTreeMap<String, String>) -> Result<GpuPolicy, Vec<AnnotationError>> {
+    let mut errors = Vec::new();
+    for key in annotations.keys() {
+        if key.starts_with(PREFIX) && !KNOWN.contains(&key.as_str()) {
+            errors.push(AnnotationError::Unknown { key: key.clone() });
+        }
+    }
+    let get = |key: &str| annotations.get(key).map(|v| v.trim());
+    let mut policy = GpuPolicy::default();
+    match get(COMPUTE_MODE) {
+        None => {}
+        Some("hard") => policy.compute_mode = Some(ComputeMode::Hard),
+        Some("elastic") => policy.compute_mode = Some(ComputeMode::Elastic),
+        Some(other) => errors.push(value_error(COMPUTE_MODE, other, "hard or elastic")),
+    }
+    match get(PLACEMENT) {
+        None | Some("binpack") => {}
+        Some("spread") => policy.placement = Placement::Spread,
+        Some(other) => errors.push(value_error(PLACEMENT, other, "binpack or spread")),
+    }
+    let mut list = |key, form, check: fn(&'static str, &str) -> Option<AnnotationError>| {
+        let items = get(key).map(|text| split_list(key, text, form, check));
+        match items {
+            None => Vec::new(),
+            Some(Ok(items)) => items,
+            Some(Err(mut found)) => {
+                errors.append(&mut found);
+                Vec::new()
+            }
+        }
+    };
+    policy.models.include = list(MODEL_INCLUDE, MODEL_FORM, |_, _| None);
+    policy.models.exclude = list(MODEL_EXCLUDE, MODEL_FORM, |_, _| None);
+    policy.uuids.include = list(UUID_INCLUDE, UUID_FORM, check_uuid);
+    policy.uuids.exclude = list(UUID_EXCLUDE, UUID_FORM, check_uuid);
+    conflicts(&policy.models, MODEL_INCLUDE, MODEL_EXCLUDE, &mut errors);
+    conflicts(&policy.uuids, UUID_INCLUDE, UUID_EXCLUDE, &mut errors);
+    if errors.is_empty() {
+        Ok(policy)
+    } else {
+        Err(errors)
+    }
+}
+
+fn value_error(key: &'static str, value: &str, accepted: &'static str) -> AnnotationError {
+    AnnotationError::Value {
+        key,
+        value: value.to_owned(),
+        accepted,
+    }
+}
+
+fn split_list(
+    key: &'static str,
+    text: &str,
+    form: &'static str,
+    check: fn(&'static str, &str) -> Option<AnnotationError>,
+) -> Result<Vec<String>, Vec<AnnotationError>> {
+    let items: Vec<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if items.is_empty() {
+        return Err(vec![AnnotationError::EmptyList {
+            key,
+            accepted: form,
+        }]);
+    }
+    let errors: Vec<_> = items.iter().filter_map(|item| check(key, item)).collect();
+    if errors.is_empty() {
+        Ok(items)
+    } else {
+        Err(errors)
+    }
+}
+
+/// `GPU-` then hex groups of 8-4-4-4-12.
+fn check_uuid(key: &'static str, item: &str) -> Option<AnnotationError> {
+    let body = item
+        .strip_prefix("GPU-")
+        .or_else(|| item.strip_prefix("gpu-"));
+    let groups: Vec<&str> = body.map(|b| b.split('-').collect()).unwrap_or_default();
+    let well_formed = groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()));
+    (!well_formed).then(|| AnnotationError::Uuid {
+        key,
+        item: item.to_owned(),
+    })
+}
+
+fn conflicts(
+    selector: &Selector,
+    include: &'static str,
+    exclude: &'static str,
+    errors: &mut Vec<AnnotationError>,
+) {
+    for item in &selector.include {
+        if selector
+            .exclude
+            .iter()
+            .any(|e| e.eq_ignore_ascii_case(item))
+        {
+            errors.push(AnnotationError::Conflict {
+                include,
+                exclude,
+                item: item.clone(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::pod::{PodSpec, ResourceRequirements};
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+fn container(name: &str, limits: &[(&str, &str)]) -> Container {
+    Container {
+        name: name.into(),
+        resources: ResourceRequirements {
+            limits: map(limits),
+            requests: BTreeMap::new(),
+        },
+        security_context: None,
+    }
+}
+
+fn share(limits: &[(&str, &str)]) -> Result<Option<GpuShare>, Vec<ResourceError>> {
+    container_share(&container("train", limits))
+}
+
+fn one_error(limits: &[(&str, &str)]) -> String {
+    let errors = share(limits).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    errors[0].to_string()
+}
+
+#[test]
+fn the_design_example_reads_as_written() {
+    let got = share(&[(GPU, "1"), (GPU_MEM, "4000"), (GPU_CORES, "30")])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got,
+        GpuShare {
+            container: "train".into(),
+            count: 1,
+            memory: Some(Memory::Mib(4000)),
+            cores: Some(30),
+            priority: None,
+        }
+    );
+    assert_eq!(got.effective_cores(), 30);
+}
+
+#[test]
+fn canonical_api_server_spellings_are_read() {
+    let got = share(&[(GPU, "2"), (GPU_MEM, "4k"), (PRIORITY, "1")])
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.count, 2);
+    assert_eq!(got.memory, Some(Memory::Mib(4000)));
+    assert_eq!(got.priority, Some(1));
+}
+
+#[test]
+fn no_gpu_resources_means_no_share() {
+    assert_eq!(share(&[("cpu", "2"), ("memory", "1Gi")]), Ok(None));
+    assert_eq!(share(&[(GPU, "0")]), Ok(None));
+}
+
+#[test]
+fn gpu_only_defaults_to_whole_cards() {
+    let got = share(&[(GPU, "1")]).unwrap().unwrap();
+    assert_eq!(got.memory, None);
+    assert_eq!(got.effective_memory(), Memory::Percent(100));
+    assert_eq!(got.effective_cores(), 100);
+}
+
+#[test]
+fn memory_only_reserves_no_cores() {
+    let got = share(&[(GPU, "1"), (GPU_MEM_PERCENTAGE, "50")])
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.effective_memory(), Memory::Percent(50));
+    assert_eq!(got.effective_cores(), 0);
+}
+
+#[test]
+fn range_edges_are_accepted() {
+    for (field, value) in [
+        (GPU, "16"),
+        (GPU_MEM, "1"),
+        (GPU_MEM, "1048576"),
+        (GPU_CORES, "0"),
+        (GPU_CORES, "100"),
+        (PRIORITY, "0"),
+    ] {
+        let mut limits = vec![(field, value)];
+        if field != GPU {
+            limits.push((GPU, "1"));
+        }
+        assert!(share(&limits).is_ok(), "{field}={value}");
+    }
+    let got = share(&[(GPU, "1"), (GPU_MEM_PERCENTAGE, "100")])
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.memory, Some(Memory::Percent(100)));
+}
+
+#[test]
+fn out_of_range_values_name_container_field_and_range() {
+    assert_eq!(
+        one_error(&[(GPU, "17")]),
+        "container \"train\": nvidia.com/gpu is 17, out of range; accepted: whole number of GPUs, 0..=16"
+    );
+    assert_eq!(
+        one_error(&[(GPU, "1"), (GPU_CORES, "101")]),
+        "container \"train\": nvidia.com/gpucores is 101, out of range; accepted: whole percent of one GPU's SMs, 0..=100"
+    );
+    let msg = one_error(&[(GPU, "1"), (GPU_MEM, "0")]);
+    assert!(
+        msg.contains("nvidia.com/gpumem is 0") && msg.contains("1..=1048576"),
+        "{msg}"
+    );
+    let msg = one_error(&[(GPU, "1"), (GPU_MEM_PERCENTAGE, "0")]);
+    assert!(msg.contains("1..=100"), "{msg}");
+    let msg = one_error(&[(GPU, "1"), (PRIORITY, "2")]);
+    assert!(msg.contains("accepted: 0 (high) or 1 (low)"), "{msg}");
+}
+
+#[test]
+fn binary_suffixes_on_gpumem_are_out_of_range_with_a_hint() {
+    let msg = one_error(&[(GPU, "1"), (GPU_MEM, "4Gi")]);
+    assert!(msg.contains("is 4294967296, out of range"), "{msg}");
+    assert!(msg.contains("1Gi means 1Gi MiB"), "{msg}");
+}
+
+#[test]
+fn malformed_and_fractional_quantities_are_named() {
+    assert_eq!(
+        one_error(&[(GPU, "1"), (GPU_MEM, "500m")]),
+        "container \"train\": nvidia.com/gpumem \"500m\" is not a whole number; accepted: whole MiB per GPU, 1..=1048576 (e.g. 4000; 1Gi means 1Gi MiB)"
+    );
+    let msg = one_error(&[(GPU, "one")]);
+    assert!(
+        msg.starts_with("container \"train\": nvidia.com/gpu \"one\" is not a Kubernetes quantity"),
+        "{msg}"
+    );
+    let msg = one_error(&[(GPU, "1"), (GPU_CORES, "-5")]);
+    assert!(msg.contains("\"-5\" is negative"), "{msg}");
+}
+
+#[test]
+fn a_bad_gpu_count_is_not_reported_twice() {
+    // The gpumem value is fine; only the count is wrong.
+    let msg = one_error(&[(GPU, "0.5"), (GPU_MEM, "4000")]);
+    assert!(
+        msg.contains("nvidia.com/gpu \"0.5\" is not a whole number"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn memory_both_ways_is_refused() {
+    assert_eq!(
+        one_error(&[(GPU, "1"), (GPU_MEM, "4000"), (GPU_MEM_PERCENTAGE, "50")]),
+        "container \"train\": nvidia.com/gpumem and nvidia.com/gpumem-percentage are both set; accepted: one of them"
+    );
+}
+
+#[test]
+fn share_parameters_without_gpu_are_refused_each() {
+    let errors = share(&[(GPU_CORES, "30"), (GPU_MEM, "4000")]).unwrap_err();
+    let fields: Vec<_> = errors
+        .iter()
+        .map(|e| match e {
+            ResourceError::NeedsGpu { field, .. } => *field,
+            other => panic!("unexpected {other}"),
+        })
+        .collect();
+    assert_eq!(fields, [GPU_MEM, GPU_CORES]);
+    assert_eq!(
+        errors[1].to_string(),
+        "container \"train\": nvidia.com/gpucores needs nvidia.com/gpu (the number of GPUs); accepted: nvidia.com/gpu of 1..=16 alongside it"
+    );
+    let msg = one_error(&[(GPU, "0"), (PRIORITY, "0")]);
+    assert!(
+        msg.contains("nvidia.com/priority needs nvidia.com/gpu"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn requests_must_equal_limits() {
+    let mut c = container("train", &[(GPU, "1"), (GPU_MEM, "4000")]);
+    c.resources.requests = map(&[(GPU, "1"), (GPU_MEM, "3000")]);
+    let errors = container_share(&c).unwrap_err();
+    assert_eq!(
+        errors[0].to_string(),
+        "container \"train\": nvidia.com/gpumem request \"3000\" differs from limit \"4000\"; accepted: equal values, or the limit alone"
+    );
+    // Equal in value but spelled differently is fine.
+    c.resources.requests = map(&[(GPU, "1"), (GPU_MEM, "4k")]);
+    assert!(container_share(&c).is_ok());
+}
+
+#[test]
+fn a_request_alone_is_read() {
+    let mut c = container("train", &[]);
+    c.resources.requests = map(&[(GPU, "2"), (GPU_CORES, "20")]);
+    let got = container_share(&c).unwrap().unwrap();
+    assert_eq!((got.count, got.cores), (2, Some(20)));
+}
+
+#[test]
+fn pod_collects_every_error_across_containers() {
+    let pod = Pod {
+        spec: PodSpec {
+            containers: vec![
+                container("a", &[(GPU, "1"), (GPU_CORES, "200")]),
+                container("b", &[(GPU_MEM, "1")]),
+                container("c", &[(GPU, "1")]),
+            ],
+            init_containers: vec![container("setup", &[(GPU, "1")])],
+            ..PodSpec::default()
+        },
+        ..Pod::default()
+    };
+    let errors = pod_gpu_shares(&pod).unwrap_err();
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(text.len(), 3, "{text:?}");
+    assert!(text[0].starts_with("init container \"setup\": nvidia.com/gpu is not supported"));
+    assert!(text[1].starts_with("container \"a\": nvidia.com/gpucores is 200"));
+    assert!(text[2].starts_with("container \"b\": nvidia.com/gpumem needs nvidia.com/gpu"));
+}
+
+#[test]
+fn pod_lists_only_gpu_containers() {
+    let pod = Pod {
+        spec: PodSpec {
+            containers: vec![
+                container("sidecar", &[("cpu", "100m")]),
+                container("train", &[(GPU, "2"), (GPU_MEM, "8000")]),
+            ],
+            ..PodSpec::default()
+        },
+        ..Pod::default()
+    };
+    let shares = pod_gpu_shares(&pod).unwrap();
+    assert_eq!(shares.len(), 1);
+    assert_eq!(shares[0].container, "train");
+}
+
+#[test]
+fn percentage_memory_rounds_up() {
+    assert_eq!(Memory::Percent(50).mib_on(8001), 4001);
+    assert_eq!(Memory::Percent(100).mib_on(81920), 81920);
+    assert_eq!(Memory::Mib(4000).mib_on(1), 4000);
+}
