@@ -1,0 +1,52 @@
+//! Errors of the region crate.
+
+use std::path::PathBuf;
+
+/// Why a region could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// A field holds a value this ABI does not accept.
+    #[error("{region} region: {field} {problem}")]
+    Field {
+        /// `control` or `usage`.
+        region: &'static str,
+        /// The field, e.g. `owners[3]` or `used[0][12]`.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A file operation failed.
+    #[error("cannot {action} {path}")]
+    Io {
+        /// What was attempted.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Every process slot is taken by a live process.
+    #[error("usage region {path} has no free process slot ({slots} in use)")]
+    Full {
+        /// The usage file.
+        path: PathBuf,
+        /// Slots.
+        slots: usize,
+    },
+}
+
+impl RegionError {
+    /// A field error.
+    pub fn field(
+        region: &'static str,
+        field: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        Self::Field {
+            region,
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Region files on disk and their shared mappings.
+//!
+//! The agent creates both files in the container's region directory:
+//! `control` (mode 0644, bind-mounted read-only into the container) and
+//! `usage` (mode 0666, writable by the container's processes whatever
+//! their user). The library maps `control` read-only — from a descriptor
+//! opened `O_RDONLY`, so no write through the mapping is possible even
+//! before the read-only mount — and `usage` read-write.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use crate::control::ControlSpec;
+use crate::error::RegionError;
+use crate::layout::{CONTROL_SIZE, ControlRegion, USAGE_SIZE, UsageRegion};
+
+/// File name of the control region.
+pub const CONTROL_FILE: &str = "control";
+/// File name of the usage region.
+pub const USAGE_FILE: &str = "usage";
+
+/// A shared mapping of a region file, viewed as `T`.
+pub struct Mapped<T> {
+    ptr: NonNull<T>,
+    len: usize,
+    path: PathBuf,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: T is a region type made only of atomics and plain integers that
+// are never written through a shared reference except atomically.
+unsafe impl<T> Send for Mapped<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Mapped<T> {}
+
+impl<T> Mapped<T> {
+    fn map(file: &File, path: &Path, len: usize, writable: bool) -> Result<Self, RegionError> {
+        let actual = file
+            .metadata()
+            .map_err(|source| RegionError::Io {
+                action: "stat",
+                path: path.to_path_buf(),
+                source,
+            })?
+            .len() as usize;
+        if actual < len || len < size_of::<T>() {
+            return Err(RegionError::field(
+                if writable { "usage" } else { "control" },
+                "size",
+                format!("file {} is {actual} bytes; expected {len}", path.display()),
+            ));
+        }
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a fresh shared mapping of `len` bytes of a file that is at
+        // least that long, at an address of the kernel's choosing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(RegionError::Io {
+                action: "map",
+                path: path.to_path_buf(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).ok_or_else(|| RegionError::Io {
+                action: "map",
+                path: path.to_path_buf(),
+                source: io::Error::other("mmap returned null"),
+            })?,
+            len,
+            path: path.to_path_buf(),
+            _t: PhantomData,
+        })
+    }
+
+    /// The file behind the mapping.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Mapped length.
+    pub fn mapped_len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<T> Deref for Mapped<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the mapping is page-aligned, at least size_of::<T>()
+        // bytes (checked in map) and lives as long as self; T is valid for
+        // any bit pattern its atomics and integers can hold.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> Drop for Mapped<T> {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in map; no reference
+        // into it outlives self.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RegionError + 'a {
+    move |source| RegionError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn create_file(path: &Path, len: usize, mode: u32) -> Result<File, RegionError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .open(path)
+        .map_err(io_err("create", path))?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io_err("set the mode of", path))?;
+    file.set_len(len as u64).map_err(io_err("size", path))?;
+    Ok(file)
+}
+
+/// Creates (or rewrites) `dir/control` with `spec` and returns a writable
+/// mapping for later updates (agent side).
+pub fn create_control(
+    dir: &Path,
+    spec: &ControlSpec,
+) -> Result<Mapped<ControlRegion>, RegionError> {
+    let path = dir.join(CONTROL_FILE);
+    let file = create_file(&path, CONTROL_SIZE, 0o644)?;
+    let m: Mapped<ControlRegion> = Mapped::map(&file, &path, CONTROL_SIZE, true)?;
+    // SAFETY: the agent is the only writer of the control header, which is
+    // plain data outside the seqlock-protected fields; nobody reads it
+    // while the file is being created.
+    let header = unsafe { &mut *m.ptr.as_ptr() };
+    header.init();
+    m.write(spec)?;
+    Ok(m)
+}
+
+/// Opens `dir/control` writable (agent side, after a restart).
+pub fn open_control_rw(dir: &Path) -> Result<Mapped<ControlRegion>, RegionError> {
+    let path = dir.join(CONTROL_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io_err("open", &path))?;
+    let m: Mapped<ControlRegion> = Mapped::map(&file, &path, CONTROL_SIZE, true)?;
+    m.validate(CONTROL_SIZE)?;
+    Ok(m)
+}
+
+/// Opens `path` (a control file) read-only, as the container does.
+pub fn open_control(path: &Path) -> Result<Mapped<ControlRegion>, RegionError> {
+    let file = File::open(path).map_err(io_err("open", path))?;
+    Mapped::map(&file, path, CONTROL_SIZE, false)
+}
+
+/// Creates `dir/usage` if it does not exist (agent side). An existing one
+/// is kept: running processes have it mapped (invariant I4).
+pub fn create_usage(dir: &Path) -> Result<(), RegionError> {
+    let path = dir.join(USAGE_FILE);
+    if path.exists() {
+        return Ok(());
+    }
+    let tmp = dir.join(".usage.tmp");
+    let file = create_file(&tmp, USAGE_SIZE, 0o666)?;
+    {
+        let m: Mapped<UsageRegion> = Mapped::map(&file, &tmp, USAGE_SIZE, true)?;
+        // SAFETY: the file is private to this function until renamed into
+        // place; the header is written before anyone maps it.
+        unsafe { &mut *m.ptr.as_ptr() }.init();
+    }
+    std::fs::rename(&tmp, &path).map_err(io_err("publish", &path))
+}
+
+/// Opens `path` (a usage file) read-write, as the container does.
+pub fn open_usage(path: &Path) -> Result<Mapped<UsageRegion>, RegionError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_err("open", path))?;
+    let m: Mapped<UsageRegion> = Mapped::map(&file, path, USAGE_SIZE, true)?;
+    m.validate(USAGE_SIZE)?;
+    Ok(m)
+}
+
+/// Reads a usage file's bytes (agent side; see [`crate::reader`]).
+pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
+    std::fs::read(path).map_err(io_err("read", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::GpuLimits;
+
+    #[test]
+    fn files_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = ControlSpec {
+            flags: 0,
+            gpus: vec![GpuLimits::unlimited([1; 16])],
+        };
+        let w = create_control(dir.path(), &spec).unwrap();
+        create_usage(dir.path()).unwrap();
+        let r = open_control(&dir.path().join(CONTROL_FILE)).unwrap();
+        r.validate(CONTROL_SIZE).unwrap();
+        assert_eq!(r.snapshot().gpus, spec.gpus);
+        let mut spec2 = spec.clone();
+        spec2.gpus[0].memory_limit = 123;
+        w.write(&spec2).unwrap();
+        assert_eq!(r.gpu(0).0.memory_limit, 123, "updates are visible");
+        let u = open_usage(&dir.path().join(USAGE_FILE)).unwrap();
+        let s = u.claim(7, 1).unwrap();
+        u.reserve(0, s, 99, 1000).unwrap();
+        let snap = crate::reader::read_usage(&read_usage_bytes(u.path()).unwrap()).unwrap();
+        assert_eq!(snap.used[0], 99);
+        assert_eq!(snap.slots[0].pid, 7);
+        // Re-creating keeps the existing usage file.
+        create_usage(dir.path()).unwrap();
+        assert_eq!(u.used_bytes(0), 99);
+        let mode = std::fs::metadata(dir.path().join(CONTROL_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
+    }
+
+    #[test]
+    fn short_files_are_rejected_with_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("control");
+        std::fs::write(&p, b"short").unwrap();
+        let e = open_control(&p).err().unwrap().to_string();
+        assert!(e.contains("5 bytes"), "{e}");
+    }
+}

@@ -1,0 +1,220 @@
+//! The two region files, byte for byte.
+//!
+//! Both are `#[repr(C)]`, little-endian, made only of atomics (so concurrent
+//! readers and writers in different processes never race on plain memory)
+//! and valid when all-zero except for the header.
+//!
+//! ```text
+//! control (4096 bytes, written by the agent, mapped read-only in the container)
+//!   0     ControlHeader    magic "TSRCTL\0\x01", abi_version, size, flags,
+//!                          gpu_count, epoch (seqlock: odd while the agent writes)
+//!   64    ControlGpu × 16  uuid, memory_limit, context_overhead,
+//!                          launch_rate, launch_burst, flags
+//!
+//! usage (73728 bytes, written by the container's processes)
+//!   0     UsageHeader      magic "TSRUSE\0\x01", abi_version, size, slot_count,
+//!                          last_reclaim_ns
+//!   64    Bucket × 16      per-GPU launch token bucket and counters
+//!   1088  owners[256]      slot owner words (state << 32 | pid)
+//!   3136  start_times[256] owner start times (clock ticks after boot)
+//!   5184  used[16][256]    device bytes charged, per GPU, per slot
+//!   37952 launches[16][256] launches, per GPU, per slot
+//! ```
+//!
+//! Units: bytes, ns, and *warps* for launch cost (a launch of G blocks of
+//! T threads costs `G × ceil(T / 32)` warps).
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Magic of the control region.
+pub const CONTROL_MAGIC: [u8; 8] = *b"TSRCTL\0\x01";
+/// Magic of the usage region.
+pub const USAGE_MAGIC: [u8; 8] = *b"TSRUSE\0\x01";
+/// ABI version of both regions. A new version goes to a new library path
+/// and new region files (invariant I4: running containers keep theirs).
+pub const ABI_VERSION: u32 = 1;
+/// GPUs a container may be given.
+pub const MAX_GPUS: usize = 16;
+/// Processes per container that may use GPUs at once.
+pub const MAX_SLOTS: usize = 256;
+
+/// Value of a limit meaning "no limit".
+pub const UNLIMITED: u64 = u64::MAX;
+
+/// `ControlHeader::flags`: when the control region cannot be used (missing
+/// fields, another ABI version), let GPU calls pass through unlimited
+/// instead of refusing them. The agent sets it per policy; offset 16 is
+/// stable across ABI versions so an old library can still read it.
+pub const FLAG_FAIL_OPEN: u32 = 1;
+
+/// Owner word states (bits 32..34).
+pub mod owner {
+    /// Slot is free.
+    pub const FREE: u64 = 0;
+    /// A process is claiming it.
+    pub const CLAIMING: u64 = 1;
+    /// Owned by a live process.
+    pub const ACTIVE: u64 = 2;
+    /// A dead owner's bytes are being returned.
+    pub const RECLAIMING: u64 = 3;
+
+    /// Packs a state and a pid.
+    pub const fn word(state: u64, pid: u32) -> u64 {
+        (state << 32) | pid as u64
+    }
+    /// The state of a word.
+    pub const fn state(word: u64) -> u64 {
+        word >> 32
+    }
+    /// The pid of a word.
+    pub const fn pid(word: u64) -> u32 {
+        word as u32
+    }
+}
+
+/// Control region header.
+#[repr(C, align(64))]
+pub struct ControlHeader {
+    /// [`CONTROL_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`ABI_VERSION`].
+    pub abi_version: u32,
+    /// Size of the control file.
+    pub size: u32,
+    /// `FLAG_*` bits.
+    pub flags: AtomicU32,
+    /// GPUs in use (≤ [`MAX_GPUS`]).
+    pub gpu_count: AtomicU32,
+    /// Bumped twice per write: odd while a write is in progress.
+    pub epoch: AtomicU64,
+    /// Reserved (zero).
+    pub reserved: [AtomicU64; 4],
+}
+
+/// One GPU's limits.
+#[repr(C, align(64))]
+pub struct ControlGpu {
+    /// UUID bytes 0..8 (little-endian).
+    pub uuid_lo: AtomicU64,
+    /// UUID bytes 8..16.
+    pub uuid_hi: AtomicU64,
+    /// Device memory the container may hold (bytes; [`UNLIMITED`]).
+    pub memory_limit: AtomicU64,
+    /// Memory charged per context created on this GPU (bytes).
+    pub context_overhead: AtomicU64,
+    /// Launch token refill rate (warps/s; [`UNLIMITED`]; 0 pauses launches).
+    pub launch_rate: AtomicU64,
+    /// Bucket depth (warps that may launch at once after idling).
+    pub launch_burst: AtomicU64,
+    /// Per-GPU flags (reserved).
+    pub flags: AtomicU32,
+    /// Reserved.
+    pub reserved0: AtomicU32,
+    /// Reserved.
+    pub reserved1: AtomicU64,
+}
+
+/// The control file.
+#[repr(C)]
+pub struct ControlRegion {
+    /// Header.
+    pub header: ControlHeader,
+    /// Per-GPU limits; entries past `gpu_count` are ignored.
+    pub gpus: [ControlGpu; MAX_GPUS],
+}
+
+/// Size of the control file.
+pub const CONTROL_SIZE: usize = 4096;
+
+/// Usage region header.
+#[repr(C, align(64))]
+pub struct UsageHeader {
+    /// [`USAGE_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`ABI_VERSION`].
+    pub abi_version: u32,
+    /// Size of the usage file.
+    pub size: u32,
+    /// [`MAX_SLOTS`].
+    pub slot_count: u32,
+    /// Reserved.
+    pub reserved0: u32,
+    /// When dead processes were last looked for (monotonic ns).
+    pub last_reclaim_ns: AtomicU64,
+    /// Reserved.
+    pub reserved: [AtomicU64; 4],
+}
+
+/// A GPU's container-wide launch bucket (GCRA) and counters.
+#[repr(C, align(64))]
+pub struct Bucket {
+    /// Theoretical arrival time (monotonic ns).
+    pub tat_ns: AtomicU64,
+    /// Control epoch the TAT was computed under.
+    pub epoch: AtomicU64,
+    /// Launches admitted.
+    pub launches: AtomicU64,
+    /// Warps admitted.
+    pub warps: AtomicU64,
+    /// Time launches spent waiting for tokens (ns, summed over launches).
+    pub throttled_ns: AtomicU64,
+    /// Reserved.
+    pub reserved: [AtomicU64; 3],
+}
+
+/// The usage file.
+#[repr(C)]
+pub struct UsageRegion {
+    /// Header.
+    pub header: UsageHeader,
+    /// Per-GPU buckets.
+    pub buckets: [Bucket; MAX_GPUS],
+    /// Slot owner words (see [`owner`]).
+    pub owners: [AtomicU64; MAX_SLOTS],
+    /// Slot owner start times.
+    pub start_times: [AtomicU64; MAX_SLOTS],
+    /// Bytes charged, by GPU then slot.
+    pub used: [[AtomicU64; MAX_SLOTS]; MAX_GPUS],
+    /// Launches, by GPU then slot.
+    pub launches: [[AtomicU64; MAX_SLOTS]; MAX_GPUS],
+}
+
+/// Size of the usage file.
+pub const USAGE_SIZE: usize = size_of::<UsageRegion>().next_multiple_of(4096);
+
+/// Byte offsets of the usage fields, for the validating reader.
+pub mod usage_offsets {
+    use super::*;
+    /// `buckets`.
+    pub const BUCKETS: usize = std::mem::offset_of!(UsageRegion, buckets);
+    /// `owners`.
+    pub const OWNERS: usize = std::mem::offset_of!(UsageRegion, owners);
+    /// `start_times`.
+    pub const START_TIMES: usize = std::mem::offset_of!(UsageRegion, start_times);
+    /// `used`.
+    pub const USED: usize = std::mem::offset_of!(UsageRegion, used);
+    /// `launches`.
+    pub const LAUNCHES: usize = std::mem::offset_of!(UsageRegion, launches);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_as_documented() {
+        assert_eq!(size_of::<ControlHeader>(), 64);
+        assert_eq!(size_of::<ControlGpu>(), 64);
+        assert_eq!(size_of::<ControlRegion>(), 64 + 16 * 64);
+        assert!(size_of::<ControlRegion>() <= CONTROL_SIZE);
+        assert_eq!(std::mem::offset_of!(ControlHeader, flags), 16);
+        assert_eq!(std::mem::offset_of!(ControlHeader, epoch), 24);
+        assert_eq!(size_of::<Bucket>(), 64);
+        assert_eq!(usage_offsets::BUCKETS, 64);
+        assert_eq!(usage_offsets::OWNERS, 1088);
+        assert_eq!(usage_offsets::START_TIMES, 3136);
+        assert_eq!(usage_offsets::USED, 5184);
+        assert_eq!(usage_offsets::LAUNCHES, 37952);
+        assert_eq!(USAGE_SIZE, 73728);
+    }
+}

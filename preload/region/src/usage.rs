@@ -1,0 +1,359 @@
+//! The usage region's operations: process slots, memory reservation and
+//! reclamation. Lock-free (invariant I2): every step is one atomic
+//! operation, so a process killed at any instruction leaves no lock held.
+//!
+//! **Memory (invariant I1).** Each slot's `used[gpu][slot]` is the only
+//! truth about what its process holds; there is no shared total to drift.
+//! A reservation first adds its bytes to its own slot, then sums every
+//! slot (all `SeqCst`); if the sum exceeds the limit it takes its bytes
+//! back and fails. Of two racing reservations, the later one in the `SeqCst`
+//! order always sees the earlier one, so the sum of *granted* reservations
+//! never exceeds the limit. A contender's transient bytes can make a
+//! reservation fail that would have fitted; it retries while that is the
+//! only reason.
+//!
+//! **Dead processes.** A slot's owner word records its pid; whoever notices
+//! the owner is gone (`reclaim_dead`) takes the slot over with a
+//! compare-and-swap, zeroes its counters and frees it. Only the owner or
+//! the single winning reclaimer ever writes a slot's counters, and counters
+//! are only ever set to zero or decreased with saturation: nothing
+//! underflows.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::RegionError;
+use crate::layout::{
+    ABI_VERSION, MAX_GPUS, MAX_SLOTS, UNLIMITED, USAGE_MAGIC, USAGE_SIZE, UsageRegion, owner,
+};
+
+/// A reservation did not fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverLimit {
+    /// Bytes held by the container's processes (without this request).
+    pub used: u64,
+    /// The limit.
+    pub limit: u64,
+}
+
+/// How often a reservation retries when only transient contention made it
+/// fail.
+const RESERVE_RETRIES: u32 = 64;
+
+impl UsageRegion {
+    /// Writes the header of a fresh (zeroed) region.
+    pub fn init(&mut self) {
+        self.header.magic = USAGE_MAGIC;
+        self.header.abi_version = ABI_VERSION;
+        self.header.size = USAGE_SIZE as u32;
+        self.header.slot_count = MAX_SLOTS as u32;
+    }
+
+    /// Checks the header (the process side trusts the rest: a container can
+    /// only hurt itself by scribbling on its own usage region; the agent
+    /// uses [`crate::reader`] instead).
+    pub fn validate(&self, len: usize) -> Result<(), RegionError> {
+        let h = &self.header;
+        if h.magic != USAGE_MAGIC {
+            return Err(RegionError::field("usage", "magic", "is not TSRUSE"));
+        }
+        if h.abi_version != ABI_VERSION {
+            return Err(RegionError::field(
+                "usage",
+                "abi_version",
+                format!("is {}; this library speaks {ABI_VERSION}", h.abi_version),
+            ));
+        }
+        if h.size as usize != USAGE_SIZE || len < USAGE_SIZE || h.slot_count as usize != MAX_SLOTS {
+            return Err(RegionError::field(
+                "usage",
+                "size",
+                format!(
+                    "is {} with {} slots (file {len} bytes); expected {USAGE_SIZE} with {MAX_SLOTS}",
+                    h.size, h.slot_count
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn zero_slot(&self, slot: usize) {
+        for g in 0..MAX_GPUS {
+            self.used[g][slot].store(0, Ordering::SeqCst);
+            self.launches[g][slot].store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Claims a free slot for process `pid` (started at `start_time`).
+    pub fn claim(&self, pid: u32, start_time: u64) -> Option<usize> {
+        let first = pid as usize % MAX_SLOTS;
+        for k in 0..MAX_SLOTS {
+            let i = (first + k) % MAX_SLOTS;
+            let w = &self.owners[i];
+            if w.load(Ordering::Relaxed) != owner::FREE {
+                continue;
+            }
+            if w.compare_exchange(
+                owner::FREE,
+                owner::word(owner::CLAIMING, pid),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+            {
+                self.start_times[i].store(start_time, Ordering::Relaxed);
+                self.zero_slot(i);
+                w.store(owner::word(owner::ACTIVE, pid), Ordering::SeqCst);
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Gives back the caller's own slot (normal exit).
+    pub fn release(&self, slot: usize, pid: u32) {
+        let w = &self.owners[slot % MAX_SLOTS];
+        if w.load(Ordering::SeqCst) == owner::word(owner::ACTIVE, pid) {
+            self.zero_slot(slot % MAX_SLOTS);
+            let _ = w.compare_exchange(
+                owner::word(owner::ACTIVE, pid),
+                owner::FREE,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Whether `slot` is still owned by `pid` (it may have been reclaimed
+    /// if the process was wrongly taken for dead, or the region reset).
+    pub fn owns(&self, slot: usize, pid: u32) -> bool {
+        self.owners[slot % MAX_SLOTS].load(Ordering::Acquire) == owner::word(owner::ACTIVE, pid)
+    }
+
+    /// Frees the slots of processes `alive` says are gone; returns how many.
+    /// `me` is the caller's pid (recorded while it reclaims).
+    pub fn reclaim_dead(&self, me: u32, alive: impl Fn(u32, u64) -> bool) -> usize {
+        let mut n = 0;
+        for i in 0..MAX_SLOTS {
+            let w = self.owners[i].load(Ordering::SeqCst);
+            let (state, pid) = (owner::state(w), owner::pid(w));
+            let dead = match state {
+                owner::CLAIMING | owner::ACTIVE => {
+                    !alive(pid, self.start_times[i].load(Ordering::Relaxed))
+                }
+                // A reclaimer that died midway: its pid is in the word.
+                owner::RECLAIMING => pid != me && !alive(pid, 0),
+                _ => false,
+            };
+            if !dead {
+                continue;
+            }
+            let mine = owner::word(owner::RECLAIMING, me);
+            if self.owners[i]
+                .compare_exchange(w, mine, Ordering::SeqCst, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            self.zero_slot(i);
+            if self.owners[i]
+                .compare_exchange(mine, owner::FREE, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn sum(col: &[AtomicU64; MAX_SLOTS]) -> u64 {
+        col.iter()
+            .fold(0u64, |a, v| a.saturating_add(v.load(Ordering::SeqCst)))
+    }
+
+    /// Bytes the container holds on GPU `gpu`.
+    pub fn used_bytes(&self, gpu: usize) -> u64 {
+        Self::sum(&self.used[gpu % MAX_GPUS])
+    }
+
+    /// Bytes slot `slot` holds on GPU `gpu`.
+    pub fn slot_bytes(&self, gpu: usize, slot: usize) -> u64 {
+        self.used[gpu % MAX_GPUS][slot % MAX_SLOTS].load(Ordering::SeqCst)
+    }
+
+    /// Reserves `bytes` on `gpu` for `slot` without the container exceeding
+    /// `limit`. On failure nothing stays reserved.
+    pub fn reserve(
+        &self,
+        gpu: usize,
+        slot: usize,
+        bytes: u64,
+        limit: u64,
+    ) -> Result<(), OverLimit> {
+        let col = &self.used[gpu % MAX_GPUS];
+        let mine = &col[slot % MAX_SLOTS];
+        if limit == UNLIMITED {
+            mine.fetch_add(bytes, Ordering::SeqCst);
+            return Ok(());
+        }
+        for attempt in 0..RESERVE_RETRIES {
+            let before = mine.fetch_add(bytes, Ordering::SeqCst);
+            if before.checked_add(bytes).is_none() {
+                mine.fetch_sub(bytes, Ordering::SeqCst);
+                break;
+            }
+            let total = Self::sum(col);
+            if total <= limit {
+                return Ok(());
+            }
+            mine.fetch_sub(bytes, Ordering::SeqCst);
+            // Still over without contenders' in-flight bytes? Then it is real.
+            let others = Self::sum(col);
+            if others.saturating_add(bytes) > limit || attempt + 1 == RESERVE_RETRIES {
+                return Err(OverLimit {
+                    used: others,
+                    limit,
+                });
+            }
+            std::thread::yield_now();
+        }
+        Err(OverLimit {
+            used: Self::sum(col),
+            limit,
+        })
+    }
+
+    /// Returns `bytes` on `gpu` from `slot` (saturating at zero).
+    pub fn unreserve(&self, gpu: usize, slot: usize, bytes: u64) {
+        let _ = self.used[gpu % MAX_GPUS][slot % MAX_SLOTS].fetch_update(
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+            |v| Some(v.saturating_sub(bytes)),
+        );
+    }
+
+    /// Counts a launch by `slot` on `gpu`.
+    pub fn count_launch(&self, gpu: usize, slot: usize) {
+        self.launches[gpu % MAX_GPUS][slot % MAX_SLOTS].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Claims the right to look for dead processes if the last look was
+    /// more than `interval_ns` ago.
+    pub fn reclaim_due(&self, now_ns: u64, interval_ns: u64) -> bool {
+        let last = &self.header.last_reclaim_ns;
+        let prev = last.load(Ordering::Relaxed);
+        now_ns.saturating_sub(prev) >= interval_ns
+            && last
+                .compare_exchange(prev, now_ns, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn region() -> Box<UsageRegion> {
+        // SAFETY: UsageRegion is made of integers and atomics, valid when
+        // zeroed.
+        let mut r = unsafe { Box::<UsageRegion>::new_zeroed().assume_init() };
+        r.init();
+        r
+    }
+
+    #[test]
+    fn reservations_stop_at_the_limit_exactly() {
+        let r = region();
+        r.validate(USAGE_SIZE).unwrap();
+        let s = r.claim(100, 1).unwrap();
+        r.reserve(0, s, 600, 1000).unwrap();
+        r.reserve(0, s, 400, 1000).unwrap();
+        assert_eq!(
+            r.reserve(0, s, 1, 1000),
+            Err(OverLimit {
+                used: 1000,
+                limit: 1000
+            })
+        );
+        assert_eq!(r.used_bytes(0), 1000);
+        r.unreserve(0, s, 400);
+        r.reserve(0, s, 400, 1000).unwrap();
+        // Other GPUs are independent.
+        r.reserve(1, s, 1000, 1000).unwrap();
+        // Unreserve saturates.
+        r.unreserve(2, s, 5);
+        assert_eq!(r.used_bytes(2), 0);
+    }
+
+    #[test]
+    fn racing_threads_never_exceed_the_limit() {
+        let r: Arc<UsageRegion> = Arc::from(region());
+        let limit = 1000u64;
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    let s = r.claim(1000 + t, 1).unwrap();
+                    let mut held = 0u64;
+                    for i in 0..20_000u64 {
+                        let n = 1 + (i * 7 + u64::from(t)) % 90;
+                        if r.reserve(0, s, n, limit).is_ok() {
+                            held += n;
+                            assert!(r.used_bytes(0) <= limit + 8 * 90);
+                        }
+                        if i % 3 == 0 && held > 0 {
+                            r.unreserve(0, s, held);
+                            held = 0;
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let held: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(held <= limit);
+        assert_eq!(r.used_bytes(0), held);
+    }
+
+    #[test]
+    fn dead_owners_are_reclaimed_once() {
+        let r = region();
+        let a = r.claim(10, 5).unwrap();
+        let b = r.claim(20, 6).unwrap();
+        r.reserve(0, a, 300, UNLIMITED).unwrap();
+        r.reserve(0, b, 200, UNLIMITED).unwrap();
+        // pid 10 is dead.
+        let n = r.reclaim_dead(99, |pid, _| pid != 10);
+        assert_eq!(n, 1);
+        assert_eq!(r.used_bytes(0), 200);
+        assert!(!r.owns(a, 10));
+        assert!(r.owns(b, 20));
+        assert_eq!(r.reclaim_dead(99, |pid, _| pid != 10), 0);
+        // The slot is reused.
+        let c = r.claim(10, 7).unwrap();
+        assert_eq!(r.slot_bytes(0, c), 0);
+        // A pid reused with another start time counts as dead.
+        let n = r.reclaim_dead(99, |_, start| start != 6);
+        assert_eq!(n, 1);
+        assert_eq!(r.used_bytes(0), 0);
+    }
+
+    #[test]
+    fn full_table_is_reported() {
+        let r = region();
+        for pid in 0..MAX_SLOTS as u32 {
+            r.claim(pid + 1, 1).unwrap();
+        }
+        assert_eq!(r.claim(5000, 1), None);
+        r.release(3 % MAX_SLOTS, 3);
+    }
+
+    #[test]
+    fn reclaim_is_rate_limited() {
+        let r = region();
+        assert!(r.reclaim_due(2_000_000_000, 1_000_000_000));
+        assert!(!r.reclaim_due(2_500_000_000, 1_000_000_000));
+        assert!(r.reclaim_due(3_000_000_000, 1_000_000_000));
+    }
+}
