@@ -1,4 +1,5 @@
 //! Property tests: the agent's reader takes arbitrary bytes without
+#![allow(clippy::unwrap_used)] // helpers of a test crate
 //! panicking, and whatever it accepts is self-consistent.
 
 use proptest::prelude::*;
