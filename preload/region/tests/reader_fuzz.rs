@@ -1,6 +1,6 @@
 //! Property tests: the agent's reader takes arbitrary bytes without
-#![allow(clippy::unwrap_used)] // helpers of a test crate
 //! panicking, and whatever it accepts is self-consistent.
+#![allow(clippy::unwrap_used)] // helpers of a test crate
 
 use proptest::prelude::*;
 use tessera_region::layout::{MAX_GPUS, USAGE_SIZE};
