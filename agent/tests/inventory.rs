@@ -221,7 +221,7 @@ fn usage_reports_processes_of_the_shared_state() {
     let sim = node.sim();
     let a = sim.attach(2).unwrap();
     sim.alloc(&a, 512 << 20).unwrap();
-    sim.submit(&a, ItemKind::Kernel, 3_000_000_000).unwrap();
+    sim.submit(&a, ItemKind::Kernel, 10_000_000_000).unwrap();
     std::thread::sleep(Duration::from_millis(300));
 
     let out = node

@@ -120,7 +120,7 @@ fn processes_and_utilisation_come_from_the_shared_state() {
     let sim = node.sim();
     let a = sim.attach(0).unwrap();
     sim.alloc(&a, 1024 * MIB).unwrap();
-    sim.submit(&a, ItemKind::Kernel, 3_000_000_000).unwrap();
+    sim.submit(&a, ItemKind::Kernel, 10_000_000_000).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let me = std::process::id();
     let held = sim.context_overhead() + 1024 * MIB;
