@@ -6,5 +6,6 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
 pub mod ebpf;
 pub mod gpu;
