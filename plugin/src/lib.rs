@@ -11,6 +11,8 @@
 #![deny(missing_docs)]
 
 pub mod annotations;
+pub mod extender;
 pub mod pod;
 pub mod quantity;
 pub mod resources;
+pub mod webhook;

@@ -37,6 +37,8 @@ pub const PRIORITY: &str = "nvidia.com/priority";
 /// Every resource name Tessera manages, in the order of the table above.
 pub const ALL: [&str; 5] = [GPU, GPU_MEM, GPU_MEM_PERCENTAGE, GPU_CORES, PRIORITY];
 
+/// Memory percentage of a request that names no memory: the whole card.
+pub const DEFAULT_MEM_PERCENT: u8 = 100;
 /// Most GPUs one container may ask for.
 pub const MAX_GPUS: u64 = 16;
 /// Most memory per GPU, MiB (1 TiB: above any GPU made).
@@ -153,7 +155,7 @@ pub struct GpuShare {
 impl GpuShare {
     /// Memory per GPU once defaults apply: the whole card when unspecified.
     pub fn effective_memory(&self) -> Memory {
-        self.memory.unwrap_or(Memory::Percent(100))
+        self.memory.unwrap_or(Memory::Percent(DEFAULT_MEM_PERCENT))
     }
 
     /// Cores once defaults apply: a request naming neither memory nor cores

@@ -1,0 +1,90 @@
+//! An immutable view of the cluster's GPUs, as the extender judges it.
+//!
+//! The view is built elsewhere (from `GpuNode` objects, design §4.4) and
+//! handed in whole, so filter and prioritize are pure functions of it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One GPU as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuView {
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Model name as NVML reports it, e.g. `NVIDIA A100-SXM4-80GB`.
+    pub model: String,
+    /// Total memory, MiB.
+    pub memory_mib: u64,
+    /// Memory already committed, MiB: the sum of allocated shares, or live
+    /// use where that is larger (the view's builder decides).
+    pub used_mib: u64,
+    /// SM percent already committed to shares (0..=100; more reads as full).
+    pub cores_used_percent: u32,
+    /// False when the agent marks the device unhealthy.
+    pub healthy: bool,
+}
+
+impl GpuView {
+    /// Memory not yet committed, MiB.
+    pub fn free_mib(&self) -> u64 {
+        self.memory_mib.saturating_sub(self.used_mib)
+    }
+
+    /// SM percent not yet committed.
+    pub fn free_cores(&self) -> u32 {
+        100u32.saturating_sub(self.cores_used_percent)
+    }
+
+    /// Committed share of the card, 0.0..=1.0: the mean of memory and SM use.
+    pub fn load(&self) -> f64 {
+        if self.memory_mib == 0 {
+            return 1.0;
+        }
+        let mem = (self.used_mib as f64 / self.memory_mib as f64).min(1.0);
+        let cores = (f64::from(self.cores_used_percent) / 100.0).min(1.0);
+        (mem + cores) / 2.0
+    }
+}
+
+/// One node's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// Its GPUs.
+    pub gpus: Vec<GpuView>,
+}
+
+/// Every node with GPU telemetry, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterView {
+    nodes: BTreeMap<String, NodeView>,
+}
+
+impl ClusterView {
+    /// A view of these nodes; a later node of the same name replaces an
+    /// earlier one.
+    pub fn new(nodes: impl IntoIterator<Item = NodeView>) -> Self {
+        Self {
+            nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
+        }
+    }
+
+    /// The node of this name, if it has telemetry.
+    pub fn node(&self, name: &str) -> Option<&NodeView> {
+        self.nodes.get(name)
+    }
+
+    /// Number of nodes in the view.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the view has no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}

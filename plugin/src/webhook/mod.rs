@@ -1,0 +1,286 @@
+//! The mutating admission webhook, as a pure function of the pod JSON.
+//!
+//! For a pod that asks for GPU shares it:
+//! - refuses what can never be honoured: invalid resource values or
+//!   `tessera.dev/` annotations, a privileged container with a GPU share
+//!   (it sees every device and can lift its own limits), a preset
+//!   `spec.nodeName` (no scheduler would check the GPUs), another
+//!   scheduler's name;
+//! - otherwise patches `spec.schedulerName` to Tessera's scheduler and
+//!   writes the defaults into each GPU container's limits, so the stored pod
+//!   says what it gets: `gpumem-percentage: 100` when no memory is given,
+//!   and `gpucores` (100 for a whole-card request, 0 when only memory is
+//!   given). A GPU resource given only as a request is copied to the limits,
+//!   as Kubernetes requires limits for extended resources.
+//!
+//! Pods without GPU resources pass untouched.
+
+mod review;
+
+pub use review::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, GroupVersionKind, Status, review,
+};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use crate::annotations;
+use crate::pod::Pod;
+use crate::resources::{self, GpuShare};
+
+/// The scheduler name the chart deploys.
+pub const DEFAULT_SCHEDULER_NAME: &str = "tessera-scheduler";
+
+/// Why a pod is refused.
+#[derive(Debug, Error)]
+pub enum WebhookError {
+    /// The object is not a pod this crate can read.
+    #[error("object is not a readable pod")]
+    Decode(#[source] serde_json::Error),
+    /// Invalid resource values or annotations; one message per problem.
+    #[error("{}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// A privileged container with a GPU share.
+    #[error(
+        "container {container:?} is privileged and asks for GPU shares; a privileged container sees every GPU and can lift its own limits; accepted: securityContext.privileged unset or false on GPU containers"
+    )]
+    Privileged {
+        /// Container name.
+        container: String,
+    },
+    /// `spec.nodeName` preset on a GPU pod.
+    #[error(
+        "pod sets spec.nodeName to {node:?} and asks for GPU shares, which bypasses GPU scheduling; accepted: no spec.nodeName (use a nodeSelector or node affinity)"
+    )]
+    NodeName {
+        /// The preset node.
+        node: String,
+    },
+    /// Another scheduler named on a GPU pod.
+    #[error(
+        "pod names scheduler {name:?} and asks for GPU shares; accepted: schedulerName unset, default-scheduler or {ours}"
+    )]
+    OtherScheduler {
+        /// The scheduler the pod names.
+        name: String,
+        /// Tessera's scheduler name.
+        ours: String,
+    },
+    /// An AdmissionReview without a request.
+    #[error("admission review has no request")]
+    NoRequest,
+}
+
+impl WebhookError {
+    /// HTTP-style status code for the AdmissionResponse: 422 for values
+    /// that fail validation, 403 for requests refused by policy.
+    pub fn code(&self) -> u16 {
+        match self {
+            WebhookError::Decode(_) | WebhookError::NoRequest => 400,
+            WebhookError::Invalid(_) => 422,
+            _ => 403,
+        }
+    }
+
+    /// The message with its causes, for a person to read.
+    pub fn full_message(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+}
+
+/// Settings of the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// The scheduler GPU pods are handed to.
+    pub scheduler_name: String,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            scheduler_name: DEFAULT_SCHEDULER_NAME.to_owned(),
+        }
+    }
+}
+
+/// One RFC 6902 JSON patch operation (`add` only: it also replaces).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PatchOp {
+    /// Always `add`.
+    pub op: &'static str,
+    /// JSON pointer.
+    pub path: String,
+    /// The value set there.
+    pub value: Value,
+}
+
+impl PatchOp {
+    fn add(path: String, value: Value) -> Self {
+        Self {
+            op: "add",
+            path,
+            value,
+        }
+    }
+}
+
+/// An allowed pod: the patch to apply and warnings for the user.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Admitted {
+    /// Operations to apply; empty when the pod is left as it is.
+    pub patch: Vec<PatchOp>,
+    /// Shown by kubectl; nothing is refused for them.
+    pub warnings: Vec<String>,
+}
+
+/// Decides admission for a pod given as JSON.
+///
+/// # Errors
+/// A [`WebhookError`] saying why the pod is refused.
+pub fn admit_pod(object: &Value, config: &WebhookConfig) -> Result<Admitted, WebhookError> {
+    let pod: Pod = serde_json::from_value(object.clone()).map_err(WebhookError::Decode)?;
+    let shares = resources::pod_gpu_shares(&pod);
+    let policy = annotations::parse(&pod.metadata.annotations);
+    let has_policy = pod
+        .metadata
+        .annotations
+        .keys()
+        .any(|k| k.starts_with(annotations::PREFIX));
+    let shares = match (shares, policy) {
+        (Ok(shares), Ok(_)) => shares,
+        (shares, policy) => {
+            let mut problems: Vec<String> = Vec::new();
+            if let Err(errors) = shares {
+                problems.extend(errors.iter().map(ToString::to_string));
+            }
+            if let Err(errors) = policy {
+                problems.extend(errors.iter().map(ToString::to_string));
+            }
+            return Err(WebhookError::Invalid(problems));
+        }
+    };
+    if shares.is_empty() {
+        let mut admitted = Admitted::default();
+        if has_policy {
+            admitted.warnings.push(
+                "tessera.dev/ annotations have no effect on a pod without GPU resources".to_owned(),
+            );
+        }
+        return Ok(admitted);
+    }
+    check_policy(&pod, &shares, config)?;
+    let mut patch = vec![PatchOp::add(
+        "/spec/schedulerName".to_owned(),
+        Value::from(config.scheduler_name.clone()),
+    )];
+    for (index, container) in pod.spec.containers.iter().enumerate() {
+        if let Some(share) = shares.iter().find(|s| s.container == container.name) {
+            let raw = object.pointer(&format!("/spec/containers/{index}"));
+            patch.extend(container_defaults(index, raw, share));
+        }
+    }
+    Ok(Admitted {
+        patch,
+        warnings: Vec::new(),
+    })
+}
+
+fn check_policy(
+    pod: &Pod,
+    shares: &[GpuShare],
+    config: &WebhookConfig,
+) -> Result<(), WebhookError> {
+    for share in shares {
+        let privileged = pod
+            .spec
+            .containers
+            .iter()
+            .any(|c| c.name == share.container && c.is_privileged());
+        if privileged {
+            return Err(WebhookError::Privileged {
+                container: share.container.clone(),
+            });
+        }
+    }
+    if !pod.spec.node_name.is_empty() {
+        return Err(WebhookError::NodeName {
+            node: pod.spec.node_name.clone(),
+        });
+    }
+    let name = pod.spec.scheduler_name.as_str();
+    if !(name.is_empty() || name == "default-scheduler" || name == config.scheduler_name) {
+        return Err(WebhookError::OtherScheduler {
+            name: name.to_owned(),
+            ours: config.scheduler_name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The resource values one GPU container should carry in its limits.
+fn wanted_limits(raw: Option<&Value>, share: &GpuShare) -> Vec<(&'static str, Value)> {
+    let requests = raw.and_then(|c| c.pointer("/resources/requests"));
+    let mut wanted: Vec<(&'static str, Value)> = resources::ALL
+        .iter()
+        .filter_map(|&name| Some((name, requests?.get(name)?.clone())))
+        .collect();
+    if share.memory.is_none() {
+        let percent = resources::DEFAULT_MEM_PERCENT.to_string();
+        wanted.push((resources::GPU_MEM_PERCENTAGE, Value::from(percent)));
+    }
+    if share.cores.is_none() {
+        let cores = share.effective_cores().to_string();
+        wanted.push((resources::GPU_CORES, Value::from(cores)));
+    }
+    wanted
+}
+
+/// Patch operations that give container `index` its defaults.
+fn container_defaults(index: usize, raw: Option<&Value>, share: &GpuShare) -> Vec<PatchOp> {
+    let limits = raw.and_then(|c| c.pointer("/resources/limits"));
+    let missing: Vec<(&'static str, Value)> = wanted_limits(raw, share)
+        .into_iter()
+        .filter(|(name, _)| limits.and_then(|l| l.get(*name)).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    let base = format!("/spec/containers/{index}/resources");
+    let has_resources = raw
+        .and_then(|c| c.get("resources"))
+        .is_some_and(Value::is_object);
+    let as_map = |pairs: Vec<(&str, Value)>| -> Map<String, Value> {
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    };
+    if !has_resources {
+        let mut resources = Map::new();
+        resources.insert("limits".to_owned(), Value::Object(as_map(missing)));
+        return vec![PatchOp::add(base, Value::Object(resources))];
+    }
+    if !limits.is_some_and(Value::is_object) {
+        return vec![PatchOp::add(
+            format!("{base}/limits"),
+            Value::Object(as_map(missing)),
+        )];
+    }
+    missing
+        .into_iter()
+        .map(|(name, value)| PatchOp::add(format!("{base}/limits/{}", escape_pointer(name)), value))
+        .collect()
+}
+
+/// RFC 6901 escaping of one pointer segment.
+fn escape_pointer(segment: &str) -> String {
+    segment.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests;
