@@ -14,6 +14,7 @@
 //! - [`bypass`]: preload registration, watched (GPU pod) cgroups, and the
 //!   ring buffer of processes that skip the preload;
 //! - [`driver`]: the NVIDIA driver version, for parameter layouts;
+//! - [`guard`]: the per-pod cgroup device guard, pinned in bpffs;
 //! - [`cgroup`]: where cgroup v2 is mounted and what a cgroup's id is;
 //! - [`mounts`]: tracefs and bpffs when the host has not mounted them.
 //!
@@ -30,12 +31,14 @@ pub mod cgroup;
 pub mod counts;
 pub mod devices;
 pub mod driver;
+pub mod guard;
 pub mod mode;
 pub mod mounts;
 pub mod observer;
 
 pub use bypass::{Access, Bypass, BypassEvents};
 pub use counts::{ProgramStats, Snapshot};
+pub use guard::{GuardDevices, GuardError, GuardInfo, Guards};
 pub use devices::{Device, DeviceSpec, DeviceTarget};
 pub use mode::{AttachMode, ModeRequest};
 pub use observer::{Observer, ObserverConfig, ObserverError};

@@ -27,6 +27,7 @@ pub struct MountError {
 
 /// Makes sure tracefs is mounted; returns whether this call mounted it.
 pub fn ensure_tracefs() -> Result<bool, MountError> {
+    let _guard = MOUNTING.lock().unwrap_or_else(|p| p.into_inner());
     let usable = |dir: &str| Path::new(dir).join("events").is_dir();
     if usable(TRACEFS) || usable(TRACEFS_IN_DEBUGFS) {
         return Ok(false);
@@ -38,12 +39,17 @@ pub fn ensure_tracefs() -> Result<bool, MountError> {
 /// Makes sure bpffs is mounted at `path`; returns whether this call
 /// mounted it.
 pub fn ensure_bpffs(path: &Path) -> Result<bool, MountError> {
+    let _guard = MOUNTING.lock().unwrap_or_else(|p| p.into_inner());
     if is_mount_of(path, "bpf") {
         return Ok(false);
     }
     mount_fs("bpf", path)?;
     Ok(true)
 }
+
+/// Serialises check-and-mount within the process, so two threads do not
+/// stack two mounts (the second would hide what was made on the first).
+static MOUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn mount_fs(fs: &'static str, path: &Path) -> Result<(), MountError> {
     let err = |source| MountError {

@@ -181,6 +181,23 @@ impl Child {
     }
 }
 
+/// Marks a child's answer on stdout, where libtest writes too.
+pub const ANSWER: &str = "ANSWER:";
+
+/// Prints a child's answer.
+pub fn answer(text: &str) {
+    println!("\n{ANSWER}{text}");
+}
+
+/// The answer in a child's stdout.
+pub fn answer_in(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(ANSWER))
+        .unwrap_or_else(|| panic!("no answer in child output: {stdout:?}"))
+        .to_owned()
+}
+
 /// The raw ioctl children issue; the only unsafe code of the tests.
 pub mod sys {
     /// `nv_ioctl_xfer_t`.

@@ -1,0 +1,256 @@
+//! Privileged tests of the per-pod device guard, with real devices as
+//! stand-ins: 1:5 (`/dev/zero`) and 1:7 (`/dev/full`) play GPU minors,
+//! 1:3 (`/dev/null`) the control node, and 1:8 (`/dev/random`) a device
+//! the guard does not govern. The pod cgroup is a cgroupfs-style
+//! `kubepods/besteffort/pod<uid>` inside a test cgroup, and the probing
+//! process sits in a container cgroup below it.
+//!
+//! The guard is applied by a child process that exits before anything is
+//! probed, so what is checked is the pinned guard alone. Skipped (with the
+//! reason) without root or the objects.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+#[path = "ebpf_support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::{Child, TestCgroup, answer, answer_in, artifact, child_role, skip_reason};
+use tessera_agent::ebpf::{
+    GuardDevices, Guards, cgroup,
+    devices::{Device, DeviceSpec as Spec},
+};
+
+const POD_ENV: &str = "TESSERA_TEST_GUARD_POD";
+const PINS_ENV: &str = "TESSERA_TEST_GUARD_PINS";
+const ALLOW_ENV: &str = "TESSERA_TEST_GUARD_ALLOW";
+const CID: &str = "4f6c2b0e9a8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a291807f6e5d4c3b2a19080";
+/// The devices probed, by name.
+const PROBED: [&str; 4] = ["null", "zero", "full", "random"];
+
+fn stand_ins() -> Vec<Device> {
+    ["control=/dev/null", "gpu=/dev/zero", "gpu=/dev/full"]
+        .iter()
+        .map(|s| s.parse::<Spec>().unwrap().resolve().unwrap())
+        .collect()
+}
+
+fn guards(pins: &Path) -> Guards {
+    let object = artifact("tessera-guard.bpf.o").unwrap();
+    Guards::new(object, GuardDevices::from_devices(&stand_ins()))
+        .unwrap()
+        .with_pin_dir(pins)
+}
+
+/// Children: `apply` guards the pod and exits (the loader going away);
+/// `probe` opens each device and prints `name=ok|EPERM|<errno>`.
+fn child_side() {
+    let Some(role) = child_role() else { return };
+    match role.as_str() {
+        "apply" => {
+            let pod = PathBuf::from(std::env::var(POD_ENV).unwrap());
+            let pins = PathBuf::from(std::env::var(PINS_ENV).unwrap());
+            let allowed: Vec<(u32, u32)> = std::env::var(ALLOW_ENV)
+                .unwrap()
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    let d = s.parse::<Spec>().unwrap().resolve().unwrap();
+                    (d.major, d.minor)
+                })
+                .collect();
+            let info = guards(&pins).guard_pod(&pod, &allowed).unwrap();
+            answer(&info.link_id.to_string());
+        }
+        "probe" => {
+            let mut out = Vec::new();
+            for name in PROBED {
+                let result = match std::fs::File::open(format!("/dev/{name}")) {
+                    Ok(_) => "ok".to_owned(),
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => "EPERM".to_owned(),
+                    Err(e) => format!("{e}"),
+                };
+                out.push(format!("{name}={result}"));
+            }
+            answer(&out.join(" "));
+        }
+        other => panic!("unknown child role {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// A private pin folder on bpffs, removed on drop.
+struct Pins(PathBuf);
+
+impl Pins {
+    fn new(name: &str) -> Self {
+        let dir =
+            Path::new("/sys/fs/bpf").join(format!("tessera-test-{}-{name}", std::process::id()));
+        Self(dir)
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(&self.0) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn probe(test: &str, container: &Path) -> String {
+    answer_in(&Child::spawn(test, "probe").join(container).go())
+}
+
+fn apply(test: &str, pod: &Path, pins: &Path, allow: &str) -> u32 {
+    let out = Child::spawn_with(
+        test,
+        "apply",
+        &[
+            (POD_ENV, pod.to_str().unwrap()),
+            (PINS_ENV, pins.to_str().unwrap()),
+            (ALLOW_ENV, allow),
+        ],
+    )
+    .go();
+    answer_in(&out).parse().unwrap()
+}
+
+fn guard_skip() -> Option<String> {
+    skip_reason().or_else(|| artifact("tessera-guard.bpf.o").err())
+}
+
+fn pod_uid() -> String {
+    // Unique per test process, a valid UUID.
+    format!(
+        "0000{:04x}-0000-4000-8000-{:012x}",
+        std::process::id() & 0xffff,
+        rand_tail()
+    )
+}
+
+fn rand_tail() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        & 0xffff_ffff_ffff
+}
+
+#[test]
+fn guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup() {
+    child_side();
+    let test = "guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup";
+    if let Some(why) = guard_skip() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let base = TestCgroup::new("guard");
+    let uid = pod_uid();
+    let pod = base.child(&format!("kubepods/besteffort/pod{uid}"));
+    let container = base.child(&format!("kubepods/besteffort/pod{uid}/{CID}"));
+    let pod_id = cgroup::cgroup_id(&pod).unwrap();
+    let pins = Pins::new("guard");
+
+    assert_eq!(
+        probe(test, &container),
+        "null=ok zero=ok full=ok random=ok",
+        "before any guard"
+    );
+
+    // Applied by a process that exits: only the pin holds the guard.
+    let link = apply(test, &pod, &pins.0, "/dev/zero");
+    assert_eq!(
+        probe(test, &container),
+        "null=ok zero=ok full=EPERM random=ok",
+        "1:7 is a GPU not assigned to the pod; 1:3 is control"
+    );
+    // The pod cgroup itself is guarded too, processes outside it are not.
+    assert_eq!(probe(test, &pod), "null=ok zero=ok full=EPERM random=ok");
+    assert!(std::fs::File::open("/dev/full").is_ok(), "outside the pod");
+
+    let g = guards(&pins.0);
+    let listed = g.list_guards().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].pod_uid, uid);
+    assert_eq!(listed[0].link_id, link);
+    assert_eq!(listed[0].cgroup_id, Some(pod_id));
+
+    // A new assignment replaces the old guard.
+    let link2 = apply(test, &pod, &pins.0, "/dev/full");
+    assert_ne!(link2, link);
+    assert_eq!(
+        probe(test, &container),
+        "null=ok zero=EPERM full=ok random=ok"
+    );
+    let listed = g.list_guards().unwrap();
+    assert_eq!(listed.len(), 1, "the old pin was replaced: {listed:?}");
+    assert_eq!(listed[0].link_id, link2);
+
+    // No GPU at all.
+    apply(test, &pod, &pins.0, "");
+    assert_eq!(
+        probe(test, &container),
+        "null=ok zero=EPERM full=EPERM random=ok"
+    );
+
+    // Cleanup removes enforcement.
+    assert!(g.unguard_pod(&uid).unwrap());
+    assert!(!g.unguard_pod(&uid).unwrap(), "already gone");
+    assert!(g.list_guards().unwrap().is_empty());
+    assert_eq!(
+        probe(test, &container),
+        "null=ok zero=ok full=ok random=ok",
+        "after cleanup"
+    );
+}
+
+#[test]
+fn guards_of_removed_pods_are_pruned_and_bad_paths_refused() {
+    child_side();
+    if let Some(why) = guard_skip() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let base = TestCgroup::new("guard-prune");
+    let uid = pod_uid();
+    let pod = base.child(&format!("kubepods/pod{uid}"));
+    let container = base.child(&format!("kubepods/pod{uid}/{CID}"));
+    let pins = Pins::new("prune");
+    let g = guards(&pins.0);
+
+    let err = g.guard_pod(&container, &[]).unwrap_err().to_string();
+    assert!(err.contains("is a container cgroup of pod"), "{err}");
+    let err = g.guard_pod(&base.0, &[]).unwrap_err().to_string();
+    assert!(
+        err.ends_with("is not a pod cgroup: not a kubepods pod path"),
+        "{err}"
+    );
+
+    let info = g.guard_pod(&pod, &[(1, 5)]).unwrap();
+    assert_eq!(info.pod_uid, uid);
+    assert!(info.cgroup_id.is_some());
+    assert!(g.prune().unwrap().is_empty(), "the pod still exists");
+
+    // The pod goes: the kernel detaches the link; prune removes the pin.
+    std::fs::remove_dir(&container).unwrap();
+    std::fs::remove_dir(&pod).unwrap();
+    let mut pruned = Vec::new();
+    for _ in 0..100 {
+        pruned = g.prune().unwrap();
+        if !pruned.is_empty() {
+            break;
+        }
+        // The cgroup is released asynchronously.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(pruned, vec![uid]);
+    assert!(g.list_guards().unwrap().is_empty());
+}
