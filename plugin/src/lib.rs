@@ -12,6 +12,7 @@
 
 pub mod annotations;
 pub mod extender;
+pub mod manifest;
 pub mod pod;
 pub mod quantity;
 pub mod resources;

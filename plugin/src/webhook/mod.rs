@@ -177,10 +177,13 @@ pub fn admit_pod(object: &Value, config: &WebhookConfig) -> Result<Admitted, Web
         return Ok(admitted);
     }
     check_policy(&pod, &shares, config)?;
-    let mut patch = vec![PatchOp::add(
-        "/spec/schedulerName".to_owned(),
-        Value::from(config.scheduler_name.clone()),
-    )];
+    let mut patch = Vec::new();
+    if pod.spec.scheduler_name != config.scheduler_name {
+        patch.push(PatchOp::add(
+            "/spec/schedulerName".to_owned(),
+            Value::from(config.scheduler_name.clone()),
+        ));
+    }
     for (index, container) in pod.spec.containers.iter().enumerate() {
         if let Some(share) = shares.iter().find(|s| s.container == container.name) {
             let raw = object.pointer(&format!("/spec/containers/{index}"));

@@ -60,6 +60,15 @@ fn design_example_gets_the_scheduler_and_no_other_change() {
 }
 
 #[test]
+fn a_pod_already_complete_is_left_alone() {
+    let mut object = gpu_pod(
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}),
+    );
+    object["spec"]["schedulerName"] = json!("tessera-scheduler");
+    assert_eq!(admit_pod(&object, &config()).unwrap(), Admitted::default());
+}
+
+#[test]
 fn gpu_only_gets_whole_card_defaults() {
     let out = admitted(&gpu_pod(json!({"nvidia.com/gpu": "1"})));
     assert_eq!(out["spec"]["schedulerName"], "tessera-scheduler");
