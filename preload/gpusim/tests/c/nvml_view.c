@@ -2,8 +2,9 @@
  * What NVML says about GPU 0 of the simulated node, for the simulator's
  * tests: one line per running compute process ("proc <pid> <bytes>"), per
  * utilisation sample of the last second ("sample <pid> <sm%>"), and the
- * device utilisation ("util <gpu%> <mem%>"). Loads libnvidia-ml.so.1 with
- * dlopen, as monitoring agents do.
+ * device utilisation ("util <gpu%> <mem%>") and memory ("mem <total> <free>
+ * <used>", "mem2 <total> <reserved> <free> <used>"). Loads libnvidia-ml.so.1
+ * with dlopen, as monitoring agents do.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -24,6 +25,13 @@ typedef struct {
 typedef struct {
     unsigned int gpu, memory;
 } util_t;
+typedef struct {
+    unsigned long long total, free, used;
+} mem_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} mem2_t;
 
 #define LOAD(ret, name, args)                                                    \
     ret(*name) args = (ret(*) args)dlsym(h, #name);                              \
@@ -43,6 +51,8 @@ int main(void) {
     LOAD(int, nvmlDeviceGetComputeRunningProcesses_v3, (nvmlDevice_t, unsigned *, proc_t *))
     LOAD(int, nvmlDeviceGetProcessUtilization, (nvmlDevice_t, sample_t *, unsigned *, unsigned long long))
     LOAD(int, nvmlDeviceGetUtilizationRates, (nvmlDevice_t, util_t *))
+    LOAD(int, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, mem_t *))
+    LOAD(int, nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t, mem2_t *))
     nvmlDevice_t d;
     if (nvmlInit_v2() || nvmlDeviceGetHandleByIndex_v2(0, &d)) {
         printf("error init\n");
@@ -70,5 +80,10 @@ int main(void) {
         return 1;
     }
     printf("util %u %u\n", u.gpu, u.memory);
+    mem_t m;
+    if (nvmlDeviceGetMemoryInfo(d, &m) == 0) printf("mem %llu %llu %llu\n", m.total, m.free, m.used);
+    mem2_t m2 = {(unsigned)sizeof(mem2_t) | (2u << 24), 0, 0, 0, 0};
+    if (nvmlDeviceGetMemoryInfo_v2(d, &m2) == 0)
+        printf("mem2 %llu %llu %llu %llu\n", m2.total, m2.reserved, m2.free, m2.used);
     return 0;
 }

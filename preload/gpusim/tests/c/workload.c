@@ -6,6 +6,8 @@
  *   cc -DUSE_DLOPEN workload.c -ldl      dlopen("libcuda.so.1") and resolve
  *                                        every entry point through
  *                                        cuGetProcAddress_v2, as libcudart does
+ *   cc -DUSE_DLOPEN -DUSE_DLSYM ...      dlopen, then dlsym() each versioned
+ *                                        symbol name (cuMemAlloc_v2, ...)
  *
  * Arguments are operations, run in order; each prints one line:
  *   dev N                   retain device N's primary context, make it current
@@ -25,6 +27,16 @@
  *   ready                   print "ready" (the parent waits for it)
  *   hold                    sleep until killed
  *   procaddress             check cuGetProcAddress_v2 answers
+ *   fill FAMILY MIB         allocate MIB-sized objects of FAMILY until one
+ *                           fails -> "filled <family> <n> <rc>"; FAMILY is
+ *                           linear, pitch, managed, async, pool, vmm,
+ *                           array1d, array2d, array3d or mipmap
+ *   one FAMILY MIB          allocate one object  -> "one <family> <rc>"
+ *   churn MIB N             N rounds: allocate MIB; on failure free the
+ *                           oldest object          -> "churn <ok> <oom>"
+ *   totalmem                cuDeviceTotalMem_v2    -> "totalmem <bytes>"
+ *   graph NAME G B K N      capture K launches into a graph, launch it N
+ *                           times, sync             -> "graph <n>"
  * Any failing call prints "error <op> <CUDA_ERROR_NAME>" and exits 1.
  */
 #define _GNU_SOURCE
@@ -40,6 +52,19 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent;
+typedef struct {
+    int type, handle_types, loc_type, loc_id;
+    void *win32;
+    unsigned char flags[8];
+} memprop_t;
+typedef struct {
+    size_t w, h;
+    unsigned format, channels;
+} array2d_t;
+typedef struct {
+    size_t w, h, d;
+    unsigned format, channels, flags;
+} array3d_t;
 
 #define API(X)                                                                         \
     X(cuInit, (unsigned))                                                              \
@@ -55,14 +80,38 @@ typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUevent;
     X(cuEventSynchronize, (CUevent))                                                   \
     X(cuEventElapsedTime, (float *, CUevent, CUevent))                                 \
     X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,    \
-                       unsigned, unsigned, CUstream, void **, void **))
+                       unsigned, unsigned, CUstream, void **, void **))                   \
+    X(cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned))                            \
+    X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                              \
+    X(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, void *, CUstream))              \
+    X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                         \
+    X(cuDeviceGetDefaultMemPool, (void **, CUdevice))                                  \
+    X(cuMemCreate, (unsigned long long *, size_t, const memprop_t *, unsigned long long)) \
+    X(cuMemRelease, (unsigned long long))                                              \
+    X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
+    X(cuMemAddressFree, (CUdeviceptr, size_t))                                         \
+    X(cuMemMap, (CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long))  \
+    X(cuMemUnmap, (CUdeviceptr, size_t))                                               \
+    X(cuMipmappedArrayCreate, (void **, const array3d_t *, unsigned))                  \
+    X(cuMipmappedArrayDestroy, (void *))                                               \
+    X(cuArrayDestroy, (void *))                                                        \
+    X(cuStreamCreate, (CUstream *, unsigned))                                          \
+    X(cuStreamSynchronize, (CUstream))                                                 \
+    X(cuStreamEndCapture, (CUstream, void **))                                         \
+    X(cuGraphLaunch, (void *, CUstream))
 
 /* Versioned entry points: the symbol name differs from the base name. */
 #define API_V2(X)                                                                      \
     X(cuMemAlloc, cuMemAlloc_v2, (CUdeviceptr *, size_t))                              \
     X(cuMemFree, cuMemFree_v2, (CUdeviceptr))                                          \
     X(cuMemGetInfo, cuMemGetInfo_v2, (size_t *, size_t *))                             \
-    X(cuCtxCreate, cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))
+    X(cuCtxCreate, cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))                \
+    X(cuMemAllocPitch, cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned)) \
+    X(cuArrayCreate, cuArrayCreate_v2, (void **, const array2d_t *))                    \
+    X(cuArray3DCreate, cuArray3DCreate_v2, (void **, const array3d_t *))                \
+    X(cuDeviceTotalMem, cuDeviceTotalMem_v2, (size_t *, CUdevice))                      \
+    X(cuStreamBeginCapture, cuStreamBeginCapture_v2, (CUstream, int))                   \
+    X(cuGraphInstantiate, cuGraphInstantiateWithFlags, (void **, void *, unsigned long long))
 
 #ifdef USE_DLOPEN
 #define DECL(name, args) static CUresult(*p_##name) args;
@@ -84,14 +133,25 @@ static void load(void) {
         exit(1);
     }
     int status = -1;
+#ifdef USE_DLSYM
+#define RESOLVE_SYM(name, sym)                                                         \
+    if (!(*(void **)&p_##name = dlsym(h, #sym))) {                                     \
+        printf("error dlsym %s\n", #sym);                                              \
+        exit(1);                                                                       \
+    }
+#define RESOLVE(name, args) RESOLVE_SYM(name, name)
+#define RESOLVE2(base, sym, args) RESOLVE_SYM(base, sym)
+#else
 #define RESOLVE(name, args)                                                            \
     if (p_getproc(#name, (void **)&p_##name, 12080, 0, &status) || status != 0) {     \
         printf("error getproc %s status %d\n", #name, status);                        \
         exit(1);                                                                       \
     }
 #define RESOLVE2(base, sym, args) RESOLVE(base, args)
+#endif
     API(RESOLVE)
     API_V2(RESOLVE2)
+    (void)status;
 }
 #define CALL(name) p_##name
 #else
@@ -105,6 +165,30 @@ static void load(void) {}
 #define CALL_cuMemFree cuMemFree_v2
 #define CALL_cuMemGetInfo cuMemGetInfo_v2
 #define CALL_cuCtxCreate cuCtxCreate_v2
+#define CALL_cuMemAllocPitch cuMemAllocPitch_v2
+#define CALL_cuArrayCreate cuArrayCreate_v2
+#define CALL_cuArray3DCreate cuArray3DCreate_v2
+#define CALL_cuDeviceTotalMem cuDeviceTotalMem_v2
+#define CALL_cuStreamBeginCapture cuStreamBeginCapture_v2
+#define CALL_cuGraphInstantiate cuGraphInstantiateWithFlags
+#define CALL_cuMemAllocManaged cuMemAllocManaged
+#define CALL_cuMemAllocAsync cuMemAllocAsync
+#define CALL_cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync
+#define CALL_cuMemFreeAsync cuMemFreeAsync
+#define CALL_cuDeviceGetDefaultMemPool cuDeviceGetDefaultMemPool
+#define CALL_cuMemCreate cuMemCreate
+#define CALL_cuMemRelease cuMemRelease
+#define CALL_cuMemAddressReserve cuMemAddressReserve
+#define CALL_cuMemAddressFree cuMemAddressFree
+#define CALL_cuMemMap cuMemMap
+#define CALL_cuMemUnmap cuMemUnmap
+#define CALL_cuMipmappedArrayCreate cuMipmappedArrayCreate
+#define CALL_cuMipmappedArrayDestroy cuMipmappedArrayDestroy
+#define CALL_cuArrayDestroy cuArrayDestroy
+#define CALL_cuStreamCreate cuStreamCreate
+#define CALL_cuStreamSynchronize cuStreamSynchronize
+#define CALL_cuStreamEndCapture cuStreamEndCapture
+#define CALL_cuGraphLaunch cuGraphLaunch
 #define CALL_cuInit cuInit
 #define CALL_cuGetErrorName cuGetErrorName
 #define CALL_cuDeviceGet cuDeviceGet
@@ -139,6 +223,80 @@ static const char *name_of(CUresult rc) {
 static CUdeviceptr allocs[65536];
 static int nallocs;
 static CUmodule module;
+
+/* Objects of the allocation families (fill / one / churn). */
+enum { F_LINEAR, F_PITCH, F_MANAGED, F_ASYNC, F_POOL, F_VMM, F_A1, F_A2, F_A3, F_MIP, F_N };
+static const char *family_names[F_N] = {"linear", "pitch",   "managed", "async",   "pool",
+                                        "vmm",    "array1d", "array2d", "array3d", "mipmap"};
+typedef struct {
+    int family;
+    CUdeviceptr ptr;
+    unsigned long long handle;
+    void *obj;
+    size_t size;
+} object_t;
+static object_t objects[65536];
+static int nobjects, first_object;
+
+static int family_of(const char *name) {
+    for (int f = 0; f < F_N; f++)
+        if (!strcmp(name, family_names[f])) return f;
+    printf("error unknown-family %s\n", name);
+    exit(2);
+}
+
+/* Allocates one object of about `bytes`; returns the CUresult. */
+static CUresult alloc_object(int family, size_t bytes) {
+    object_t o = {family, 0, 0, 0, bytes};
+    CUresult rc;
+    static void *pool;
+    switch (family) {
+    case F_LINEAR: rc = CALL(cuMemAlloc)(&o.ptr, bytes); break;
+    case F_PITCH: {
+        size_t pitch; /* rows of 4096 bytes */
+        rc = CALL(cuMemAllocPitch)(&o.ptr, &pitch, 4096, bytes / 4096, 4);
+        break;
+    }
+    case F_MANAGED: rc = CALL(cuMemAllocManaged)(&o.ptr, bytes, 1); break;
+    case F_ASYNC: rc = CALL(cuMemAllocAsync)(&o.ptr, bytes, 0); break;
+    case F_POOL:
+        if (!pool) CHECK("pool", CALL(cuDeviceGetDefaultMemPool)(&pool, 0));
+        rc = CALL(cuMemAllocFromPoolAsync)(&o.ptr, bytes, pool, 0);
+        break;
+    case F_VMM: {
+        memprop_t prop = {1, 0, 1, 0, 0, {0}};
+        rc = CALL(cuMemCreate)(&o.handle, bytes, &prop, 0);
+        if (rc) break;
+        CHECK("reserve", CALL(cuMemAddressReserve)(&o.ptr, bytes, 0, 0, 0));
+        CHECK("map", CALL(cuMemMap)(o.ptr, bytes, 0, o.handle, 0));
+        break;
+    }
+    case F_A1: { array2d_t d = {bytes / 4, 0, 0x20, 1}; rc = CALL(cuArrayCreate)(&o.obj, &d); break; }
+    case F_A2: { array2d_t d = {1024, bytes / 4096, 0x20, 1}; rc = CALL(cuArrayCreate)(&o.obj, &d); break; }
+    case F_A3: { array3d_t d = {256, 256, bytes / (256 * 256 * 4), 0x01, 4, 0}; rc = CALL(cuArray3DCreate)(&o.obj, &d); break; }
+    default: { /* mipmap: 2 levels, level 0 is 4/5 of the bytes */
+        array3d_t d = {1024, bytes / 4096 * 4 / 5, 0, 0x20, 1, 0};
+        rc = CALL(cuMipmappedArrayCreate)(&o.obj, &d, 2);
+        break;
+    }
+    }
+    if (!rc) objects[nobjects++] = o;
+    return rc;
+}
+
+static void free_object(object_t *o) {
+    switch (o->family) {
+    case F_LINEAR: case F_PITCH: case F_MANAGED: CHECK("free", CALL(cuMemFree)(o->ptr)); break;
+    case F_ASYNC: case F_POOL: CHECK("free", CALL(cuMemFreeAsync)(o->ptr, 0)); break;
+    case F_VMM:
+        CHECK("unmap", CALL(cuMemUnmap)(o->ptr, o->size));
+        CHECK("release", CALL(cuMemRelease)(o->handle));
+        CHECK("addrfree", CALL(cuMemAddressFree)(o->ptr, o->size));
+        break;
+    case F_MIP: CHECK("free", CALL(cuMipmappedArrayDestroy)(o->obj)); break;
+    default: CHECK("free", CALL(cuArrayDestroy)(o->obj)); break;
+    }
+}
 
 static double now_ms(void) {
     struct timespec t;
@@ -193,9 +351,50 @@ int main(int argc, char **argv) {
             }
             printf("allocs %d %s\n", count, name_of(rc));
         } else if (!strcmp(op, "free-all")) {
-            int n = nallocs;
+            int n = nallocs + nobjects - first_object;
             while (nallocs) CHECK(op, CALL(cuMemFree)(allocs[--nallocs]));
+            while (nobjects > first_object) free_object(&objects[--nobjects]);
+            nobjects = first_object = 0;
             printf("freed %d\n", n);
+        } else if (!strcmp(op, "fill") || !strcmp(op, "one")) {
+            int f = family_of(ARG());
+            size_t n = strtoull(ARG(), 0, 10) << 20;
+            int count = 0;
+            CUresult rc;
+            while (!(rc = alloc_object(f, n)) && nobjects < 65536 && !strcmp(op, "fill")) count++;
+            if (!strcmp(op, "one")) printf("one %s %s\n", family_names[f], name_of(rc));
+            else printf("filled %s %d %s\n", family_names[f], count, name_of(rc));
+        } else if (!strcmp(op, "churn")) {
+            size_t n = strtoull(ARG(), 0, 10) << 20;
+            long rounds = atol(ARG()), ok = 0, oom = 0;
+            for (long r = 0; r < rounds; r++) {
+                CUresult rc = alloc_object(F_LINEAR, n);
+                if (!rc) ok++;
+                else if (rc == 2) {
+                    oom++;
+                    if (first_object < nobjects) free_object(&objects[first_object++]);
+                } else CHECK(op, rc);
+                if (nobjects == 65536) break;
+            }
+            printf("churn %ld %ld\n", ok, oom);
+        } else if (!strcmp(op, "totalmem")) {
+            size_t t;
+            CHECK(op, CALL(cuDeviceTotalMem)(&t, 0));
+            printf("totalmem %zu\n", t);
+        } else if (!strcmp(op, "graph")) {
+            CUfunction f = function(ARG());
+            unsigned g = atoi(ARG()), b = atoi(ARG());
+            int k = atoi(ARG()), n = atoi(ARG());
+            CUstream s;
+            void *graph, *exec;
+            CHECK(op, CALL(cuStreamCreate)(&s, 0));
+            CHECK(op, CALL(cuStreamBeginCapture)(s, 0));
+            for (int j = 0; j < k; j++) CHECK(op, CALL(cuLaunchKernel)(f, g, 1, 1, b, 1, 1, 0, s, 0, 0));
+            CHECK(op, CALL(cuStreamEndCapture)(s, &graph));
+            CHECK(op, CALL(cuGraphInstantiate)(&exec, graph, 0));
+            for (int j = 0; j < n; j++) CHECK(op, CALL(cuGraphLaunch)(exec, s));
+            CHECK(op, CALL(cuStreamSynchronize)(s));
+            printf("graph %d\n", n);
         } else if (!strcmp(op, "meminfo")) {
             size_t f, t;
             CHECK(op, CALL(cuMemGetInfo)(&f, &t));

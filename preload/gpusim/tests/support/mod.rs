@@ -11,17 +11,21 @@ use std::sync::OnceLock;
 use gpusim::Sim;
 use gpusim::state::Config;
 
+/// The workspace root (the folder holding `Cargo.lock`).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .expect("workspace root")
+        .to_path_buf()
+}
+
 /// The artifacts folder (`TESSERA_ARTIFACTS`, default
 /// `target/tessera/debug`), checked for the simulator libraries.
 pub fn artifacts() -> PathBuf {
     let dir = std::env::var_os("TESSERA_ARTIFACTS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/tessera/debug")
-                .canonicalize()
-                .unwrap_or_else(|_| PathBuf::from("target/tessera/debug"))
-        });
+        .unwrap_or_else(|| workspace().join("target/tessera/debug"));
     let lib = dir.join("sim/libcuda.so.1");
     assert!(
         lib.is_file(),
@@ -115,28 +119,30 @@ impl Node {
 
     /// Starts the workload and waits until it prints `ready`.
     pub fn spawn_ready(&self, link: Link, ops: &str) -> Running {
-        let child = self
-            .command(&workload(link))
-            .args(ops.split_whitespace())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn workload");
-        // Dropping `running` (also on panic) kills and reaps the child.
-        let mut running = Running {
-            child,
-            seen: Vec::new(),
-        };
-        let stdout = running.child.stdout.take().expect("stdout");
-        for line in BufReader::new(stdout).lines() {
-            let line = line.expect("read workload output");
-            if line == "ready" {
-                return running;
-            }
-            assert!(!line.starts_with("error"), "workload {ops}: {line}");
-            running.seen.push(line);
-        }
-        panic!("workload {ops} ended before ready: {:?}", running.seen);
+        let mut c = self.command(&workload(link));
+        c.args(ops.split_whitespace());
+        spawn_command_ready(c, ops)
     }
+}
+
+/// Starts `c` (a workload with `ops`) and waits until it prints `ready`.
+pub fn spawn_command_ready(mut c: Command, ops: &str) -> Running {
+    let child = c.stdout(Stdio::piped()).spawn().expect("spawn workload");
+    // Dropping `running` (also on panic) kills and reaps the child.
+    let mut running = Running {
+        child,
+        seen: Vec::new(),
+    };
+    let stdout = running.child.stdout.take().expect("stdout");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("read workload output");
+        if line == "ready" {
+            return running;
+        }
+        assert!(!line.starts_with("error"), "workload {ops}: {line}");
+        running.seen.push(line);
+    }
+    panic!("workload {ops} ended before ready: {:?}", running.seen);
 }
 
 /// A workload process that is running.
@@ -172,17 +178,20 @@ pub enum Link {
     Direct,
     /// `dlopen` + `cuGetProcAddress_v2`.
     Dlopen,
+    /// `dlopen` + `dlsym` of versioned names.
+    Dlsym,
 }
 
 /// The C workload, compiled once per test binary.
 pub fn workload(link: Link) -> PathBuf {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf, PathBuf)> = OnceLock::new();
-    let (_, direct, dl) = BUILT.get_or_init(|| {
+    static BUILT: OnceLock<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> = OnceLock::new();
+    let (_, direct, dl, dlsym) = BUILT.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/workload.c");
+        let src = workspace().join("preload/gpusim/tests/c/workload.c");
         let sim = sim_dir();
         let direct = dir.path().join("workload");
         let dl = dir.path().join("workload-dlopen");
+        let dlsym = dir.path().join("workload-dlsym");
         cc(&[
             src.to_str().expect("utf-8 path"),
             "-o",
@@ -198,11 +207,20 @@ pub fn workload(link: Link) -> PathBuf {
             dl.to_str().expect("utf-8 path"),
             "-ldl",
         ]);
-        (dir, direct, dl)
+        cc(&[
+            "-DUSE_DLOPEN",
+            "-DUSE_DLSYM",
+            src.to_str().expect("utf-8 path"),
+            "-o",
+            dlsym.to_str().expect("utf-8 path"),
+            "-ldl",
+        ]);
+        (dir, direct, dl, dlsym)
     });
     match link {
         Link::Direct => direct.clone(),
         Link::Dlopen => dl.clone(),
+        Link::Dlsym => dlsym.clone(),
     }
 }
 

@@ -1,0 +1,198 @@
+//! Contexts: each one's memory overhead is charged when it is created and
+//! returned, with everything allocated in it, when the driver destroys it.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use super::{alias, dispatch, hook};
+use crate::accounting::{self, Charge, gpu_index, reserve};
+use crate::ffi::*;
+use crate::real_cuda;
+use crate::state::{Enforcer, Primary};
+
+/// Reserves the overhead of a new context on `dev`.
+fn reserve_overhead(e: &Enforcer, dev: CUdevice) -> Result<Charge, CUresult> {
+    let gpu = gpu_index(e, dev)?;
+    let bytes = e.control.gpu(gpu).0.context_overhead;
+    reserve(e, gpu, bytes)?;
+    Ok(Charge { gpu, bytes, ctx: 0 })
+}
+
+/// Returns every charge that belongs to context `ctx` (its allocations,
+/// arrays and physical memory die with it).
+fn drop_context_charges(e: &Enforcer, ctx: usize) {
+    let mut b = e.books();
+    let mut dropped = Vec::new();
+    b.allocs.retain(|_, c| {
+        let keep = c.ctx != ctx;
+        if !keep {
+            dropped.push(*c);
+        }
+        keep
+    });
+    b.arrays.retain(|_, c| {
+        let keep = c.ctx != ctx;
+        if !keep {
+            dropped.push(*c);
+        }
+        keep
+    });
+    b.physical.retain(|_, p| {
+        let keep = p.charge.ctx != ctx;
+        if !keep {
+            dropped.push(p.charge);
+        }
+        keep
+    });
+    if let Some(c) = b.contexts.remove(&ctx) {
+        dropped.push(c);
+    }
+    drop(b);
+    for c in dropped {
+        accounting::release(e, c);
+    }
+}
+
+fn create(
+    e: &Enforcer,
+    pctx: *mut Handle,
+    dev: CUdevice,
+    real: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let charge = match reserve_overhead(e, dev) {
+        Ok(c) => c,
+        Err(rc) => return rc,
+    };
+    let rc = real();
+    if rc != CUDA_SUCCESS || pctx.is_null() {
+        accounting::release(e, charge);
+        return rc;
+    }
+    // SAFETY: the real call succeeded and wrote the new context.
+    let ctx = unsafe { *pctx } as usize;
+    e.books().contexts.insert(ctx, Charge { ctx, ..charge });
+    rc
+}
+
+hook! {
+    fn cuCtxCreate_v2(pctx: *mut Handle, flags: c_uint, dev: CUdevice) {
+        dispatch(
+            || real_cuda!(cuCtxCreate_v2(pctx, flags, dev)),
+            |e| create(e, pctx, dev, || real_cuda!(cuCtxCreate_v2(pctx, flags, dev))),
+        )
+    }
+
+    fn cuCtxCreate_v3(pctx: *mut Handle, params: *mut c_void, n: c_int, flags: c_uint, dev: CUdevice) {
+        dispatch(
+            || real_cuda!(cuCtxCreate_v3(pctx, params, n, flags, dev)),
+            |e| create(e, pctx, dev, || real_cuda!(cuCtxCreate_v3(pctx, params, n, flags, dev))),
+        )
+    }
+
+    fn cuCtxCreate_v4(pctx: *mut Handle, params: *mut c_void, flags: c_uint, dev: CUdevice) {
+        dispatch(
+            || real_cuda!(cuCtxCreate_v4(pctx, params, flags, dev)),
+            |e| create(e, pctx, dev, || real_cuda!(cuCtxCreate_v4(pctx, params, flags, dev))),
+        )
+    }
+
+    fn cuCtxDestroy_v2(ctx: Handle) {
+        dispatch(
+            || real_cuda!(cuCtxDestroy_v2(ctx)),
+            |e| {
+                let rc = real_cuda!(cuCtxDestroy_v2(ctx));
+                if rc == CUDA_SUCCESS {
+                    drop_context_charges(e, ctx as usize);
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: CUdevice) {
+        dispatch(
+            || real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev)),
+            |e| {
+                let active = e.books().primary.contains_key(&dev);
+                let charge = if active {
+                    None
+                } else {
+                    match reserve_overhead(e, dev) {
+                        Ok(c) => Some(c),
+                        Err(rc) => return rc,
+                    }
+                };
+                let rc = real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev));
+                if rc != CUDA_SUCCESS || pctx.is_null() {
+                    if let Some(c) = charge {
+                        accounting::release(e, c);
+                    }
+                    return rc;
+                }
+                let ctx = *pctx as usize;
+                let mut b = e.books();
+                match b.primary.get_mut(&dev) {
+                    Some(p) => p.retains += 1,
+                    None => {
+                        let charge = charge.map_or(
+                            Charge { gpu: 0, bytes: 0, ctx },
+                            |c| Charge { ctx, ..c },
+                        );
+                        b.primary.insert(dev, Primary { ctx, retains: 1, charge });
+                    }
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
+        dispatch(
+            || real_cuda!(cuDevicePrimaryCtxRelease_v2(dev)),
+            |e| {
+                let rc = real_cuda!(cuDevicePrimaryCtxRelease_v2(dev));
+                if rc == CUDA_SUCCESS {
+                    let gone = {
+                        let mut b = e.books();
+                        match b.primary.get_mut(&dev) {
+                            Some(p) if p.retains > 1 => {
+                                p.retains -= 1;
+                                None
+                            }
+                            Some(_) => b.primary.remove(&dev),
+                            None => None,
+                        }
+                    };
+                    if let Some(p) = gone {
+                        drop_context_charges(e, p.ctx);
+                        accounting::release(e, p.charge);
+                    }
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
+        dispatch(
+            || real_cuda!(cuDevicePrimaryCtxReset_v2(dev)),
+            |e| {
+                let rc = real_cuda!(cuDevicePrimaryCtxReset_v2(dev));
+                if rc == CUDA_SUCCESS {
+                    let gone = e.books().primary.remove(&dev);
+                    if let Some(p) = gone {
+                        drop_context_charges(e, p.ctx);
+                        accounting::release(e, p.charge);
+                    }
+                }
+                rc
+            },
+        )
+    }
+}
+
+alias! {
+    cuCtxCreate => cuCtxCreate_v2(pctx: *mut Handle, flags: c_uint, dev: CUdevice);
+    cuCtxDestroy => cuCtxDestroy_v2(ctx: Handle);
+    cuDevicePrimaryCtxRelease => cuDevicePrimaryCtxRelease_v2(dev: CUdevice);
+    cuDevicePrimaryCtxReset => cuDevicePrimaryCtxReset_v2(dev: CUdevice);
+}

@@ -1,0 +1,202 @@
+//! The exported hooks: CUDA driver API and NVML functions with the real
+//! names and signatures, plus `dlsym`.
+//!
+//! Every hook is declared through [`hook!`], which exports it unmangled
+//! with the C ABI and runs its body under `catch_unwind`: a panic becomes
+//! `CUDA_ERROR_UNKNOWN` (or the NVML equivalent) and never unwinds into C.
+//!
+//! How a program reaches a hook:
+//! - linked against libcuda/libnvidia-ml: the preloaded library's exports
+//!   come first in symbol lookup;
+//! - `dlsym(handle, "cuMemAlloc_v2")`: the `dlsym` hook answers with the
+//!   hook when the name is in [`table`] (see `dlsym.rs`);
+//! - `cuGetProcAddress[_v2]`: the real driver picks the variant for the
+//!   caller's version and flags, and the hook swaps the real address for
+//!   the hook of that same variant (see `init.rs`).
+
+mod array;
+mod context;
+mod dlsym;
+mod info;
+mod init;
+mod launch;
+mod memory;
+mod nvml;
+mod vmm;
+
+pub use array::*;
+pub use context::*;
+pub use info::*;
+pub use init::*;
+pub use launch::*;
+pub use memory::*;
+pub use nvml::*;
+pub use vmm::*;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+
+#[cfg(test)]
+use crate::ffi::CUDA_ERROR_UNKNOWN;
+use crate::ffi::{CUDA_ERROR_NOT_PERMITTED, CUresult};
+use crate::state::{Enforcer, Mode, mode};
+
+/// Runs a hook body, turning a panic into `on_panic`.
+pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+/// Runs `enforce` when limits apply, `pass` (the real call) under a
+/// fail-open policy, and refuses otherwise.
+pub fn dispatch(
+    pass: impl FnOnce() -> CUresult,
+    enforce: impl FnOnce(&Enforcer) -> CUresult,
+) -> CUresult {
+    match mode() {
+        Mode::Enforce(e) => enforce(e),
+        Mode::PassThrough => pass(),
+        Mode::Refuse(_) => CUDA_ERROR_NOT_PERMITTED,
+    }
+}
+
+/// Declares exported CUDA hooks returning `CUresult`.
+macro_rules! hook {
+    ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
+        $(
+            $(#[$m])*
+            #[unsafe(no_mangle)]
+            #[allow(non_snake_case, clippy::missing_safety_doc)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
+                $crate::hooks::guard($crate::ffi::CUDA_ERROR_UNKNOWN, move || {
+                    #[allow(unused_unsafe)]
+                    // SAFETY: the caller passes arguments valid per the
+                    // driver API contract of this function; the body
+                    // forwards them to the real function with the same
+                    // contract, and touches caller memory only after a
+                    // successful real call has written it.
+                    unsafe { $body }
+                })
+            }
+        )*
+    };
+}
+
+/// Declares exported aliases forwarding to a hook with the same signature.
+macro_rules! alias {
+    ($( $alias:ident => $target:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
+        $(
+            #[unsafe(no_mangle)]
+            #[allow(non_snake_case, clippy::missing_safety_doc)]
+            pub unsafe extern "C" fn $alias($($arg: $ty),*) -> $crate::ffi::CUresult {
+                // SAFETY: same contract and arguments as the target.
+                unsafe { $target($($arg),*) }
+            }
+        )*
+    };
+}
+
+pub(crate) use {alias, hook};
+
+macro_rules! table {
+    ($($name:ident),* $(,)?) => {
+        vec![$((stringify!($name), $name as *const () as usize)),*]
+    };
+}
+
+/// Every hooked name and its address, sorted by name.
+pub fn table() -> &'static [(&'static str, usize)] {
+    static TABLE: OnceLock<Vec<(&'static str, usize)>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = table![
+            cuInit,
+            cuGetProcAddress,
+            cuGetProcAddress_v2,
+            cuCtxCreate,
+            cuCtxCreate_v2,
+            cuCtxCreate_v3,
+            cuCtxCreate_v4,
+            cuCtxDestroy,
+            cuCtxDestroy_v2,
+            cuDevicePrimaryCtxRetain,
+            cuDevicePrimaryCtxRelease,
+            cuDevicePrimaryCtxRelease_v2,
+            cuDevicePrimaryCtxReset,
+            cuDevicePrimaryCtxReset_v2,
+            cuMemAlloc_v2,
+            cuMemAllocPitch_v2,
+            cuMemAllocManaged,
+            cuMemFree_v2,
+            cuMemAllocAsync,
+            cuMemAllocAsync_ptsz,
+            cuMemAllocFromPoolAsync,
+            cuMemAllocFromPoolAsync_ptsz,
+            cuMemFreeAsync,
+            cuMemFreeAsync_ptsz,
+            cuMemPoolCreate,
+            cuDeviceGetDefaultMemPool,
+            cuDeviceGetMemPool,
+            cuMemCreate,
+            cuMemRelease,
+            cuMemMap,
+            cuMemUnmap,
+            cuArrayCreate_v2,
+            cuArray3DCreate_v2,
+            cuArrayDestroy,
+            cuMipmappedArrayCreate,
+            cuMipmappedArrayDestroy,
+            cuMemGetInfo_v2,
+            cuDeviceTotalMem_v2,
+            cuLaunchKernel,
+            cuLaunchKernel_ptsz,
+            cuLaunchKernelEx,
+            cuLaunchKernelEx_ptsz,
+            cuLaunchCooperativeKernel,
+            cuLaunchCooperativeKernel_ptsz,
+            cuGraphInstantiateWithFlags,
+            cuGraphInstantiate_v2,
+            cuGraphExecDestroy,
+            cuGraphLaunch,
+            cuGraphLaunch_ptsz,
+            nvmlInit,
+            nvmlInit_v2,
+            nvmlInitWithFlags,
+            nvmlDeviceGetMemoryInfo,
+            nvmlDeviceGetMemoryInfo_v2,
+        ];
+        t.sort_by(|a, b| a.0.cmp(b.0));
+        t
+    })
+}
+
+/// The hook for `name`, if there is one.
+pub fn lookup(name: &[u8]) -> Option<usize> {
+    let t = table();
+    t.binary_search_by(|(n, _)| n.as_bytes().cmp(name))
+        .ok()
+        .map(|i| t[i].1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_unique() {
+        let t = table();
+        assert!(t.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(
+            lookup(b"cuMemAlloc_v2"),
+            Some(cuMemAlloc_v2 as *const () as usize)
+        );
+        assert_eq!(lookup(b"cuMemAlloc"), None);
+        assert_eq!(lookup(b"malloc"), None);
+    }
+
+    #[test]
+    fn panics_become_error_codes() {
+        assert_eq!(
+            guard(CUDA_ERROR_UNKNOWN, || panic!("boom")),
+            CUDA_ERROR_UNKNOWN
+        );
+    }
+}

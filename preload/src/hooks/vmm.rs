@@ -1,0 +1,128 @@
+//! Virtual memory management: physical allocations are charged at
+//! `cuMemCreate` and returned once they are released *and* unmapped, as
+//! the driver defers freeing a released handle that is still mapped.
+
+use std::ffi::c_ulonglong;
+
+use super::{dispatch, hook};
+use crate::accounting::{self, Charge, current_context, gpu_index, reserve, rounded};
+use crate::ffi::*;
+use crate::real_cuda;
+use crate::state::{Enforcer, Physical};
+
+/// Returns the charge of physical handle `h` if it is released and unmapped.
+fn settle(e: &Enforcer, h: c_ulonglong) {
+    let done = {
+        let mut b = e.books();
+        match b.physical.get(&h) {
+            Some(p) if p.released && p.mappings == 0 => b.physical.remove(&h),
+            _ => None,
+        }
+    };
+    if let Some(p) = done {
+        accounting::release(e, p.charge);
+    }
+}
+
+hook! {
+    fn cuMemCreate(handle: *mut c_ulonglong, size: usize, prop: *const CUmemAllocationProp, flags: c_ulonglong) {
+        dispatch(
+            || real_cuda!(cuMemCreate(handle, size, prop, flags)),
+            |e| {
+                if prop.is_null() || handle.is_null() || size == 0 {
+                    return real_cuda!(cuMemCreate(handle, size, prop, flags));
+                }
+                let p = *prop;
+                let ordinal = if p.location.kind == CU_MEM_LOCATION_TYPE_DEVICE {
+                    p.location.id
+                } else {
+                    match accounting::current_device() {
+                        Ok(d) => d,
+                        Err(rc) => return rc,
+                    }
+                };
+                let gpu = match gpu_index(e, ordinal) {
+                    Ok(g) => g,
+                    Err(rc) => return rc,
+                };
+                let charge = Charge { gpu, bytes: rounded(e, ordinal, size as u64), ctx: current_context() };
+                if let Err(rc) = reserve(e, gpu, charge.bytes) {
+                    return rc;
+                }
+                let rc = real_cuda!(cuMemCreate(handle, size, prop, flags));
+                if rc == CUDA_SUCCESS {
+                    e.books().physical.insert(*handle, Physical { charge, mappings: 0, released: false });
+                } else {
+                    accounting::release(e, charge);
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuMemRelease(handle: c_ulonglong) {
+        dispatch(
+            || real_cuda!(cuMemRelease(handle)),
+            |e| {
+                let rc = real_cuda!(cuMemRelease(handle));
+                if rc == CUDA_SUCCESS {
+                    if let Some(p) = e.books().physical.get_mut(&handle) {
+                        p.released = true;
+                    }
+                    settle(e, handle);
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: c_ulonglong, flags: c_ulonglong) {
+        dispatch(
+            || real_cuda!(cuMemMap(ptr, size, offset, handle, flags)),
+            |e| {
+                let rc = real_cuda!(cuMemMap(ptr, size, offset, handle, flags));
+                if rc == CUDA_SUCCESS {
+                    let mut b = e.books();
+                    if let Some(p) = b.physical.get_mut(&handle) {
+                        p.mappings += 1;
+                    }
+                    b.mappings.insert(ptr, (size as u64, handle));
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuMemUnmap(ptr: CUdeviceptr, size: usize) {
+        dispatch(
+            || real_cuda!(cuMemUnmap(ptr, size)),
+            |e| {
+                let rc = real_cuda!(cuMemUnmap(ptr, size));
+                if rc == CUDA_SUCCESS {
+                    let handles: Vec<c_ulonglong> = {
+                        let mut b = e.books();
+                        let inside: Vec<u64> = b
+                            .mappings
+                            .range(ptr..ptr.saturating_add(size as u64))
+                            .map(|(&a, _)| a)
+                            .collect();
+                        let mut handles = Vec::new();
+                        for a in inside {
+                            if let Some((_, h)) = b.mappings.remove(&a) {
+                                if let Some(p) = b.physical.get_mut(&h) {
+                                    p.mappings = p.mappings.saturating_sub(1);
+                                }
+                                handles.push(h);
+                            }
+                        }
+                        handles
+                    };
+                    for h in handles {
+                        settle(e, h);
+                    }
+                }
+                rc
+            },
+        )
+    }
+}

@@ -1,0 +1,167 @@
+//! The real driver libraries' entry points, resolved once.
+//!
+//! `libcuda.so.1` and `libnvidia-ml.so.1` are opened by name (the loader
+//! returns the copy the program already loaded) and every function the
+//! hooks forward to is looked up with the C library's `dlsym`. A missing
+//! function (an older driver) is `None`; its hook then answers
+//! `CUDA_ERROR_NOT_FOUND` / `NVML_ERROR_FUNCTION_NOT_FOUND`.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_int, c_uint, c_ulonglong, c_void};
+use std::sync::OnceLock;
+
+use crate::ffi::*;
+use crate::sys;
+
+macro_rules! real_fns {
+    ($table:ident { $( $name:ident : fn($($arg:ty),* $(,)?) -> $ret:ty ; )* }) => {
+        /// Real entry points (see the module docs).
+        #[allow(non_snake_case, missing_docs)]
+        pub struct $table {
+            $( pub $name: Option<unsafe extern "C" fn($($arg),*) -> $ret>, )*
+        }
+
+        impl $table {
+            fn load(handle: *mut c_void) -> Self {
+                Self {
+                    $( $name: {
+                        let name = concat!(stringify!($name), "\0");
+                        let p = CStr::from_bytes_with_nul(name.as_bytes())
+                            .map(|n| sys::real_dlsym(handle, n))
+                            .unwrap_or(std::ptr::null_mut());
+                        if p.is_null() {
+                            None
+                        } else {
+                            // SAFETY: the library exports this name with the
+                            // driver API signature declared here.
+                            Some(unsafe {
+                                std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(p)
+                            })
+                        }
+                    }, )*
+                }
+            }
+
+            /// `(name, address)` of every resolved entry point.
+            pub fn addresses(&self) -> Vec<(&'static str, usize)> {
+                let mut v = Vec::new();
+                $( if let Some(f) = self.$name { v.push((stringify!($name), f as usize)); } )*
+                v
+            }
+        }
+    };
+}
+
+type H = Handle;
+
+real_fns!(Cuda {
+    cuInit: fn(c_uint) -> CUresult;
+    cuGetProcAddress: fn(CStr_, *mut *mut c_void, c_int, c_ulonglong) -> CUresult;
+    cuGetProcAddress_v2: fn(CStr_, *mut *mut c_void, c_int, c_ulonglong, *mut c_int) -> CUresult;
+    cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> CUresult;
+    cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> CUresult;
+    cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> CUresult;
+    cuCtxGetDevice: fn(*mut CUdevice) -> CUresult;
+    cuCtxGetCurrent: fn(*mut H) -> CUresult;
+    cuCtxCreate_v2: fn(*mut H, c_uint, CUdevice) -> CUresult;
+    cuCtxCreate_v3: fn(*mut H, *mut c_void, c_int, c_uint, CUdevice) -> CUresult;
+    cuCtxCreate_v4: fn(*mut H, *mut c_void, c_uint, CUdevice) -> CUresult;
+    cuCtxDestroy_v2: fn(H) -> CUresult;
+    cuDevicePrimaryCtxRetain: fn(*mut H, CUdevice) -> CUresult;
+    cuDevicePrimaryCtxRelease_v2: fn(CUdevice) -> CUresult;
+    cuDevicePrimaryCtxReset_v2: fn(CUdevice) -> CUresult;
+    cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> CUresult;
+    cuMemGetAllocationGranularity: fn(*mut usize, *const CUmemAllocationProp, c_int) -> CUresult;
+    cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> CUresult;
+    cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult;
+    cuMemAllocManaged: fn(*mut CUdeviceptr, usize, c_uint) -> CUresult;
+    cuMemFree_v2: fn(CUdeviceptr) -> CUresult;
+    cuMemAllocAsync: fn(*mut CUdeviceptr, usize, H) -> CUresult;
+    cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, H) -> CUresult;
+    cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, H, H) -> CUresult;
+    cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, H, H) -> CUresult;
+    cuMemFreeAsync: fn(CUdeviceptr, H) -> CUresult;
+    cuMemFreeAsync_ptsz: fn(CUdeviceptr, H) -> CUresult;
+    cuMemPoolCreate: fn(*mut H, *const CUmemPoolProps) -> CUresult;
+    cuDeviceGetDefaultMemPool: fn(*mut H, CUdevice) -> CUresult;
+    cuDeviceGetMemPool: fn(*mut H, CUdevice) -> CUresult;
+    cuMemCreate: fn(*mut c_ulonglong, usize, *const CUmemAllocationProp, c_ulonglong) -> CUresult;
+    cuMemRelease: fn(c_ulonglong) -> CUresult;
+    cuMemMap: fn(CUdeviceptr, usize, usize, c_ulonglong, c_ulonglong) -> CUresult;
+    cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult;
+    cuArrayCreate_v2: fn(*mut H, *const ArrayDescriptor) -> CUresult;
+    cuArray3DCreate_v2: fn(*mut H, *const Array3dDescriptor) -> CUresult;
+    cuArrayDestroy: fn(H) -> CUresult;
+    cuMipmappedArrayCreate: fn(*mut H, *const Array3dDescriptor, c_uint) -> CUresult;
+    cuMipmappedArrayDestroy: fn(H) -> CUresult;
+    cuLaunchKernel: fn(H, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, H, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+    cuLaunchKernel_ptsz: fn(H, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, H, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+    cuLaunchKernelEx: fn(*const LaunchConfig, H, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+    cuLaunchKernelEx_ptsz: fn(*const LaunchConfig, H, *mut *mut c_void, *mut *mut c_void) -> CUresult;
+    cuLaunchCooperativeKernel: fn(H, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, H, *mut *mut c_void) -> CUresult;
+    cuLaunchCooperativeKernel_ptsz: fn(H, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, H, *mut *mut c_void) -> CUresult;
+    cuGraphInstantiateWithFlags: fn(*mut H, H, c_ulonglong) -> CUresult;
+    cuGraphInstantiate_v2: fn(*mut H, H, *mut H, *mut std::ffi::c_char, usize) -> CUresult;
+    cuGraphExecDestroy: fn(H) -> CUresult;
+    cuGraphLaunch: fn(H, H) -> CUresult;
+    cuGraphLaunch_ptsz: fn(H, H) -> CUresult;
+    cuGraphGetNodes: fn(H, *mut H, *mut usize) -> CUresult;
+    cuGraphNodeGetType: fn(H, *mut c_int) -> CUresult;
+    cuGraphKernelNodeGetParams_v2: fn(H, *mut KernelNodeParams) -> CUresult;
+    cuGraphKernelNodeGetParams: fn(H, *mut KernelNodeParams) -> CUresult;
+});
+
+real_fns!(Nvml {
+    nvmlInit: fn() -> NvmlReturn;
+    nvmlInit_v2: fn() -> NvmlReturn;
+    nvmlInitWithFlags: fn(c_uint) -> NvmlReturn;
+    nvmlDeviceGetUUID: fn(H, *mut std::ffi::c_char, c_uint) -> NvmlReturn;
+    nvmlDeviceGetMemoryInfo: fn(H, *mut NvmlMemory) -> NvmlReturn;
+    nvmlDeviceGetMemoryInfo_v2: fn(H, *mut NvmlMemoryV2) -> NvmlReturn;
+});
+
+/// `const char *`.
+type CStr_ = *const std::ffi::c_char;
+
+/// The real libcuda, loading it if the program has not.
+pub fn cuda() -> Option<&'static Cuda> {
+    static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
+    CUDA.get_or_init(|| {
+        let h = sys::dlopen(c"libcuda.so.1", 0);
+        (!h.is_null()).then(|| Cuda::load(h))
+    })
+    .as_ref()
+}
+
+/// The real libnvidia-ml, loading it if the program has not.
+pub fn nvml() -> Option<&'static Nvml> {
+    static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+    NVML.get_or_init(|| {
+        let h = sys::dlopen(c"libnvidia-ml.so.1", 0);
+        (!h.is_null()).then(|| Nvml::load(h))
+    })
+    .as_ref()
+}
+
+/// Real CUDA entry point address → our hook for it, for
+/// `cuGetProcAddress` (which hands out real addresses).
+pub fn hook_for_real(addr: usize) -> Option<usize> {
+    static MAP: OnceLock<HashMap<usize, usize>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let Some(c) = cuda() else {
+            return HashMap::new();
+        };
+        let hooks = crate::hooks::table();
+        c.addresses()
+            .into_iter()
+            .filter_map(|(name, real)| {
+                hooks
+                    .binary_search_by(|(n, _)| n.as_bytes().cmp(name.as_bytes()))
+                    .ok()
+                    .map(|i| (real, hooks[i].1))
+            })
+            .collect()
+    })
+    .get(&addr)
+    .copied()
+}

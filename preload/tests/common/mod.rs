@@ -1,0 +1,127 @@
+//! A simulated node plus one container's region, and workloads run in that
+//! container under `libtessera.so`.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+#[path = "../../gpusim/tests/support/mod.rs"]
+pub mod sim;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tessera_region::control::{ControlSpec, GpuLimits};
+use tessera_region::file::{Mapped, create_control, create_usage};
+use tessera_region::layout::ControlRegion;
+use tessera_region::reader::{UsageSnapshot, read_usage};
+
+pub use sim::{Link, Node, field};
+
+pub const MIB: u64 = 1 << 20;
+
+/// A container: a region directory on a simulated node.
+pub struct Container {
+    pub node: Node,
+    pub region: PathBuf,
+    pub control: Mapped<ControlRegion>,
+    pub uuid: [u8; 16],
+}
+
+/// The library under test.
+pub fn libtessera() -> PathBuf {
+    let lib = sim::artifacts().join("lib/libtessera.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo xtask build`",
+        lib.display()
+    );
+    lib
+}
+
+/// Limits with a memory limit of `mib` MiB, the node's 300 MiB context
+/// overhead and no launch limit.
+pub fn memory_limit(uuid: [u8; 16], mib: u64) -> GpuLimits {
+    GpuLimits {
+        memory_limit: mib * MIB,
+        context_overhead: 300 * MIB,
+        ..GpuLimits::unlimited(uuid)
+    }
+}
+
+impl Container {
+    /// A container on the small test node with GPU 0 under `limits`.
+    pub fn new(limits: impl FnOnce([u8; 16]) -> GpuLimits) -> Self {
+        Self::on(Node::small(), limits)
+    }
+
+    /// A container on `node`.
+    pub fn on(node: Node, limits: impl FnOnce([u8; 16]) -> GpuLimits) -> Self {
+        let uuid = node.sim().uuid_bytes(0);
+        let region = node.dir.path().join("region");
+        std::fs::create_dir_all(&region).unwrap();
+        let control = create_control(
+            &region,
+            &ControlSpec {
+                flags: 0,
+                gpus: vec![limits(uuid)],
+            },
+        )
+        .unwrap();
+        create_usage(&region).unwrap();
+        Self {
+            node,
+            region,
+            control,
+            uuid,
+        }
+    }
+
+    /// Publishes new limits (as the agent does).
+    pub fn set(&self, limits: GpuLimits) {
+        self.control
+            .write(&ControlSpec {
+                flags: 0,
+                gpus: vec![limits],
+            })
+            .unwrap();
+    }
+
+    /// A command running in this container under the library.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut c = self.node.command(program);
+        c.env("LD_PRELOAD", libtessera())
+            .env("TESSERA_REGION_DIR", &self.region);
+        c
+    }
+
+    /// Runs the workload and returns its output (any exit status).
+    pub fn output(&self, link: Link, ops: &str) -> Output {
+        self.command(&sim::workload(link))
+            .args(ops.split_whitespace())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the workload, expecting success; returns stdout.
+    pub fn run(&self, link: Link, ops: &str) -> String {
+        let out = self.output(link, ops);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "workload {ops} failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// Starts the workload under the library and waits for `ready`.
+    pub fn spawn_ready(&self, link: Link, ops: &str) -> sim::Running {
+        let mut c = self.command(&sim::workload(link));
+        c.args(ops.split_whitespace());
+        sim::spawn_command_ready(c, ops)
+    }
+
+    /// The usage region as the agent reads it.
+    pub fn usage(&self) -> UsageSnapshot {
+        read_usage(&std::fs::read(self.region.join("usage")).unwrap()).unwrap()
+    }
+}
