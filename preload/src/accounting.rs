@@ -18,8 +18,9 @@ use crate::state::Enforcer;
 pub const DEFAULT_GRANULARITY: u64 = 2 << 20;
 
 /// Calls a real CUDA entry point, or answers `CUDA_ERROR_NOT_FOUND` if the
-/// driver lacks it.
-#[macro_export]
+/// driver lacks it. The arguments are the hook's own (plain values and
+/// pointers), evaluated inside the call.
+#[allow(clippy::macro_metavars_in_unsafe)]
 macro_rules! real_cuda {
     ($name:ident($($arg:expr),* $(,)?)) => {
         match $crate::real::cuda().and_then(|c| c.$name) {
@@ -30,6 +31,7 @@ macro_rules! real_cuda {
         }
     };
 }
+pub(crate) use real_cuda;
 
 /// The current context's device ordinal.
 pub fn current_device() -> Result<CUdevice, CUresult> {
@@ -203,19 +205,6 @@ pub fn settle(e: &Enforcer, rc: CUresult, c: Charge) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uuids_round_trip() {
-        let s = "GPU-5e1a0000-0000-4000-8000-000051510001";
-        let b = parse_uuid(s).unwrap();
-        assert_eq!(uuid_string(&b), s);
-        assert_eq!(parse_uuid("GPU-zz"), None);
-    }
-}
-
 /// Bytes of a CUDA array: `width × max(height, 1) × max(depth, 1)` elements
 /// of `channels × bytes per channel`, halving each non-zero dimension per
 /// mipmap `level` (never below 1). `None` for formats not known here.
@@ -248,4 +237,17 @@ pub fn array_bytes(
         .checked_mul(extent(h))?
         .checked_mul(extent(d))?
         .checked_mul(per_channel * u64::from(channels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_round_trip() {
+        let s = "GPU-5e1a0000-0000-4000-8000-000051510001";
+        let b = parse_uuid(s).unwrap();
+        assert_eq!(uuid_string(&b), s);
+        assert_eq!(parse_uuid("GPU-zz"), None);
+    }
 }

@@ -175,7 +175,7 @@ pub fn setup(dir: &Path) -> Mode {
     let usage_path = dir.join(USAGE_FILE);
     let usage = match open_usage(&usage_path) {
         Ok(u) => u,
-        Err(e) => return unusable(format!("{}", chain(&e))),
+        Err(e) => return unusable(chain(&e)),
     };
     let snapshot = control.snapshot();
     let e = Enforcer {

@@ -4,9 +4,9 @@
 use std::ffi::c_uint;
 
 use super::{dispatch, hook};
+use crate::accounting::real_cuda;
 use crate::accounting::{self, array_bytes, reserve_current};
 use crate::ffi::*;
-use crate::real_cuda;
 use crate::state::Enforcer;
 
 fn create(

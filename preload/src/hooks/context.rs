@@ -4,9 +4,9 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use super::{alias, dispatch, hook};
+use crate::accounting::real_cuda;
 use crate::accounting::{self, Charge, gpu_index, reserve};
 use crate::ffi::*;
-use crate::real_cuda;
 use crate::state::{Enforcer, Primary};
 
 /// Reserves the overhead of a new context on `dev`.

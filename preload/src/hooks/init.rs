@@ -3,9 +3,9 @@
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use super::hook;
+use crate::accounting::real_cuda;
 use crate::ffi::*;
 use crate::real;
-use crate::real_cuda;
 use crate::state::{Mode, mode};
 
 /// Replaces a real entry point handed out by the driver with our hook for

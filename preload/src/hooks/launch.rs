@@ -8,9 +8,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use tessera_region::rate::launch_cost;
 
 use super::{dispatch, hook};
+use crate::accounting::real_cuda;
 use crate::accounting::{current_device, gpu_index};
 use crate::ffi::*;
-use crate::real_cuda;
 use crate::state::Enforcer;
 use crate::throttle;
 

@@ -6,11 +6,11 @@
 use std::ffi::c_uint;
 
 use super::{dispatch, hook};
+use crate::accounting::real_cuda;
 use crate::accounting::{
     self, Charge, current_context, gpu_index, reserve, reserve_current, rounded,
 };
 use crate::ffi::*;
-use crate::real_cuda;
 use crate::state::Enforcer;
 
 /// Records a successful allocation at `*dptr`, or returns the reservation.
@@ -143,12 +143,10 @@ hook! {
                 let actual = rounded(e, ordinal, (*pitch as u64).saturating_mul(height as u64));
                 if actual < c.bytes {
                     accounting::unreserve(e, c.gpu, c.bytes - actual);
-                } else if actual > c.bytes {
-                    if reserve(e, c.gpu, actual - c.bytes).is_err() {
-                        let _ = real_cuda!(cuMemFree_v2(*dptr));
-                        accounting::release(e, c);
-                        return CUDA_ERROR_OUT_OF_MEMORY;
-                    }
+                } else if actual > c.bytes && reserve(e, c.gpu, actual - c.bytes).is_err() {
+                    let _ = real_cuda!(cuMemFree_v2(*dptr));
+                    accounting::release(e, c);
+                    return CUDA_ERROR_OUT_OF_MEMORY;
                 }
                 c.bytes = actual;
                 book(e, rc, dptr, c)

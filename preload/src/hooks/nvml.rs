@@ -11,6 +11,7 @@ use crate::real::{self, Nvml};
 use crate::state::{Enforcer, Mode, mode};
 
 /// Calls a real NVML function or answers `NVML_ERROR_FUNCTION_NOT_FOUND`.
+#[allow(clippy::macro_metavars_in_unsafe)]
 macro_rules! real_nvml {
     ($name:ident($($arg:expr),* $(,)?)) => {
         match real::nvml().and_then(|n: &Nvml| n.$name) {

@@ -5,9 +5,9 @@
 use std::ffi::c_ulonglong;
 
 use super::{dispatch, hook};
+use crate::accounting::real_cuda;
 use crate::accounting::{self, Charge, current_context, gpu_index, reserve, rounded};
 use crate::ffi::*;
-use crate::real_cuda;
 use crate::state::{Enforcer, Physical};
 
 /// Returns the charge of physical handle `h` if it is released and unmapped.

@@ -3,9 +3,9 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 
 use gpusim::Sim;
@@ -132,10 +132,11 @@ pub fn spawn_command_ready(mut c: Command, ops: &str) -> Running {
     let mut running = Running {
         child,
         seen: Vec::new(),
+        lines: None,
     };
     let stdout = running.child.stdout.take().expect("stdout");
-    for line in BufReader::new(stdout).lines() {
-        let line = line.expect("read workload output");
+    running.lines = Some(BufReader::new(stdout).lines());
+    while let Some(line) = running.next_line() {
         if line == "ready" {
             return running;
         }
@@ -149,9 +150,15 @@ pub fn spawn_command_ready(mut c: Command, ops: &str) -> Running {
 pub struct Running {
     pub child: Child,
     pub seen: Vec<String>,
+    lines: Option<Lines<BufReader<ChildStdout>>>,
 }
 
 impl Running {
+    /// The next line the workload prints (blocks; `None` at its end).
+    pub fn next_line(&mut self) -> Option<String> {
+        self.lines.as_mut()?.next()?.ok()
+    }
+
     /// Its pid.
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
