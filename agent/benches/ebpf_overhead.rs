@@ -2,6 +2,12 @@
 //! an unwatched device, and per `getppid` (a syscall the observer does not
 //! care about), with no observer and in each attach mode that loads here.
 //!
+//! The bypass check runs on every watched-device ioctl, so the tracepoint
+//! mode is also measured with this process registered (one hash lookup),
+//! and already reported from a watched cgroup (two lookups); the plain
+//! rows are the costliest case, an unregistered process outside every
+//! watched cgroup, which walks its cgroup ancestry on each ioctl.
+//!
 //! Needs root and the object: `$TESSERA_EBPF_OBJECT`, else
 //! `$TESSERA_ARTIFACTS/ebpf/tessera.bpf.o`, else the debug artifacts.
 //! Run: `cargo xtask build && cargo bench -p tessera-agent --bench ebpf_overhead`
@@ -17,7 +23,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tessera_agent::ebpf::{AttachMode, DeviceSpec, ModeRequest, Observer, ObserverConfig};
+use tessera_agent::ebpf::{AttachMode, DeviceSpec, ModeRequest, Observer, ObserverConfig, cgroup};
 
 const ROUNDS: usize = 7;
 
@@ -57,14 +63,18 @@ struct Row {
     watched: (f64, f64),
     unwatched: (f64, f64),
     getppid: (f64, f64),
+    /// Mean run time of the ioctl program per watched-device ioctl, ns,
+    /// from the kernel's run-time statistics.
+    program: Option<f64>,
 }
 
-fn run(label: &str, iters: u32) -> Row {
+fn run(label: &str, iters: u32, observer: Option<&Observer>) -> Row {
     let zero = File::open("/dev/zero").unwrap();
     let null = File::open("/dev/null").unwrap();
     // isatty() is one ioctl(TCGETS), which the memory devices reject.
     Row {
         label: label.to_owned(),
+        program: observer.and_then(|o| program_ns(o, &zero, iters)),
         watched: measure(iters, || {
             std::hint::black_box(zero.is_terminal());
         }),
@@ -75,6 +85,44 @@ fn run(label: &str, iters: u32) -> Row {
             std::hint::black_box(std::os::unix::process::parent_id());
         }),
     }
+}
+
+/// Mean ns per run of the ioctl program over `iters` watched ioctls
+/// (other processes' ioctls during the loop add a little noise).
+fn program_ns(observer: &Observer, watched: &File, iters: u32) -> Option<f64> {
+    let before = observer.ioctl_program_info().ok()?;
+    for _ in 0..iters {
+        std::hint::black_box(watched.is_terminal());
+    }
+    let after = observer.ioctl_program_info().ok()?;
+    let runs = after.run_count().checked_sub(before.run_count())?;
+    let time = after.run_time().checked_sub(before.run_time())?;
+    (runs > 0).then(|| time.as_nanos() as f64 / runs as f64)
+}
+
+/// The tracepoint mode again, with this process registered, then reported.
+fn bypass_rows(observer: &mut Observer, rows: &mut Vec<Row>, iters: u32) {
+    let pid = std::process::id();
+    observer.register_tgid(pid).unwrap();
+    rows.push(run("tp, registered", iters, Some(observer)));
+    observer.unregister_tgid(pid).unwrap();
+    match own_cgroup_id() {
+        Some(id) => {
+            observer.watch_cgroup(id).unwrap();
+            rows.push(run("tp, reported", iters, Some(observer)));
+            assert!(observer.reported_tgids().unwrap().contains(&pid));
+            observer.unwatch_cgroup(id).unwrap();
+        }
+        None => println!("tp, reported: cannot find this process's cgroup v2 id"),
+    }
+}
+
+/// The cgroup v2 id of this process (`0::<path>` in /proc/self/cgroup).
+fn own_cgroup_id() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let root = cgroup::cgroup2_root().ok()?;
+    cgroup::cgroup_id(&root.join(path.trim_start_matches('/'))).ok()
 }
 
 fn main() {
@@ -95,7 +143,11 @@ fn main() {
         .unwrap_or(200_000);
     let zero = DeviceSpec::path("/dev/zero").resolve().unwrap();
 
-    let mut rows = vec![run("no observer", iters)];
+    // Run-time statistics for the program column; dropped at exit.
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
+        .map_err(|e| println!("no program run-time statistics ({e})"))
+        .ok();
+    let mut rows = vec![run("no observer", iters, None)];
     for mode in [
         AttachMode::Tracepoint,
         AttachMode::RawTracepoint,
@@ -104,13 +156,16 @@ fn main() {
         let mut config = ObserverConfig::new(&object, vec![zero.clone()]);
         config.mode = ModeRequest::Only(mode);
         match Observer::start(&config) {
-            Ok(observer) => {
-                rows.push(run(mode.name(), iters));
+            Ok(mut observer) => {
+                rows.push(run(mode.name(), iters, Some(&observer)));
                 let counted = observer.stats().unwrap().ioctls_counted;
                 assert!(
                     counted >= u64::from(iters),
                     "{mode}: only {counted} ioctls counted"
                 );
+                if mode == AttachMode::Tracepoint {
+                    bypass_rows(&mut observer, &mut rows, iters);
+                }
             }
             Err(e) => println!("{mode}: not available here ({e})"),
         }
@@ -120,19 +175,23 @@ fn main() {
         "ns per call, min / median of {ROUNDS} rounds x {iters} calls; Δ = median minus the median without observer"
     );
     println!(
-        "{:<16} {:>24} {:>24} {:>24}",
-        "observer", "ioctl watched dev", "ioctl unwatched dev", "getppid"
+        "bpf ns/run = mean run time of the ioctl program per watched ioctl (BPF_STATS_RUN_TIME)"
+    );
+    println!(
+        "{:<16} {:>24} {:>24} {:>24} {:>12}",
+        "observer", "ioctl watched dev", "ioctl unwatched dev", "getppid", "bpf ns/run"
     );
     let base = (rows[0].watched.1, rows[0].unwatched.1, rows[0].getppid.1);
     let cell =
         |(min, med): (f64, f64), base: f64| format!("{min:.0} / {med:.0} ({:+.0})", med - base);
     for row in &rows {
         println!(
-            "{:<16} {:>24} {:>24} {:>24}",
+            "{:<16} {:>24} {:>24} {:>24} {:>12}",
             row.label,
             cell(row.watched, base.0),
             cell(row.unwatched, base.1),
-            cell(row.getppid, base.2)
+            cell(row.getppid, base.2),
+            row.program.map_or("-".to_owned(), |ns| format!("{ns:.0}"))
         );
     }
 }

@@ -227,6 +227,25 @@ impl Observer {
         self.mode
     }
 
+    /// The kernel's view of the attached ioctl program: with run-time
+    /// statistics enabled (`aya::sys::enable_stats`), its run count and
+    /// time, which the overhead benchmark reads.
+    pub fn ioctl_program_info(&self) -> Result<aya::programs::ProgramInfo, ObserverError> {
+        let name = match self.mode {
+            AttachMode::Kprobe => names::PROG_IOCTL_KPROBE,
+            AttachMode::Tracepoint => names::PROG_IOCTL_TRACEPOINT,
+            AttachMode::RawTracepoint => names::PROG_IOCTL_RAW_TRACEPOINT,
+        };
+        let program = self
+            .ebpf
+            .program(name)
+            .ok_or(ObserverError::Missing(name))?;
+        program.info().map_err(|source| ObserverError::Program {
+            program: name,
+            source,
+        })
+    }
+
     /// Whether the process-exit hook is attached (exited processes are
     /// forgotten in the kernel maps).
     pub fn exit_hook(&self) -> bool {
