@@ -128,6 +128,13 @@ pub fn child_role() -> Option<String> {
     Some(role)
 }
 
+/// In a child: waits for line `want` on stdin.
+pub fn wait_line(want: &str) {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), want);
+}
+
 /// A child process waiting for "go".
 pub struct Child(std::process::Child);
 
@@ -160,6 +167,31 @@ impl Child {
     pub fn join(self, dir: &Path) -> Self {
         std::fs::write(dir.join("cgroup.procs"), self.pid().to_string()).unwrap();
         self
+    }
+
+    /// Lets it run until it answers (see [`answer`]); it then waits for
+    /// [`Child::finish`].
+    pub fn go_until_answer(&mut self) -> String {
+        self.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut stdout = BufReader::new(self.0.stdout.as_mut().unwrap());
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).unwrap() == 0 {
+                panic!("child exited without answering: {seen:?}");
+            }
+            if let Some(a) = line.trim_end().strip_prefix(ANSWER) {
+                return a.to_owned();
+            }
+            seen.push_str(&line);
+        }
+    }
+
+    /// Tells a child stopped after its answer to exit, and waits for it.
+    pub fn finish(mut self) {
+        self.0.stdin.as_mut().unwrap().write_all(b"exit\n").unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "child failed: {status}");
     }
 
     /// Lets it run; waits for it and returns its stdout. Fails the test if
