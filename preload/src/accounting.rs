@@ -8,8 +8,9 @@
 //! before the real allocation and returned if it fails, so the container's
 //! account is never below what the driver holds for it.
 
+use std::cell::Cell;
 use std::ffi::c_int;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::ffi::*;
 use crate::state::Enforcer;
@@ -33,11 +34,34 @@ macro_rules! real_cuda {
 }
 pub(crate) use real_cuda;
 
+/// Bumped whenever a context may have been destroyed, so per-thread
+/// context → device caches cannot outlive a reused context handle.
+static CONTEXT_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// (generation, context, device) last seen by this thread.
+    static LAST_CONTEXT: Cell<(u64, usize, CUdevice)> = const { Cell::new((u64::MAX, 0, -1)) };
+}
+
+/// Forgets cached context → device facts (a context went away).
+pub fn contexts_changed() {
+    CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
 /// The current context's device ordinal.
 pub fn current_device() -> Result<CUdevice, CUresult> {
+    let ctx = current_context();
+    let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
+    let (g, c, d) = LAST_CONTEXT.get();
+    if ctx != 0 && g == generation && c == ctx && d >= 0 {
+        return Ok(d);
+    }
     let mut d: CUdevice = 0;
     match real_cuda!(cuCtxGetDevice(&mut d)) {
-        CUDA_SUCCESS => Ok(d),
+        CUDA_SUCCESS => {
+            LAST_CONTEXT.set((generation, ctx, d));
+            Ok(d)
+        }
         e => Err(e),
     }
 }
@@ -69,7 +93,7 @@ pub fn gpu_index(e: &Enforcer, ordinal: CUdevice) -> Result<usize, CUresult> {
     let index = e.control.find(&uuid.bytes);
     if index.is_none() {
         static ONCE: AtomicBool = AtomicBool::new(false);
-        if !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if !ONCE.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "tessera: GPU {} (device {ordinal}) is not assigned to this container",
                 uuid_string(&uuid.bytes)
@@ -185,12 +209,13 @@ pub fn reserve_current(e: &Enforcer, bytes: u64) -> Result<(CUdevice, Charge), C
     let gpu = gpu_index(e, ordinal)?;
     let charged = rounded(e, ordinal, bytes);
     reserve(e, gpu, charged)?;
+    let ctx = LAST_CONTEXT.get().1;
     Ok((
         ordinal,
         Charge {
             gpu,
             bytes: charged,
-            ctx: current_context(),
+            ctx,
         },
     ))
 }

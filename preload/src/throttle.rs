@@ -3,6 +3,9 @@
 //! sleep until then — in steps of at most [`CHECK_NS`], so a new rate
 //! from the agent takes effect within one step.
 
+use std::sync::atomic::Ordering;
+
+use tessera_region::UNLIMITED;
 use tessera_region::rate::Admit;
 
 use crate::state::Enforcer;
@@ -16,9 +19,15 @@ pub const CHECK_NS: u64 = 10_000_000;
 pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
     let bucket = &e.usage.buckets[gpu];
     loop {
-        let (limits, epoch) = e.control.gpu(gpu);
+        let (rate, burst, epoch) = e.control.launch_limits(gpu);
+        if rate == UNLIMITED {
+            // Counted only: no clock read, no bucket.
+            bucket.launches.fetch_add(1, Ordering::Relaxed);
+            bucket.warps.fetch_add(cost, Ordering::Relaxed);
+            break;
+        }
         let now = sys::monotonic_ns();
-        match bucket.take(cost, limits.launch_rate, limits.launch_burst, epoch, now) {
+        match bucket.take(cost, rate, burst, epoch, now) {
             Admit::Now => break,
             Admit::At(t) => {
                 if wait_until(e, t, epoch) {

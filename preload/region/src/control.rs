@@ -121,7 +121,7 @@ impl ControlRegion {
     /// died) after about 10 ms and returns what it read.
     fn read_section<T>(&self, mut f: impl FnMut() -> T) -> (T, u64) {
         let epoch = &self.header.epoch;
-        let start = std::time::Instant::now();
+        let mut start: Option<std::time::Instant> = None;
         let mut spins = 0u32;
         loop {
             let e1 = epoch.load(Ordering::Acquire);
@@ -134,7 +134,9 @@ impl ControlRegion {
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
-            } else if start.elapsed() < std::time::Duration::from_millis(10) {
+            } else if start.get_or_insert_with(std::time::Instant::now).elapsed()
+                < std::time::Duration::from_millis(10)
+            {
                 std::thread::yield_now();
             } else {
                 return (v, e2 & !1);
@@ -146,6 +148,19 @@ impl ControlRegion {
     pub fn gpu(&self, i: usize) -> (GpuLimits, u64) {
         let g = &self.gpus[i % MAX_GPUS];
         self.read_section(|| load_gpu(g))
+    }
+
+    /// GPU `i`'s launch rate and burst, and the epoch they were read under
+    /// (the launch fast path: two fields, no UUID).
+    pub fn launch_limits(&self, i: usize) -> (u64, u64, u64) {
+        let g = &self.gpus[i % MAX_GPUS];
+        let ((rate, burst), epoch) = self.read_section(|| {
+            (
+                g.launch_rate.load(Ordering::Relaxed),
+                g.launch_burst.load(Ordering::Relaxed),
+            )
+        });
+        (rate, burst, epoch)
     }
 
     /// A consistent view of everything.

@@ -13,7 +13,7 @@
 //!
 //! usage (73728 bytes, written by the container's processes)
 //!   0     UsageHeader      magic "TSRUSE\0\x01", abi_version, size, slot_count,
-//!                          last_reclaim_ns
+//!                          last_reclaim_ns, active-slot bitmap (256 bits)
 //!   64    Bucket × 16      per-GPU launch token bucket and counters
 //!   1088  owners[256]      slot owner words (state << 32 | pid)
 //!   3136  start_times[256] owner start times (clock ticks after boot)
@@ -141,8 +141,9 @@ pub struct UsageHeader {
     pub reserved0: u32,
     /// When dead processes were last looked for (monotonic ns).
     pub last_reclaim_ns: AtomicU64,
-    /// Reserved.
-    pub reserved: [AtomicU64; 4],
+    /// Bitmap of slots that may hold bytes (set before a slot is used,
+    /// cleared after it is zeroed), so sums visit only those.
+    pub active: [AtomicU64; MAX_SLOTS / 64],
 }
 
 /// A GPU's container-wide launch bucket (GCRA) and counters.

@@ -23,6 +23,7 @@ pub mod file;
 pub mod layout;
 pub mod rate;
 pub mod reader;
+pub mod spec;
 pub mod usage;
 
 pub use control::{ControlSnapshot, ControlSpec, GpuLimits};

@@ -5,7 +5,7 @@
 //! **Memory (invariant I1).** Each slot's `used[gpu][slot]` is the only
 //! truth about what its process holds; there is no shared total to drift.
 //! A reservation first adds its bytes to its own slot, then sums every
-//! slot (all `SeqCst`); if the sum exceeds the limit it takes its bytes
+//! active slot (all `SeqCst`); if the sum exceeds the limit it takes its bytes
 //! back and fails. Of two racing reservations, the later one in the `SeqCst`
 //! order always sees the earlier one, so the sum of *granted* reservations
 //! never exceeds the limit. A contender's transient bytes can make a
@@ -76,6 +76,16 @@ impl UsageRegion {
         Ok(())
     }
 
+    fn mark_active(&self, slot: usize, on: bool) {
+        let word = &self.header.active[slot / 64];
+        let bit = 1u64 << (slot % 64);
+        if on {
+            word.fetch_or(bit, Ordering::SeqCst);
+        } else {
+            word.fetch_and(!bit, Ordering::SeqCst);
+        }
+    }
+
     fn zero_slot(&self, slot: usize) {
         for g in 0..MAX_GPUS {
             self.used[g][slot].store(0, Ordering::SeqCst);
@@ -102,6 +112,7 @@ impl UsageRegion {
             {
                 self.start_times[i].store(start_time, Ordering::Relaxed);
                 self.zero_slot(i);
+                self.mark_active(i, true);
                 w.store(owner::word(owner::ACTIVE, pid), Ordering::SeqCst);
                 return Some(i);
             }
@@ -114,6 +125,7 @@ impl UsageRegion {
         let w = &self.owners[slot % MAX_SLOTS];
         if w.load(Ordering::SeqCst) == owner::word(owner::ACTIVE, pid) {
             self.zero_slot(slot % MAX_SLOTS);
+            self.mark_active(slot % MAX_SLOTS, false);
             let _ = w.compare_exchange(
                 owner::word(owner::ACTIVE, pid),
                 owner::FREE,
@@ -155,6 +167,7 @@ impl UsageRegion {
                 continue;
             }
             self.zero_slot(i);
+            self.mark_active(i, false);
             if self.owners[i]
                 .compare_exchange(mine, owner::FREE, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
@@ -165,14 +178,25 @@ impl UsageRegion {
         n
     }
 
-    fn sum(col: &[AtomicU64; MAX_SLOTS]) -> u64 {
-        col.iter()
-            .fold(0u64, |a, v| a.saturating_add(v.load(Ordering::SeqCst)))
+    /// Sum of `col` over the active slots. A slot is marked active before
+    /// it can hold bytes and unmarked only after it is zeroed, so no bytes
+    /// are missed.
+    fn sum(&self, col: &[AtomicU64; MAX_SLOTS]) -> u64 {
+        let mut total = 0u64;
+        for (w, word) in self.header.active.iter().enumerate() {
+            let mut bits = word.load(Ordering::SeqCst);
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                total = total.saturating_add(col[i].load(Ordering::SeqCst));
+            }
+        }
+        total
     }
 
     /// Bytes the container holds on GPU `gpu`.
     pub fn used_bytes(&self, gpu: usize) -> u64 {
-        Self::sum(&self.used[gpu % MAX_GPUS])
+        self.sum(&self.used[gpu % MAX_GPUS])
     }
 
     /// Bytes slot `slot` holds on GPU `gpu`.
@@ -201,13 +225,13 @@ impl UsageRegion {
                 mine.fetch_sub(bytes, Ordering::SeqCst);
                 break;
             }
-            let total = Self::sum(col);
+            let total = self.sum(col);
             if total <= limit {
                 return Ok(());
             }
             mine.fetch_sub(bytes, Ordering::SeqCst);
             // Still over without contenders' in-flight bytes? Then it is real.
-            let others = Self::sum(col);
+            let others = self.sum(col);
             if others.saturating_add(bytes) > limit || attempt + 1 == RESERVE_RETRIES {
                 return Err(OverLimit {
                     used: others,
@@ -217,7 +241,7 @@ impl UsageRegion {
             std::thread::yield_now();
         }
         Err(OverLimit {
-            used: Self::sum(col),
+            used: self.sum(col),
             limit,
         })
     }

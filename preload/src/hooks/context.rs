@@ -20,6 +20,7 @@ fn reserve_overhead(e: &Enforcer, dev: CUdevice) -> Result<Charge, CUresult> {
 /// Returns every charge that belongs to context `ctx` (its allocations,
 /// arrays and physical memory die with it).
 fn drop_context_charges(e: &Enforcer, ctx: usize) {
+    accounting::contexts_changed();
     let mut b = e.books();
     let mut dropped = Vec::new();
     b.allocs.retain(|_, c| {

@@ -1,0 +1,209 @@
+//! What `libtessera.so` adds to a launch and to an allocation/free pair,
+//! against calling the simulated driver directly (`cargo xtask bench`).
+//!
+//! A C program linked against the simulator's `libcuda.so.1` times 100 000
+//! `cuLaunchKernel` calls of an empty 1-warp kernel and 20 000
+//! `cuMemAlloc_v2` + `cuMemFree_v2` pairs, plain and under
+//! `LD_PRELOAD=libtessera.so` with (a) no launch limit and (b) a launch
+//! limit high enough never to make a launch wait, so the token bucket's
+//! fast path is what is measured. The three configurations run in turn,
+//! 7 times, and the best time of each is kept (the machine is shared).
+//!
+//! Wall-clock figures on a busy 2-core machine wobble by tens of ns, so
+//! when valgrind is installed the runner also counts *instructions* per
+//! call with callgrind (exact and repeatable): the difference between two
+//! runs of different lengths, divided by the extra calls.
+//!
+//! Use release artifacts (`TESSERA_ARTIFACTS=target/tessera/release`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tessera_region::UNLIMITED;
+use tessera_region::control::{ControlSpec, GpuLimits};
+use tessera_region::file::{create_control, create_usage};
+
+fn artifacts() -> PathBuf {
+    std::env::var_os("TESSERA_ARTIFACTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tessera/release"))
+}
+
+fn run(program: &Path, env: &[(&str, &Path)]) -> (f64, f64) {
+    let out = Command::new(program)
+        .args(["100000", "20000", "1"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .expect("run bench program");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let get = |key: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+    };
+    (get("launch"), get("allocfree"))
+}
+
+fn main() {
+    let art = artifacts();
+    let sim = art.join("sim");
+    let lib = art.join("lib/libtessera.so");
+    assert!(
+        lib.is_file(),
+        "{} missing: run `cargo xtask build --release`",
+        lib.display()
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bench");
+    let status = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c/bench.c"))
+        .arg(format!("-L{}", sim.display()))
+        .arg(format!("-Wl,-rpath,{}", sim.display()))
+        .arg("-lcuda")
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    let node = dir.path().join("node.toml");
+    std::fs::write(
+        &node,
+        "[[gpu]]\nmodel = \"bench\"\nmemory_mib = 81920\nsm_count = 132\n\
+         [cost.functions.empty]\nfixed_ns = 1\n[cost]\ncontext_overhead_mib = 0\n[ioctl]\nenabled = false\n",
+    )
+    .expect("write node");
+    let state = dir.path().join("state");
+    let uuid = gpusim::Sim::open(&gpusim::state::Config {
+        node_path: Some(node.clone()),
+        state_path: state.clone(),
+    })
+    .expect("open node")
+    .uuid_bytes(0);
+    let region = |name: &str, rate: u64| -> PathBuf {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).expect("region dir");
+        create_control(
+            &d,
+            &ControlSpec {
+                flags: 0,
+                gpus: vec![GpuLimits {
+                    memory_limit: 40 << 30,
+                    launch_rate: rate,
+                    launch_burst: 1 << 40,
+                    ..GpuLimits::unlimited(uuid)
+                }],
+            },
+        )
+        .expect("control");
+        create_usage(&d).expect("usage");
+        d
+    };
+    let unlimited = region("unlimited", UNLIMITED);
+    let bucket = region("bucket", 1 << 50);
+    let base: [(&str, &Path); 2] = [("GPUSIM_NODE", &node), ("GPUSIM_STATE", &state)];
+    let plain = run(&bin, &base);
+    let with = |r: &Path| {
+        let mut env = base.to_vec();
+        env.push(("LD_PRELOAD", &lib));
+        env.push(("TESSERA_REGION_DIR", r));
+        run(&bin, &env)
+    };
+    fn env_for<'a>(
+        base: &[(&'a str, &'a Path)],
+        lib: &'a Path,
+        r: Option<&'a Path>,
+    ) -> Vec<(&'a str, &'a Path)> {
+        let mut env = base.to_vec();
+        if let Some(r) = r {
+            env.push(("LD_PRELOAD", lib));
+            env.push(("TESSERA_REGION_DIR", r));
+        }
+        env
+    }
+    let (mut plain, mut a, mut b) = (plain, with(&unlimited), with(&bucket));
+    let best = |x: (f64, f64), y: (f64, f64)| (x.0.min(y.0), x.1.min(y.1));
+    for _ in 0..6 {
+        plain = best(plain, run(&bin, &env_for(&base, &lib, None)));
+        a = best(a, run(&bin, &env_for(&base, &lib, Some(&unlimited))));
+        b = best(b, run(&bin, &env_for(&base, &lib, Some(&bucket))));
+    }
+    println!("                              ns per call   added by libtessera.so");
+    println!("cuLaunchKernel, simulator      {:>10.1}", plain.0);
+    println!(
+        "  + libtessera, no rate limit  {:>10.1}   {:>+8.1}",
+        a.0,
+        a.0 - plain.0
+    );
+    println!(
+        "  + libtessera, token bucket   {:>10.1}   {:>+8.1}",
+        b.0,
+        b.0 - plain.0
+    );
+    println!("cuMemAlloc_v2+cuMemFree_v2     {:>10.1}", plain.1);
+    println!(
+        "  + libtessera, memory limit   {:>10.1}   {:>+8.1}",
+        b.1,
+        b.1 - plain.1
+    );
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!("(install valgrind for instruction counts)");
+        return;
+    }
+    if let (Some(p), Some(u), Some(t)) = (
+        instructions(&bin, &env_for(&base, &lib, None)),
+        instructions(&bin, &env_for(&base, &lib, Some(&unlimited))),
+        instructions(&bin, &env_for(&base, &lib, Some(&bucket))),
+    ) {
+        println!();
+        println!("                              instructions  added by libtessera.so");
+        println!("cuLaunchKernel, simulator      {:>10.0}", p.0);
+        println!(
+            "  + libtessera, no rate limit  {:>10.0}   {:>+8.0}",
+            u.0,
+            u.0 - p.0
+        );
+        println!(
+            "  + libtessera, token bucket   {:>10.0}   {:>+8.0}",
+            t.0,
+            t.0 - p.0
+        );
+        println!("cuMemAlloc_v2+cuMemFree_v2     {:>10.0}", p.1);
+        println!(
+            "  + libtessera, memory limit   {:>10.0}   {:>+8.0}",
+            t.1,
+            t.1 - p.1
+        );
+    }
+}
+
+/// Instructions per launch and per alloc/free pair, from callgrind.
+fn instructions(bin: &Path, env: &[(&str, &Path)]) -> Option<(f64, f64)> {
+    let count = |launches: u32, allocs: u32| -> Option<f64> {
+        let out = Command::new("valgrind")
+            .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+            .arg(bin)
+            .args([launches.to_string(), allocs.to_string(), "1".into()])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+            .output()
+            .ok()?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err.lines().find(|l| l.contains("Collected :"))?;
+        line.split(':')
+            .next_back()?
+            .trim()
+            .replace(',', "")
+            .parse()
+            .ok()
+    };
+    let base = count(0, 0)?;
+    Some((
+        (count(20_000, 0)? - base) / 20_000.0,
+        (count(0, 5_000)? - base) / 5_000.0,
+    ))
+}
