@@ -31,7 +31,8 @@ const COMPONENTS: [(&str, &str); 3] = [
     ("clippy", "bin/cargo-clippy"),
 ];
 /// Debian packages the tests need: strace counts the simulator's ioctls;
-/// gcc and libc6-dev link bpf-linker.
+/// gcc and libc6-dev link bpf-linker and build the tests' C clients (e.g.
+/// `agent/tests/ebpf_gpusim`).
 const PACKAGES: [&str; 3] = ["strace", "gcc", "libc6-dev"];
 /// Environment variable naming the nightly toolchain to use.
 pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";

@@ -33,6 +33,22 @@ pub struct EbpfArgs {
         value_delimiter = ','
     )]
     pub devices: Vec<DeviceSpec>,
+    /// NVIDIA driver version whose ioctl parameter layouts to decode
+    /// (e.g. `595.45.04`, or the simulator's); default: the running
+    /// module's (`/proc/driver/nvidia/version`), else the newest known.
+    #[arg(
+        long = "ebpf-driver-version",
+        env = "TESSERA_EBPF_DRIVER_VERSION",
+        value_parser = parse_driver_major
+    )]
+    pub driver_major: Option<u32>,
+}
+
+/// The major of a driver version string.
+fn parse_driver_major(s: &str) -> Result<u32, String> {
+    super::driver::major_of_version(s).ok_or_else(|| {
+        format!("driver version {s:?} is not <major>.<minor>[.<patch>] (e.g. 595.45.04)")
+    })
 }
 
 impl EbpfArgs {
@@ -49,6 +65,7 @@ impl EbpfArgs {
     pub fn config(&self) -> Result<ObserverConfig, DeviceError> {
         let mut config = ObserverConfig::new(self.object.clone(), self.devices()?);
         config.mode = self.attach;
+        config.driver_major = self.driver_major;
         Ok(config)
     }
 }
@@ -74,6 +91,8 @@ mod tests {
             "raw-tracepoint",
             "--ebpf-devices",
             "/dev/null,uvm=1:5",
+            "--ebpf-driver-version",
+            "530.30.02",
         ])
         .unwrap();
         assert_eq!(
@@ -81,6 +100,7 @@ mod tests {
             ModeRequest::Only(AttachMode::RawTracepoint)
         );
         let config = cli.ebpf.config().unwrap();
+        assert_eq!(config.driver_major, Some(530));
         let numbers: Vec<(u32, u32)> = config.devices.iter().map(|d| (d.major, d.minor)).collect();
         assert_eq!(numbers, [(1, 3), (1, 5)]);
         assert_eq!(
@@ -92,5 +112,16 @@ mod tests {
     #[test]
     fn rejects_bad_mode() {
         assert!(Cli::try_parse_from(["agent", "--ebpf-attach", "lsm"]).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_driver_version() {
+        let err = Cli::try_parse_from(["agent", "--ebpf-driver-version", "latest"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("is not <major>.<minor>"), "{err}");
+        let cli = Cli::try_parse_from(["agent"]).unwrap();
+        assert_eq!(cli.ebpf.driver_major, None);
     }
 }

@@ -8,8 +8,10 @@
 //! one [`Bypass`] on the `EVENTS` ring buffer, read through
 //! [`BypassEvents`]. The kernel forgets a process's registration and its
 //! "reported" mark when it exits (if the exit hook is attached), so the
-//! agent need not prune them. Cgroups outside every watched one (system
-//! daemons) are never reported.
+//! agent need not prune them; it must, though, copy only live processes
+//! from the usage regions (a slot of a dead process registered again would
+//! cover whoever reuses its pid). Cgroups outside every watched one
+//! (system daemons) are never reported.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
