@@ -34,7 +34,12 @@ pub fn run(args: &Args) -> Result<Artifacts> {
     for dir in [out.bin(), out.lib(), out.sim(), out.ebpf()] {
         fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    for bin in ["gpusim", "tessera-agent", "tessera-scheduler"] {
+    for bin in [
+        "gpusim",
+        "tessera-agent",
+        "tessera-scheduler",
+        "tessera-region",
+    ] {
         copy(&target.join(bin), &out.bin().join(bin))?;
     }
     copy(

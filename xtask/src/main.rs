@@ -6,9 +6,13 @@
 //! - `test`   setup + build + fmt + clippy + all tests
 //! - `demo`   runs workloads on a simulated GPU node
 //! - `bench`  prints the benchmark figures quoted in the README
+//! - `gpu-bundle` builds a folder to run on a real NVIDIA GPU with PyTorch
 
 mod artifacts;
+mod bench;
 mod build;
+mod bundle;
+mod demo;
 mod ebpf;
 mod setup;
 mod sh;
@@ -32,6 +36,12 @@ enum Command {
     Build(build::Args),
     /// Set up, build, check formatting and lints, and run all tests.
     Test(test::Args),
+    /// Run workloads on a simulated GPU node under Tessera's limits.
+    Demo(demo::Args),
+    /// Print the benchmark figures quoted in the README.
+    Bench(bench::Args),
+    /// Build a folder that shows the limits on a real NVIDIA GPU with PyTorch.
+    GpuBundle(bundle::Args),
 }
 
 fn main() -> Result<()> {
@@ -40,5 +50,8 @@ fn main() -> Result<()> {
         Command::Setup(args) => setup::run(&args),
         Command::Build(args) => build::run(&args).map(|_| ()),
         Command::Test(args) => test::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Bench(args) => bench::run(&args),
+        Command::GpuBundle(args) => bundle::run(&args),
     }
 }

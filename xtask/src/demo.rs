@@ -1,0 +1,398 @@
+//! `cargo xtask demo`: a simulated GPU node running four containers'
+//! workloads under `libtessera.so`, with a live view showing the limits
+//! hold.
+//!
+//! Node: two simulated H100s. Containers (each a region directory, as the
+//! agent will create them):
+//!
+//! | container | GPU | memory limit | launch limit | workload |
+//! |---|---|---|---|---|
+//! | train-a | 0 | 20000 MiB | none | 16000 MiB, saturating 2 ms kernels |
+//! | serve-b | 0 | 8000 MiB | 4000 warps/s | 6000 MiB, 64-warp 2 ms kernels as fast as allowed |
+//! | greedy-c | 1 | 4000 MiB | none | allocates 500 MiB chunks until refused |
+//! | batch-d | 1 | 8000 MiB | 2000 → 8000 warps/s halfway | 32-warp 1 ms kernels |
+//!
+//! Everything lives in a temporary folder that is removed at the end or on
+//! Ctrl-C.
+
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use gpusim::Sim;
+use gpusim::state::Config;
+use tessera_region::control::{ControlSpec, GpuLimits};
+use tessera_region::file::{Mapped, create_control, create_usage};
+use tessera_region::layout::ControlRegion;
+use tessera_region::reader::read_usage;
+
+use crate::build;
+use crate::sh::workspace_root;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Args {
+    /// How long the workloads run.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// Use release builds.
+    #[arg(long)]
+    pub release: bool,
+}
+
+const NODE: &str = r#"
+driver_version = "595.45.04"
+
+[[gpu]]
+model = "NVIDIA H100 80GB HBM3"
+memory_mib = 81559
+sm_count = 132
+numa_node = 0
+nvlink_peers = [1]
+
+[[gpu]]
+model = "NVIDIA H100 80GB HBM3"
+memory_mib = 81559
+sm_count = 132
+numa_node = 1
+nvlink_peers = [0]
+
+[cost]
+context_overhead_mib = 500
+[cost.functions.matmul]
+fixed_ns = 2000000
+[cost.functions.infer]
+fixed_ns = 2000000
+[cost.functions.batch]
+fixed_ns = 1000000
+"#;
+
+const MIB: u64 = 1 << 20;
+
+struct Container {
+    name: &'static str,
+    gpu: usize,
+    memory_mib: u64,
+    rate: Option<u64>,
+    ops: String,
+    region: PathBuf,
+    control: Mapped<ControlRegion>,
+    child: Child,
+    output: Arc<Mutex<Vec<String>>>,
+    peak: u64,
+    last_launches: u64,
+}
+
+fn limits(uuid: [u8; 16], memory_mib: u64, rate: Option<u64>) -> GpuLimits {
+    GpuLimits {
+        memory_limit: memory_mib * MIB,
+        context_overhead: 500 * MIB,
+        launch_rate: rate.unwrap_or(tessera_region::UNLIMITED),
+        launch_burst: rate.map_or(0, |r| (r / 100).max(1)),
+        uuid,
+    }
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let artifacts = build::run(&build::Args {
+        release: args.release,
+        no_ebpf: true,
+    })?;
+    let dir = tempfile::Builder::new()
+        .prefix("tessera-demo-")
+        .tempdir()
+        .context("cannot create a temporary folder")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("cannot install the Ctrl-C handler")?;
+    }
+    let result = demo(args, &artifacts.dir, dir.path(), &stop);
+    // The folder (regions, state, programs) goes with `dir`.
+    drop(dir);
+    result
+}
+
+fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<()> {
+    let node = dir.join("node.toml");
+    std::fs::write(&node, NODE)?;
+    let state = dir.join("gpusim.state");
+    let sim = Sim::open(&Config {
+        node_path: Some(node.clone()),
+        state_path: state.clone(),
+    })?;
+    let sim_dir = artifacts.join("sim");
+    let workload = dir.join("workload");
+    let src = workspace_root().join("preload/gpusim/tests/c/workload.c");
+    let out = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&workload)
+        .arg(&src)
+        .arg(format!("-L{}", sim_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", sim_dir.display()))
+        .arg("-lcuda")
+        .output()
+        .context("cannot run cc (a C compiler is needed for the demo's workloads)")?;
+    if !out.status.success() {
+        bail!(
+            "cc {} failed: {}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The workloads outlive the view, so no sample sees them wind down.
+    let ms = (args.seconds + 10) * 1000;
+    let plan: [(&str, usize, u64, Option<u64>, String); 4] = [
+        (
+            "train-a",
+            0,
+            20_000,
+            None,
+            format!("dev 0 alloc 16000 ready run matmul 528 256 {ms}"),
+        ),
+        (
+            "serve-b",
+            0,
+            8_000,
+            Some(4_000),
+            format!("dev 0 alloc 6000 ready run infer 16 128 {ms}"),
+        ),
+        (
+            "greedy-c",
+            1,
+            4_000,
+            None,
+            "dev 1 ready alloc-until-oom 500 meminfo hold".into(),
+        ),
+        (
+            "batch-d",
+            1,
+            8_000,
+            Some(2_000),
+            format!("dev 1 ready run batch 8 128 {ms}"),
+        ),
+    ];
+    let lib = artifacts.join("lib/libtessera.so");
+    let mut containers = Vec::new();
+    for (name, gpu, memory_mib, rate, ops) in plan {
+        let region = dir.join("regions").join(name);
+        std::fs::create_dir_all(&region)?;
+        let control = create_control(
+            &region,
+            &ControlSpec {
+                flags: 0,
+                gpus: vec![limits(sim.uuid_bytes(gpu), memory_mib, rate)],
+            },
+        )?;
+        create_usage(&region)?;
+        let mut child = Command::new(&workload)
+            .args(ops.split_whitespace())
+            .env("GPUSIM_NODE", &node)
+            .env("GPUSIM_STATE", &state)
+            .env("LD_LIBRARY_PATH", &sim_dir)
+            .env("LD_PRELOAD", &lib)
+            .env("TESSERA_REGION_DIR", &region)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
+        let output = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let output = output.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    output.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                }
+            });
+        }
+        containers.push(Container {
+            name,
+            gpu,
+            memory_mib,
+            rate,
+            ops,
+            region,
+            control,
+            child,
+            output,
+            peak: 0,
+            last_launches: 0,
+        });
+    }
+    let result = watch(args, &sim, &mut containers, stop);
+    for c in &mut containers {
+        let _ = c.child.kill();
+        let _ = c.child.wait();
+    }
+    result
+}
+
+fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Result<()> {
+    let tty = std::io::stdout().is_terminal();
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let mut raised = false;
+    let mut raised_at = 0u64;
+    let mut rate_error: Vec<(usize, f64)> = Vec::new();
+    let mut tick = 0u64;
+    println!(
+        "tessera demo: 4 containers on a simulated 2-GPU node for {} s (Ctrl-C stops)\n",
+        args.seconds
+    );
+    while start.elapsed() < Duration::from_secs(args.seconds) && !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        let dt = last.elapsed().as_secs_f64();
+        last = Instant::now();
+        tick += 1;
+        if !raised && start.elapsed() >= Duration::from_secs(args.seconds / 2) {
+            let c = &mut cs[3];
+            c.rate = Some(8_000);
+            c.control.write(&ControlSpec {
+                flags: 0,
+                gpus: vec![limits(sim.uuid_bytes(c.gpu), c.memory_mib, c.rate)],
+            })?;
+            raised = true;
+            raised_at = tick;
+        }
+        let mut lines = Vec::new();
+        lines.push(format!(
+            "{:<9} {:>3} {:>18} {:>10} {:>14} {:>5}  {}",
+            "container",
+            "gpu",
+            "memory MiB (limit)",
+            "launches/s",
+            "limit warps/s",
+            "SM %",
+            "notes"
+        ));
+        let since = gpusim::realtime_ns() / 1000 - 1_000_000;
+        for (i, c) in cs.iter_mut().enumerate() {
+            let usage = read_usage(&std::fs::read(c.region.join("usage"))?)?;
+            let used = usage.used[0];
+            c.peak = c.peak.max(used);
+            if used > c.memory_mib * MIB {
+                bail!(
+                    "{}: {used} bytes used over its {} MiB limit",
+                    c.name,
+                    c.memory_mib
+                );
+            }
+            let launches = usage.buckets[0].launches;
+            let per_s = (launches - c.last_launches) as f64 / dt;
+            c.last_launches = launches;
+            let pid = c.child.id() as i32;
+            let sm: u32 = sim
+                .process_samples(c.gpu, since)?
+                .iter()
+                .filter(|s| s.pid == pid)
+                .map(|s| s.sm_percent)
+                .sum();
+            let warps_per_launch = match c.name {
+                "serve-b" => 64.0,
+                "batch-d" => 32.0,
+                _ => 1.0,
+            };
+            if let Some(r) = c.rate
+                && tick > 2
+                && !(raised && tick <= raised_at + 2)
+            {
+                let expected = r as f64 / warps_per_launch;
+                rate_error.push((i, (per_s - expected) / expected));
+            }
+            let notes = c
+                .output
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|l| {
+                    l.starts_with("allocs") || l.starts_with("error") || l.starts_with("tessera")
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            lines.push(format!(
+                "{:<9} {:>3} {:>8} ({:>6}) {:>10.1} {:>14} {:>5}  {}",
+                c.name,
+                c.gpu,
+                used / MIB,
+                c.memory_mib,
+                per_s,
+                c.rate.map_or("none".into(), |r| r.to_string()),
+                sm,
+                notes
+            ));
+        }
+        if tty {
+            print!("\x1b[{}A", lines.len() + 1);
+        }
+        println!(
+            "t = {:>3} s{}",
+            start.elapsed().as_secs(),
+            if raised {
+                "   (batch-d's rate raised to 8000 warps/s)"
+            } else {
+                ""
+            }
+        );
+        for l in &lines {
+            println!("{l}\x1b[K");
+        }
+        std::io::stdout().flush()?;
+    }
+    println!();
+    if stop.load(Ordering::SeqCst) {
+        println!("stopped by Ctrl-C; cleaning up");
+    }
+    println!("summary:");
+    for c in cs.iter() {
+        println!(
+            "  {:<9} peak memory {:>6} MiB of {:>6} MiB ({})",
+            c.name,
+            c.peak / MIB,
+            c.memory_mib,
+            c.ops
+        );
+    }
+    let refused = cs[2]
+        .output
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|l| l.contains("CUDA_ERROR_OUT_OF_MEMORY"));
+    println!(
+        "  greedy-c's allocation beyond its limit was {}",
+        if refused {
+            "refused with CUDA_ERROR_OUT_OF_MEMORY"
+        } else {
+            "not attempted yet"
+        }
+    );
+    if !rate_error.is_empty() {
+        let worst = rate_error.iter().map(|(_, e)| e.abs()).fold(0.0, f64::max);
+        println!(
+            "  rate-limited containers stayed within {:.1}% of their launch limits (per-second samples, after the first 2 s and around the change)",
+            worst * 100.0
+        );
+    }
+    println!("  every container stayed within its memory limit at every sample");
+    Ok(())
+}
