@@ -38,7 +38,7 @@ pub mod observer;
 
 pub use bypass::{Access, Bypass, BypassEvents};
 pub use counts::{ProgramStats, Snapshot};
-pub use guard::{GuardDevices, GuardError, GuardInfo, Guards};
 pub use devices::{Device, DeviceSpec, DeviceTarget};
+pub use guard::{GuardDevices, GuardError, GuardInfo, Guards};
 pub use mode::{AttachMode, ModeRequest};
 pub use observer::{Observer, ObserverConfig, ObserverError};
