@@ -1,8 +1,16 @@
 //! The Tessera node agent.
 //!
-//! One agent runs on every GPU node. So far it takes the GPU inventory
-//! through NVML ([`gpu`]); the device plugin, eBPF observation and the
-//! compute controller arrive in later changes (see `design.md`).
+//! One agent runs on every GPU node. So far it has:
+//! - [`gpu`]: the GPU inventory and live use through NVML (a trait with an
+//!   NVML and a fake implementation);
+//! - [`ebpf`]: the eBPF observer (per-cgroup NVIDIA ioctls and opens,
+//!   bypass events, GPU use, memory estimates) and the per-pod device
+//!   guard, with attach-mode probing;
+//! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
+//!   and runtimes Kubernetes nodes use.
+//!
+//! The device plugin, the region manager and the compute controller arrive
+//! in later changes (see `design.md`).
 
 #![forbid(unsafe_code)]
 
