@@ -8,6 +8,13 @@ use common::{Container, Link, Node, field};
 use tessera_region::UNLIMITED;
 use tessera_region::control::GpuLimits;
 
+/// Rate measurements need the CPU: these tests run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The test node plus a 1 µs kernel, so the launch rate, not GPU time,
 /// is what limits the workload.
 fn node() -> Node {
@@ -40,6 +47,7 @@ fn measure(c: &Container, window: Duration) -> f64 {
 
 #[test]
 fn a_fixed_rate_yields_that_launch_rate_within_two_percent() {
+    let _serial = serial();
     let c = Container::on(node(), |u| rate(u, 20_000, 200));
     for link in [Link::Direct, Link::Dlopen] {
         let p = c.spawn_ready(link, "dev 0 ready run tiny 1 32 2500");
@@ -55,6 +63,7 @@ fn a_fixed_rate_yields_that_launch_rate_within_two_percent() {
 
 #[test]
 fn a_launch_costs_its_warps_and_a_graph_its_kernels() {
+    let _serial = serial();
     // 8 blocks of 64 threads = 16 warps each: 10000 warps/s = 625 launches/s.
     let c = Container::on(node(), |u| rate(u, 10_000, 100));
     let p = c.spawn_ready(Link::Direct, "dev 0 ready run tiny 8 64 2000");
@@ -80,6 +89,7 @@ fn a_launch_costs_its_warps_and_a_graph_its_kernels() {
 
 #[test]
 fn a_new_rate_takes_effect_within_a_control_period() {
+    let _serial = serial();
     let c = Container::on(node(), |u| rate(u, 1_000, 10));
     let p = c.spawn_ready(Link::Direct, "dev 0 ready run tiny 1 32 4000");
     std::thread::sleep(Duration::from_millis(200));
@@ -103,6 +113,7 @@ fn a_new_rate_takes_effect_within_a_control_period() {
 
 #[test]
 fn a_zero_rate_pauses_launches_and_unlimited_does_not_throttle() {
+    let _serial = serial();
     let c = Container::on(node(), |u| rate(u, 0, 0));
     let mut p = c.spawn_ready(Link::Direct, "dev 0 ready launch tiny 1 32 5 ready");
     std::thread::sleep(Duration::from_millis(300));
