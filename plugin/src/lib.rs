@@ -16,4 +16,5 @@ pub mod manifest;
 pub mod pod;
 pub mod quantity;
 pub mod resources;
+pub mod server;
 pub mod webhook;

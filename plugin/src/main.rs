@@ -2,13 +2,17 @@
 #![forbid(unsafe_code)]
 
 use std::io::Read as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
+use tessera_scheduler::extender::{ClusterView, NodeView};
 use tessera_scheduler::manifest;
+use tessera_scheduler::server::{self, AppState};
 use tessera_scheduler::webhook::{self, WebhookConfig};
 
 /// Tessera's kube-scheduler extender and admission webhook.
@@ -27,6 +31,30 @@ enum Command {
     /// DaemonSets, ReplicaSets, Jobs and CronJobs, from YAML or JSON with
     /// any number of documents. Exits 1 if any pod would be refused.
     CheckPod(CheckPodArgs),
+    /// Serve the extender verbs and the webhook over HTTP.
+    ///
+    /// Routes: POST /filter, /prioritize, /bind (answers that binding is
+    /// planned), /webhook (AdmissionReview), GET /healthz. Plain HTTP only:
+    /// kube-scheduler reaches it on localhost in the same pod; TLS for the
+    /// API server's webhook calls is planned.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8888")]
+    listen: SocketAddr,
+    /// GPU telemetry as a JSON array of nodes
+    /// (`[{"name", "gpus": [{"uuid", "model", "memoryMib", "usedMib",
+    /// "coresUsedPercent", "healthy"}]}]`), read once at start. Without it
+    /// no node has telemetry and every GPU pod fails filter; the GpuNode
+    /// watcher that replaces this file is planned.
+    #[arg(long, env = "TESSERA_NODES")]
+    nodes: Option<PathBuf>,
+    /// Scheduler name the webhook hands GPU pods to.
+    #[arg(long, env = "TESSERA_SCHEDULER_NAME", default_value = webhook::DEFAULT_SCHEDULER_NAME)]
+    scheduler_name: String,
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +72,65 @@ struct CheckPodArgs {
 fn main() -> anyhow::Result<ExitCode> {
     match Cli::parse().command {
         Command::CheckPod(args) => check_pod(&args),
+        Command::Serve(args) => {
+            serve(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let view = match &args.nodes {
+        None => ClusterView::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let nodes: Vec<NodeView> = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a JSON array of nodes", path.display()))?;
+            ClusterView::new(nodes)
+        }
+    };
+    let state = Arc::new(AppState {
+        view,
+        webhook: WebhookConfig {
+            scheduler_name: args.scheduler_name.clone(),
+        },
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let local = listener.local_addr().context("reading the bound address")?;
+        tracing::info!(listen = %local, nodes = state.view.len(), "serving");
+        server::serve(listener, state, shutdown_signal()).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Completes on SIGTERM (how Kubernetes stops a pod) or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no SIGTERM handler; stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

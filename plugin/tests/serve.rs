@@ -1,0 +1,109 @@
+//! `tessera-scheduler serve` end to end: flags, node file, HTTP, SIGTERM.
+#![allow(clippy::unwrap_used)] // helpers of a test crate
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+fn post(addr: &str, path: &str, body: &Value) -> Value {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    serde_json::from_str(raw.split_once("\r\n\r\n").unwrap().1).unwrap()
+}
+
+#[test]
+fn serve_filters_against_the_node_file_and_stops_on_sigterm() {
+    let nodes =
+        std::env::temp_dir().join(format!("tessera-serve-test-{}.json", std::process::id()));
+    let gpu = json!({"uuid": "GPU-5e1a0000-0000-4000-8000-000051510000", "model": "Tesla T4",
+                     "memoryMib": 15360, "usedMib": 0, "coresUsedPercent": 0, "healthy": true});
+    std::fs::write(
+        &nodes,
+        json!([{"name": "gpu-1", "gpus": [gpu]}]).to_string(),
+    )
+    .unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--nodes"])
+        .arg(&nodes)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving") {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "serve exited before listening"
+        );
+    }
+    assert!(line.contains("nodes=1"), "{line}");
+    let addr = line
+        .split("listen=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+
+    let pod = json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}}}]}});
+    let result = post(
+        &addr,
+        "/filter",
+        &json!({"Pod": pod, "NodeNames": ["gpu-1"]}),
+    );
+    assert_eq!(result["NodeNames"], json!([]));
+    assert!(
+        result["FailedAndUnresolvableNodes"]["gpu-1"]
+            .as_str()
+            .unwrap()
+            .contains("20000 MiB")
+    );
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    log.read_to_string(&mut rest).unwrap();
+    std::fs::remove_file(&nodes).unwrap();
+    assert!(status.success(), "exit {status:?}; log: {rest}");
+    assert!(rest.contains("stopped"), "{rest}");
+}
+
+#[test]
+fn serve_refuses_a_bad_node_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "/nonexistent/nodes.json",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("reading /nonexistent/nodes.json"),
+        "{stderr}"
+    );
+}
