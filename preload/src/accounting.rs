@@ -104,35 +104,7 @@ pub fn gpu_index(e: &Enforcer, ordinal: CUdevice) -> Result<usize, CUresult> {
     index.ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
 
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-pub fn uuid_string(b: &[u8; 16]) -> String {
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// Parses a `GPU-…` UUID string.
-pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let hex: String = s
-        .strip_prefix("GPU-")?
-        .chars()
-        .filter(|&c| c != '-')
-        .collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
+pub use tessera_region::spec::{format_uuid as uuid_string, parse_uuid};
 
 /// Device `ordinal`'s allocation granularity.
 pub fn granularity(e: &Enforcer, ordinal: CUdevice) -> u64 {
