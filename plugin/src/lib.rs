@@ -1,12 +1,16 @@
 //! Tessera's scheduling side: the mutating admission webhook and the
 //! kube-scheduler extender, as pure functions over Kubernetes JSON.
 //!
-//! - [`resources`] and [`annotations`] read what a pod asks for;
+//! - [`resources`] and [`annotations`] read what a pod asks for
+//!   ([`quantity`] parses the values, [`pod`] is the Pod subset read);
 //! - [`webhook`] decides admission and builds the JSON patch;
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
-//!   of GPU telemetry.
+//!   of GPU telemetry;
+//! - [`manifest`] finds pods in manifest files for `check-pod`;
+//! - [`server`] routes HTTP requests to the above for `serve`.
 //!
-//! Nothing here talks to the API server; the binary wires these to I/O.
+//! Nothing here talks to the API server yet: the GpuNode watcher that
+//! builds the view and the bind verb are planned.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
