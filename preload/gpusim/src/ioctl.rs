@@ -124,8 +124,9 @@ impl Driver {
         let size = size_of::<T>();
         let cmd = nvrm::iowr(nr, size);
         if self.xfer {
+            // The driver switches on the bare escape number inside XFER.
             let mut x = Xfer {
-                cmd: cmd as u32,
+                cmd: u32::from(nr),
                 size: size as u32,
                 ptr: params as *mut T as u64,
             };

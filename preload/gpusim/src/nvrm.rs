@@ -67,7 +67,7 @@ pub const NV_RM_API_VERSION_CMD_STRICT: u32 = 0;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Xfer {
-    /// The wrapped escape's full command.
+    /// The wrapped escape's number (e.g. `NV_ESC_RM_ALLOC`).
     pub cmd: u32,
     /// Size of the wrapped parameters.
     pub size: u32,
