@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use tessera_agent::cgroup::CgroupMap;
+use tessera_agent::ebpf::args::EbpfArgs;
+use tessera_agent::ebpf::{Observer, cgroup::cgroup2_root};
 use tessera_agent::gpu::{GpuArgs, Inventory};
 
 /// The Tessera node agent: one per GPU node.
@@ -24,6 +27,67 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Load the eBPF observer, watch for a while, and print per-cgroup
+    /// NVIDIA device use (JSON) with the pod and container of each cgroup.
+    Observe {
+        #[command(flatten)]
+        ebpf: EbpfArgs,
+        /// How long to watch.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+}
+
+fn observe(ebpf: &EbpfArgs, seconds: u64) -> Result<()> {
+    let config = ebpf.config().context("cannot pick the devices to watch")?;
+    let observer = Observer::start(&config).context("cannot start the eBPF observer")?;
+    eprintln!(
+        "tessera-agent: observing {} device(s) in {:?} mode for {seconds} s",
+        config.devices.len(),
+        observer.mode()
+    );
+    std::thread::sleep(std::time::Duration::from_secs(seconds));
+    let snap = observer
+        .snapshot()
+        .context("cannot read the observer's maps")?;
+    let cgroups = cgroup2_root()
+        .ok()
+        .and_then(|root| CgroupMap::build(&root).ok())
+        .unwrap_or_default();
+    let mut ids: Vec<u64> = snap.ioctls.keys().map(|k| k.cgroup_id).collect();
+    ids.extend(snap.opens.keys().map(|k| k.cgroup_id));
+    ids.sort_unstable();
+    ids.dedup();
+    let dev = |d: u32| format!("{}:{}", d >> 20, d & 0xfffff);
+    let rows: Vec<serde_json::Value> = ids
+        .iter()
+        .map(|&id| {
+            let entry = cgroups.get(id);
+            let mut devices = std::collections::BTreeMap::<String, u64>::new();
+            for (k, n) in snap.ioctls.iter().filter(|(k, _)| k.cgroup_id == id) {
+                *devices.entry(dev(k.dev)).or_default() += n;
+            }
+            let opens: u64 = snap.opens.iter().filter(|(k, _)| k.cgroup_id == id).map(|(_, n)| n).sum();
+            serde_json::json!({
+                "cgroup_id": id,
+                "cgroup": entry.map(|e| e.path.clone()),
+                "pod_uid": cgroups.pod_of(id).map(|p| p.uid.clone()),
+                "ioctls_by_device": devices,
+                "opens": opens,
+                "gpus": snap.gpus_of(id).iter().map(|(u, _)| u.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(),
+                "video_memory_estimate": snap.rm_bytes_of(id),
+            })
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "mode": format!("{:?}", observer.mode()),
+            "cgroups": rows,
+            "notes": cgroups.notes,
+        }))?
+    );
+    Ok(())
 }
 
 fn inventory(cli: &Cli, json: bool) -> Result<()> {
@@ -61,6 +125,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Inventory { json } => inventory(&cli, *json),
+        Command::Observe { ebpf, seconds } => observe(ebpf, *seconds),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
