@@ -104,9 +104,42 @@ pub fn run(args: &Args) -> Result<()> {
     let llvm = LlvmLib::find(&sysroot)?;
     install_bpf_linker(&llvm)?;
     if args.no_packages {
-        eprintln!("skip: debian packages (--no-packages)");
+        eprintln!("skip: debian and python packages (--no-packages)");
     } else {
         install_packages()?;
+        install_python_packages()?;
+    }
+    Ok(())
+}
+
+/// Python packages the tests use: the Helm 4 SDK, which renders and lints
+/// the chart (`plugin/tests/chart.rs`).
+const PYTHON_PACKAGES: [(&str, &str); 1] = [("helm_python", "helm-python-sdk==0.2.2")];
+
+fn install_python_packages() -> Result<()> {
+    let Some(python) = sh::on_path("python3") else {
+        eprintln!("skip: python packages (no python3 on PATH); the chart tests will skip");
+        return Ok(());
+    };
+    for (module, requirement) in PYTHON_PACKAGES {
+        let present = Command::new(&python)
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if present {
+            eprintln!("ok: python package {requirement} already present");
+            continue;
+        }
+        sh::run(Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            requirement,
+        ]))
+        .with_context(|| format!("cannot install python package {requirement} (pip)"))?;
+        eprintln!("installed: python package {requirement}");
     }
     Ok(())
 }
