@@ -20,15 +20,18 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GPUSIMST"`.
 pub const STATE_MAGIC: [u8; 8] = *b"GPUSIMST";
 /// Layout version of the state file.
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 /// GPUs a node may have.
 pub const MAX_GPUS: usize = 16;
 /// Processes that may hold a context on one GPU at a time.
 pub const MAX_CHANNELS: usize = 64;
 /// Ring capacity of a channel's launch queue.
 pub const QUEUE_CAPACITY: usize = 1024;
-/// Completion times remembered per channel for event markers.
+/// Completion times remembered per channel for markers (stream syncs).
 pub const MARKER_LOG: usize = 256;
+/// Event slots per channel: an event's marker writes its completion time
+/// into its own slot, so it is never forgotten however many markers follow.
+pub const EVENT_SLOTS: usize = 4096;
 /// Utilisation history buckets per GPU.
 pub const HISTORY_BUCKETS: usize = 1024;
 /// Width of one history bucket (5 ms; 1024 buckets keep 5.12 s).
@@ -59,6 +62,11 @@ pub struct Header {
     pub node_len: u32,
     /// Creation time (Unix ns), for display.
     pub created_unix_ns: u64,
+    /// `/proc/sys/kernel/random/boot_id` of the boot that created the
+    /// file: monotonic times and robust mutexes mean nothing after a reboot.
+    pub boot_id: [u8; 36],
+    /// Reserved.
+    pub _reserved: [u8; 4],
     /// Bumped by every in-place reset.
     pub generation: AtomicU64,
     /// Canonical node description (JSON).
@@ -71,8 +79,8 @@ pub struct Header {
 pub struct Item {
     /// [`ItemKind`] as u32.
     pub kind: u32,
-    /// Reserved.
-    pub _reserved: u32,
+    /// For markers: event slot + 1 whose time to set (0 = none).
+    pub event_slot_plus_one: u32,
     /// Time still to run (ns).
     pub remaining_ns: u64,
 }
@@ -143,6 +151,8 @@ pub struct Channel {
     pub queue: [Item; QUEUE_CAPACITY],
     /// Recently completed markers, indexed by `seq % MARKER_LOG`.
     pub markers: [MarkerDone; MARKER_LOG],
+    /// Completion times of event markers by slot (0 = not yet).
+    pub event_times: [u64; EVENT_SLOTS],
 }
 
 /// Activity in one [`BUCKET_NS`] slice of time.

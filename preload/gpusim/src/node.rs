@@ -511,7 +511,7 @@ impl NodeDescription {
         self.gpu[index]
             .pci_bus_id
             .clone()
-            .unwrap_or_else(|| format!("00000000:{:02x}:00.0", 0x18 + index * 0x10))
+            .unwrap_or_else(|| format!("00000000:{:02x}:00.0", 0x18 + index * 0x08))
     }
 
     /// The driver's major version, e.g. 595.

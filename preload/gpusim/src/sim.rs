@@ -20,6 +20,11 @@ use crate::state::{Config, GpuGuard, State, StateError};
 use crate::timeline::{self, Params};
 use crate::{procfs, sys};
 
+/// Dead processes are looked for at least this often (ns) by any operation
+/// on a GPU, so their queued work stops taking time slices; queries and
+/// refused allocations always look.
+pub const REAP_INTERVAL_NS: u64 = 100_000_000;
+
 /// Xid the simulator records when a GPU is marked lost ("fallen off the bus").
 pub const XID_FALLEN_OFF_BUS: u64 = 79;
 
@@ -194,7 +199,12 @@ impl Sim {
             });
         }
         let mut g = self.state.lock(gpu)?;
-        timeline::advance(&mut g, sys::monotonic_ns(), self.params);
+        let now = sys::monotonic_ns();
+        // Dead processes' queues must not keep taking time slices.
+        if now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
+            Self::reap(&mut g);
+        }
+        timeline::advance(&mut g, now, self.params);
         Ok(g)
     }
 
@@ -293,7 +303,7 @@ impl Sim {
             ch.active = 1;
         }
         let ch = &mut g.channels[channel];
-        ch.contexts += 1;
+        ch.contexts = ch.contexts.saturating_add(1);
         ch.mem_bytes = ch.mem_bytes.saturating_add(overhead);
         Ok(Attachment {
             gpu,
@@ -398,9 +408,15 @@ impl Sim {
                 if g.lost() {
                     return Err(SimError::DeviceLost { gpu: a.gpu });
                 }
-                timeline::work_until(ch, seq)
+                // Channels sharing the GPU take turns: expect the wait to
+                // stretch by their number.
+                let busy = (0..MAX_CHANNELS)
+                    .filter(|&c| g.channels[c].active == 1 && timeline::pending(&g.channels[c]) > 0)
+                    .count()
+                    .max(1) as u64;
+                timeline::work_until(ch, seq).saturating_mul(busy)
             };
-            // The channel needs at least `left` more GPU time.
+            // The channel needs at least `left` more wall time.
             sleep_ns(left.clamp(5_000, 5_000_000));
         }
     }
@@ -410,6 +426,28 @@ impl Sim {
         let g = self.lock(a.gpu)?;
         Self::check(&g, a)?;
         Ok(g.channels[a.channel].submitted.checked_sub(1))
+    }
+
+    /// Queues an event marker writing its completion time into event slot
+    /// `slot` of this process's channel; returns its sequence number.
+    pub fn submit_event(&self, a: &Attachment, slot: usize) -> Result<u64, SimError> {
+        loop {
+            {
+                let mut g = self.lock_live(a.gpu)?;
+                Self::check(&g, a)?;
+                if let Ok(seq) = timeline::enqueue_event(&mut g, a.channel, slot, self.params) {
+                    return Ok(seq);
+                }
+            }
+            sleep_ns(100_000);
+        }
+    }
+
+    /// Completion time (monotonic ns) written to event slot `slot`.
+    pub fn event_time(&self, a: &Attachment, slot: usize) -> Result<Option<u64>, SimError> {
+        let g = self.lock(a.gpu)?;
+        Self::check(&g, a)?;
+        Ok(timeline::event_time(&g.channels[a.channel], slot))
     }
 
     /// Completion time (monotonic ns) of marker `seq`, once complete.
@@ -482,7 +520,7 @@ impl Sim {
     pub fn inject_xid(&self, gpu: usize, xid: u64) -> Result<u64, SimError> {
         let mut g = self.lock(gpu)?;
         let seq = g.xid_next.max(1);
-        g.xid_next = seq + 1;
+        g.xid_next = seq.saturating_add(1);
         g.xids[((seq - 1) % XID_LOG as u64) as usize] = XidRecord {
             seq,
             xid,

@@ -66,6 +66,22 @@ pub enum StateError {
         /// The description asked for.
         node: PathBuf,
     },
+    /// The file was created by an earlier boot (replaced automatically).
+    #[error("state file {path} was created by an earlier boot")]
+    Stale {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is not this user's own, or others may write it.
+    #[error(
+        "state file {path} is not safe to use: {problem}; remove it or point {ENV_STATE} elsewhere"
+    )]
+    Unsafe {
+        /// The file.
+        path: PathBuf,
+        /// Owner or mode problem.
+        problem: String,
+    },
     /// A GPU's lock could not be taken.
     #[error("cannot lock GPU {gpu} in state file {path}")]
     Lock {
@@ -128,7 +144,15 @@ impl State {
         for _ in 0..5 {
             match OpenOptions::new().read(true).write(true).open(path) {
                 Ok(file) => {
-                    let state = Self::attach(file, path)?;
+                    let state = match Self::attach(file, path) {
+                        Err(StateError::Stale { .. }) => {
+                            // Left by an earlier boot: nothing can be using
+                            // it. Replace it.
+                            let _ = fs::remove_file(path);
+                            continue;
+                        }
+                        other => other?,
+                    };
                     if let (Some(w), Some(np)) = (&wanted, &cfg.node_path)
                         && w.canonical() != state.node.canonical()
                     {
@@ -192,7 +216,7 @@ impl State {
                 .read(true)
                 .write(true)
                 .create_new(true)
-                .mode(0o666)
+                .mode(0o600)
                 .open(&tmp)
                 .map_err(|e| io_err("create", e))?;
             let gpus = node.gpu.len();
@@ -218,14 +242,32 @@ impl State {
             path: path.to_path_buf(),
             problem,
         };
-        let len = file
-            .metadata()
-            .map_err(|source| StateError::Io {
-                action: "stat",
+        let meta = file.metadata().map_err(|source| StateError::Io {
+            action: "stat",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // Its node description names devices this process opens and
+        // ioctls, and its mutexes gate every call: only our own file will do.
+        let me = fs::metadata("/proc/self")
+            .map_or(u32::MAX, |m| std::os::unix::fs::MetadataExt::uid(&m));
+        let (owner, mode) = (
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            std::os::unix::fs::MetadataExt::mode(&meta),
+        );
+        if owner != me {
+            return Err(StateError::Unsafe {
                 path: path.to_path_buf(),
-                source,
-            })?
-            .len() as usize;
+                problem: format!("it belongs to uid {owner}, not to uid {me}"),
+            });
+        }
+        if mode & 0o022 != 0 {
+            return Err(StateError::Unsafe {
+                path: path.to_path_buf(),
+                problem: format!("its mode {:o} lets others write it", mode & 0o777),
+            });
+        }
+        let len = meta.len() as usize;
         if len < gpu_offset() {
             return Err(bad(format!(
                 "it is {len} bytes, shorter than a header ({} bytes)",
@@ -276,6 +318,11 @@ impl State {
             return Err(bad(format!(
                 "its node description length {node_len} is too large"
             )));
+        }
+        if h.boot_id != boot_id() {
+            return Err(StateError::Stale {
+                path: path.to_path_buf(),
+            });
         }
         let text = std::str::from_utf8(&h.node[..node_len])
             .map_err(|_| bad("its node description is not UTF-8".into()))?;
@@ -382,6 +429,7 @@ unsafe fn init(map: &Mapping, node: &NodeDescription, text: &str) -> io::Result<
     h.node_len = text.len() as u32;
     h.node[..text.len()].copy_from_slice(text.as_bytes());
     h.created_unix_ns = sys::realtime_ns();
+    h.boot_id = boot_id();
     for i in 0..gpus {
         // SAFETY: block i lies inside the mapping (see total_size).
         let g = unsafe {
@@ -429,4 +477,15 @@ impl Drop for GpuGuard<'_> {
         // SAFETY: this thread locked the mutex in State::lock.
         unsafe { sys::mutex_unlock(self.gpu.lock.mutex.get()) }
     }
+}
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`; zeros if unknown).
+pub fn boot_id() -> [u8; 36] {
+    let mut id = [0u8; 36];
+    if let Ok(text) = fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        let t = text.trim().as_bytes();
+        let n = t.len().min(36);
+        id[..n].copy_from_slice(&t[..n]);
+    }
+    id
 }

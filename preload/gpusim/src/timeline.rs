@@ -18,7 +18,7 @@
 //! modulo their capacity, so a corrupt state file cannot cause a panic.
 
 use crate::layout::{
-    BUCKET_NS, Bucket, Channel, GpuInner, HISTORY_BUCKETS, Item, ItemKind, MARKER_LOG,
+    BUCKET_NS, Bucket, Channel, EVENT_SLOTS, GpuInner, HISTORY_BUCKETS, Item, ItemKind, MARKER_LOG,
     MAX_CHANNELS, MarkerDone, QUEUE_CAPACITY,
 };
 
@@ -64,6 +64,12 @@ pub fn advance(g: &mut GpuInner, now: u64, p: Params) {
             ch.completed = ch.submitted;
         }
     }
+    if g.sim_time_ns > now.saturating_add(1_000_000_000) {
+        // Time from another clock (a state file from elsewhere): restart.
+        g.sim_time_ns = now;
+        g.slice_start_ns = now;
+        return;
+    }
     let mut t = g.sim_time_ns;
     let slice = p.timeslice_ns.max(1);
     while t < now {
@@ -94,8 +100,15 @@ pub fn advance(g: &mut GpuInner, now: u64, p: Params) {
                 }
             }
         };
-        let run_until = now.min(g.slice_start_ns.saturating_add(slice));
-        t = run_channel(g, pick, t, run_until);
+        // Slices only matter when another channel waits: alone, a channel
+        // runs straight to now.
+        let alone = !(0..MAX_CHANNELS).any(|c| c != pick && has_work(&g.channels[c]));
+        let run_until = if alone {
+            now
+        } else {
+            now.min(g.slice_start_ns.saturating_add(slice))
+        };
+        t = run_channel(g, pick, t, run_until, now);
         if !has_work(&g.channels[pick]) || t >= g.slice_start_ns.saturating_add(slice) {
             // Give up the slice; the search starts after this channel.
             g.slice_owner_plus_one = pick as u32 + 1;
@@ -107,12 +120,17 @@ pub fn advance(g: &mut GpuInner, now: u64, p: Params) {
 
 /// Runs channel `c` from `t` until `until` or until it runs dry; returns the
 /// time reached.
-fn run_channel(g: &mut GpuInner, c: usize, mut t: u64, until: u64) -> u64 {
-    while t < until && pending(&g.channels[c]) > 0 {
+fn run_channel(g: &mut GpuInner, c: usize, mut t: u64, until: u64, now: u64) -> u64 {
+    while pending(&g.channels[c]) > 0 {
         let ch = &mut g.channels[c];
         let idx = ch.head as usize % QUEUE_CAPACITY;
         let item = ch.queue[idx];
         let kind = ItemKind::from_raw(item.kind);
+        // Markers at the head complete at once, even when the slice is
+        // used up: an event right after a kernel is done when the kernel is.
+        if kind != ItemKind::Marker && t >= until {
+            break;
+        }
         let run = match kind {
             ItemKind::Marker => 0,
             _ => item.remaining_ns.min(until - t),
@@ -130,6 +148,9 @@ fn run_channel(g: &mut GpuInner, c: usize, mut t: u64, until: u64) -> u64 {
                     seq_plus_one: seq + 1,
                     time_ns: t,
                 };
+                if let Some(slot) = (item.event_slot_plus_one as usize).checked_sub(1) {
+                    ch.event_times[slot % EVENT_SLOTS] = t.max(1);
+                }
             }
             ch.queue[idx] = Item::default();
             ch.head = ((idx + 1) % QUEUE_CAPACITY) as u32;
@@ -138,15 +159,17 @@ fn run_channel(g: &mut GpuInner, c: usize, mut t: u64, until: u64) -> u64 {
             ch.queue[idx].remaining_ns = left;
         }
         if run > 0 {
-            record(g, c, kind, start, end);
+            record(g, c, kind, start, end, now);
         }
     }
     t
 }
 
-/// Adds `[start, end)` of `kind` work by channel `c` to the history.
-fn record(g: &mut GpuInner, c: usize, kind: ItemKind, start: u64, end: u64) {
-    let mut t = start;
+/// Adds `[start, end)` of `kind` work by channel `c` to the history
+/// (only what falls in the history window ending at `now`).
+fn record(g: &mut GpuInner, c: usize, kind: ItemKind, start: u64, end: u64, now: u64) {
+    let horizon = (now / BUCKET_NS).saturating_sub(HISTORY_BUCKETS as u64 - 1) * BUCKET_NS;
+    let mut t = start.max(horizon);
     while t < end {
         let epoch = t / BUCKET_NS;
         let bucket_end = (epoch + 1) * BUCKET_NS;
@@ -176,7 +199,8 @@ fn bucket_mut(g: &mut GpuInner, epoch: u64) -> &mut Bucket {
 }
 
 /// Sums `f(bucket)` over `[t0, t1)`, pro rata at the edges. Only buckets
-/// still in the history count.
+/// still in the history count. A bucket holds activity up to the
+/// simulated time only, so it is prorated over the part it covers.
 fn sum_history(g: &GpuInner, t0: u64, t1: u64, f: impl Fn(&Bucket) -> u64) -> u64 {
     if t1 <= t0 {
         return 0;
@@ -189,8 +213,9 @@ fn sum_history(g: &GpuInner, t0: u64, t1: u64, f: impl Fn(&Bucket) -> u64) -> u6
             continue;
         }
         let (bs, be) = (epoch * BUCKET_NS, (epoch + 1) * BUCKET_NS);
-        let overlap = be.min(t1) - bs.max(t0);
-        total += u128::from(f(b)) * u128::from(overlap) / u128::from(BUCKET_NS);
+        let covered = be.min(g.sim_time_ns.max(bs + 1)) - bs;
+        let overlap = be.min(t1).min(bs + covered) - bs.max(t0).min(bs + covered);
+        total += u128::from(f(b)) * u128::from(overlap) / u128::from(covered);
     }
     total as u64
 }
@@ -237,7 +262,7 @@ pub fn enqueue(
     let idx = (ch.head as u64 + n) % QUEUE_CAPACITY as u64;
     ch.queue[idx as usize] = Item {
         kind: kind as u32,
-        _reserved: 0,
+        event_slot_plus_one: 0,
         remaining_ns: if kind == ItemKind::Marker {
             0
         } else {
@@ -246,8 +271,24 @@ pub fn enqueue(
     };
     ch.completed = ch.submitted.saturating_sub(n);
     let seq = ch.submitted;
-    ch.submitted += 1;
+    ch.submitted = ch.submitted.wrapping_add(1);
     Ok(seq)
+}
+
+/// Queues a marker that will write its completion time into event slot
+/// `slot` of channel `c` (cleared now).
+pub fn enqueue_event(g: &mut GpuInner, c: usize, slot: usize, p: Params) -> Result<u64, QueueFull> {
+    let seq = enqueue(g, c, ItemKind::Marker, 0, p)?;
+    let ch = &mut g.channels[c % MAX_CHANNELS];
+    let idx = ((ch.head as u64 + pending(ch) - 1) % QUEUE_CAPACITY as u64) as usize;
+    ch.queue[idx].event_slot_plus_one = (slot % EVENT_SLOTS) as u32 + 1;
+    ch.event_times[slot % EVENT_SLOTS] = 0;
+    Ok(seq)
+}
+
+/// Completion time recorded in event slot `slot` (None while pending).
+pub fn event_time(ch: &Channel, slot: usize) -> Option<u64> {
+    Some(ch.event_times[slot % EVENT_SLOTS]).filter(|&t| t != 0)
 }
 
 /// Whether item `seq` of channel `c` has completed.
@@ -291,6 +332,7 @@ pub fn clear_channel(g: &mut GpuInner, c: usize) {
     ch.busy_ns = 0;
     ch.queue = [Item::default(); QUEUE_CAPACITY];
     ch.markers = [MarkerDone::default(); MARKER_LOG];
+    ch.event_times = [0; EVENT_SLOTS];
     if g.slice_owner_plus_one as usize == c + 1 {
         g.slice_owner_plus_one = 0;
     }
@@ -426,6 +468,58 @@ mod tests {
         advance(&mut g, t0 + 10 * MS, P);
         let b = busy(&g, t0, t0 + 10 * MS);
         assert_eq!((b.sm_ns, b.mem_ns), (0, 3 * MS));
+    }
+
+    #[test]
+    fn an_event_after_a_kernel_ending_at_the_slice_end_is_not_late() {
+        let mut g = gpu();
+        let t0 = 1_000 * MS;
+        start(&mut g, &[0, 1], t0);
+        // Channel 0 keeps the GPU busy; channel 1: event, 2 ms kernel, event.
+        for _ in 0..50 {
+            enqueue(&mut g, 0, ItemKind::Kernel, MS, P).unwrap();
+        }
+        enqueue_event(&mut g, 1, 0, P).unwrap();
+        enqueue(&mut g, 1, ItemKind::Kernel, 2 * MS, P).unwrap();
+        enqueue_event(&mut g, 1, 1, P).unwrap();
+        advance(&mut g, t0 + 20 * MS, P);
+        let (a, b) = (
+            event_time(&g.channels[1], 0).unwrap(),
+            event_time(&g.channels[1], 1).unwrap(),
+        );
+        assert_eq!(b - a, 2 * MS);
+    }
+
+    #[test]
+    fn event_times_survive_many_later_markers() {
+        let mut g = gpu();
+        let t0 = 1_000 * MS;
+        start(&mut g, &[0], t0);
+        enqueue_event(&mut g, 0, 7, P).unwrap();
+        for _ in 0..300 {
+            enqueue(&mut g, 0, ItemKind::Marker, 0, P).unwrap();
+            enqueue(&mut g, 0, ItemKind::Kernel, 10_000, P).unwrap();
+        }
+        enqueue_event(&mut g, 0, 8, P).unwrap();
+        advance(&mut g, t0 + 100 * MS, P);
+        let (a, b) = (
+            event_time(&g.channels[0], 7).unwrap(),
+            event_time(&g.channels[0], 8).unwrap(),
+        );
+        assert_eq!(b - a, 300 * 10_000);
+    }
+
+    #[test]
+    fn a_partly_filled_bucket_is_not_undercounted() {
+        let mut g = gpu();
+        let t0 = 1_000 * MS;
+        start(&mut g, &[0], t0);
+        enqueue(&mut g, 0, ItemKind::Kernel, 100 * MS, P).unwrap();
+        // 13 ms in: the current bucket is 3/5 filled, all busy.
+        let now = t0 + 13 * MS;
+        advance(&mut g, now, P);
+        assert_eq!(busy(&g, now - 5 * MS, now).sm_ns, 5 * MS);
+        assert_eq!(busy(&g, now - 10 * MS, now).sm_ns, 10 * MS);
     }
 
     #[test]

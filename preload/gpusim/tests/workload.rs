@@ -179,3 +179,21 @@ fn nvml_agrees_with_what_the_processes_did() {
     let util: u64 = field(&out, "util")[0].parse().unwrap();
     assert!(util >= 97, "{out}");
 }
+
+#[test]
+fn destroying_a_context_frees_what_was_allocated_in_it() {
+    let node = Node::small();
+    let sim = node.sim();
+    let p = node.spawn_ready(
+        Link::Direct,
+        "dev 0 ctx 0 alloc 1000 ctx-destroy ready hold",
+    );
+    let procs = sim.processes(0).unwrap();
+    assert_eq!(procs.len(), 1);
+    assert_eq!(
+        procs[0].bytes,
+        300 * MIB,
+        "only the primary context is left"
+    );
+    p.kill();
+}

@@ -59,26 +59,27 @@ pub fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> Result<u64, CU
     })
 }
 
-fn charge(
-    p: &Process,
-    inner: &Inner,
-    bytes: u64,
-) -> Result<(usize, gpusim::Attachment, u64, u32), CUresult> {
-    let (_, c) = inner.current()?;
+/// Device, channel, bytes charged and RM handle of an array's memory.
+type ArrayCharge = (usize, gpusim::Attachment, u64, u32);
+
+/// Charges `bytes` to the current context; returns it and the charge.
+fn charge(p: &Process, inner: &Inner, bytes: u64) -> Result<(u64, ArrayCharge), CUresult> {
+    let (ctx, c) = inner.current()?;
     let charged = p.sim.round_allocation(bytes);
     p.sim.alloc(&c.att, charged).map_err(sim_err)?;
     let rm = p
         .driver
         .alloc_memory(c.device, NV01_MEMORY_LOCAL_USER, charged);
-    Ok((c.device, c.att, charged, rm))
+    Ok((ctx, (c.device, c.att, charged, rm)))
 }
 
 /// `cuArrayCreate_v2` / `cuArray3DCreate_v2`.
 pub fn create(p: &Process, d: CudaArray3dDescriptor) -> Result<u64, CUresult> {
     let bytes = array_bytes(&d)?;
     let mut inner = p.lock();
-    let alloc = charge(p, &inner, bytes)?;
+    let (ctx, alloc) = charge(p, &inner, bytes)?;
     Ok(inner.arrays.insert(Array {
+        ctx,
         alloc: Some(alloc),
         desc: d,
         parent: None,
@@ -93,8 +94,8 @@ pub fn destroy(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     }
     let a = inner.arrays.remove(h)?;
     if let Some((device, att, charged, rm)) = a.alloc {
-        p.sim.free(&att, charged).map_err(sim_err)?;
         p.driver.free(device, rm);
+        p.sim.free(&att, charged).map_err(sim_err)?;
     }
     Ok(())
 }
@@ -112,8 +113,9 @@ pub fn create_mipmapped(
 ) -> Result<u64, CUresult> {
     let bytes = mipmapped_bytes(&d, levels)?;
     let mut inner = p.lock();
-    let alloc = charge(p, &inner, bytes)?;
+    let (ctx, alloc) = charge(p, &inner, bytes)?;
     Ok(inner.mipmaps.insert(Mipmapped {
+        ctx,
         alloc,
         desc: d,
         levels,
@@ -123,15 +125,18 @@ pub fn create_mipmapped(
 
 /// `cuMipmappedArrayDestroy`.
 pub fn destroy_mipmapped(p: &Process, h: u64) -> Result<(), CUresult> {
-    let mut inner = p.lock();
+    destroy_mipmapped_in(p, &mut p.lock(), h)
+}
+
+/// Destroys mipmapped array `h` and its levels.
+pub fn destroy_mipmapped_in(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     let m = inner.mipmaps.remove(h)?;
     for a in m.level_arrays.into_iter().flatten() {
         let _ = inner.arrays.remove(a);
     }
     let (device, att, charged, rm) = m.alloc;
-    p.sim.free(&att, charged).map_err(sim_err)?;
     p.driver.free(device, rm);
-    Ok(())
+    p.sim.free(&att, charged).map_err(sim_err)
 }
 
 /// `cuMipmappedArrayGetLevel`.
@@ -149,7 +154,9 @@ pub fn level(p: &Process, h: u64, level: u32) -> Result<u64, CUresult> {
     desc.width = shrink(desc.width);
     desc.height = shrink(desc.height);
     desc.depth = shrink(desc.depth);
+    let ctx = m.ctx;
     let a = inner.arrays.insert(Array {
+        ctx,
         alloc: None,
         desc,
         parent: Some(h),

@@ -44,9 +44,17 @@ fn new_context(
 }
 
 /// Frees everything that belongs to context `h` and gives back its claim
-/// on the GPU.
+/// on the GPU. Every object is released even if one release fails; the
+/// first error is returned at the end.
 fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
-    let ctx = inner.contexts.remove(h)?;
+    let att = inner.contexts.get(h)?.att;
+    let device = inner.contexts.get(h)?.device;
+    let mut result = Ok(());
+    let mut note = |r: Result<(), CUresult>| {
+        if result.is_ok() {
+            result = r;
+        }
+    };
     let owned: Vec<u64> = inner
         .allocations
         .iter()
@@ -54,7 +62,37 @@ fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
         .map(|(&d, _)| d)
         .collect();
     for dptr in owned {
-        crate::memory::release(p, inner, dptr)?;
+        note(crate::memory::release(p, inner, dptr));
+    }
+    let arrays: Vec<u64> = inner
+        .arrays
+        .iter()
+        .filter(|(_, a)| a.ctx == h && a.parent.is_none())
+        .map(|(x, _)| x)
+        .collect();
+    for a in arrays {
+        note(crate::array::destroy(p, inner, a));
+    }
+    let mipmaps: Vec<u64> = inner
+        .mipmaps
+        .iter()
+        .filter(|(_, m)| m.ctx == h)
+        .map(|(x, _)| x)
+        .collect();
+    for m in mipmaps {
+        note(crate::array::destroy_mipmapped_in(p, inner, m));
+    }
+    let physical: Vec<u64> = inner
+        .physical
+        .iter()
+        .filter(|(_, ph)| ph.ctx == h)
+        .map(|(x, _)| x)
+        .collect();
+    for ph in physical {
+        if let Ok(phys) = inner.physical.remove(ph) {
+            note(p.sim.free(&att, phys.size).map_err(sim_err));
+            p.driver.free(phys.device, phys.rm);
+        }
     }
     let streams: Vec<u64> = inner
         .streams
@@ -65,34 +103,14 @@ fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     for s in streams {
         let _ = inner.streams.remove(s);
     }
-    let physical: Vec<u64> = inner
-        .physical
-        .iter()
-        .filter(|(_, ph)| ph.ctx == h)
-        .map(|(x, _)| x)
-        .collect();
-    for ph in physical {
-        if let Ok(phys) = inner.physical.remove(ph) {
-            let _ = p.sim.free(&ctx.att, phys.size);
-            p.driver.free(phys.device, phys.rm);
-        }
-    }
-    let arrays: Vec<u64> = inner
-        .arrays
-        .iter()
-        .filter(|(_, a)| a.alloc.is_some_and(|(_, att, _, _)| att == ctx.att))
-        .map(|(x, _)| x)
-        .collect();
-    for a in arrays {
-        let _ = crate::array::destroy(p, inner, a);
-    }
-    match p.sim.detach(&ctx.att) {
-        Ok(true) => p.driver.unregister_gpu(p.sim.uuid_bytes(ctx.device)),
-        Ok(false) => {}
-        Err(e) => return Err(sim_err(e)),
-    }
+    let _ = inner.contexts.remove(h);
     process::with_stack(|s| s.retain(|&c| c != h));
-    Ok(())
+    match p.sim.detach(&att) {
+        Ok(true) => p.driver.unregister_gpu(p.sim.uuid_bytes(device)),
+        Ok(false) => {}
+        Err(e) => note(Err(sim_err(e))),
+    }
+    result
 }
 
 /// `cuCtxCreate`: a new context on `dev`, made current.
@@ -203,6 +221,7 @@ pub fn synchronize(p: &Process) -> Result<(), CUresult> {
     if let Some(seq) = p.sim.last_submitted(&att).map_err(sim_err)? {
         p.sim.wait(&att, seq).map_err(sim_err)?;
     }
+    crate::stream::wait_callbacks(p);
     Ok(())
 }
 

@@ -50,6 +50,7 @@ fn charge(
         dptr,
         Allocation {
             ctx,
+            att,
             device,
             size,
             charged,
@@ -60,15 +61,15 @@ fn charge(
     Ok(dptr)
 }
 
-/// Removes allocation `dptr` and returns its charge.
+/// Removes allocation `dptr` and returns its charge. Everything is undone
+/// even if the simulator cannot take the charge back (its channel may
+/// already be gone); that error is returned afterwards.
 pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult> {
     let a = inner
         .allocations
         .remove(&dptr)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if let Ok(c) = inner.contexts.get(a.ctx) {
-        p.sim.free(&c.att, a.charged).map_err(sim_err)?;
-    }
+    let charged = p.sim.free(&a.att, a.charged).map_err(sim_err);
     p.driver.free(a.device, a.rm);
     match a.kind {
         AllocKind::Managed => {
@@ -85,7 +86,7 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         }
         AllocKind::Linear | AllocKind::Pitch => inner.va.free(dptr, a.size),
     }
-    Ok(())
+    charged
 }
 
 /// `cuMemAlloc_v2`.
@@ -152,26 +153,26 @@ pub fn info(p: &Process) -> Result<(u64, u64), CUresult> {
     Ok((m.free, m.total))
 }
 
-/// `cuMemGetAddressRange_v2`: the allocation containing `dptr`.
+/// `cuMemGetAddressRange_v2`: the allocation (or VMM mapping) containing
+/// `dptr`.
 pub fn address_range(p: &Process, dptr: u64) -> Result<(u64, u64), CUresult> {
-    let inner = p.lock();
-    let (&base, a) = inner
-        .allocations
-        .range(..=dptr)
-        .next_back()
-        .ok_or(CUDA_ERROR_NOT_FOUND)?;
-    if dptr < base + a.size {
-        Ok((base, a.size))
-    } else {
-        Err(CUDA_ERROR_NOT_FOUND)
-    }
+    lookup(p, dptr)
+        .map(|(base, size, ..)| (base, size))
+        .ok_or(CUDA_ERROR_NOT_FOUND)
 }
 
-/// The allocation containing `dptr`: (base, allocation facts).
+/// The allocation or VMM mapping containing `dptr`: (base, size, device,
+/// context, managed).
 pub fn lookup(p: &Process, dptr: u64) -> Option<(u64, u64, usize, u64, bool)> {
     let inner = p.lock();
-    let (&base, a) = inner.allocations.range(..=dptr).next_back()?;
-    (dptr < base + a.size).then_some((base, a.size, a.device, a.ctx, a.kind == AllocKind::Managed))
+    if let Some((&base, a)) = inner.allocations.range(..=dptr).next_back()
+        && dptr < base + a.size
+    {
+        return Some((base, a.size, a.device, a.ctx, a.kind == AllocKind::Managed));
+    }
+    let (&base, m) = inner.mappings.range(..=dptr).next_back()?;
+    let ph = inner.physical.get(m.physical).ok()?;
+    (dptr < base + m.size).then_some((base, m.size, ph.device, ph.ctx, false))
 }
 
 /// `cuMemAllocHost_v2` / `cuMemHostAlloc`.

@@ -308,7 +308,7 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             (
                 "cuGraphInstantiate",
                 vec![
-                    D(10000, None),
+                    D(10000, Some(f!(cuGraphInstantiate))),
                     D(11000, Some(f!(cuGraphInstantiate_v2))),
                     D(12000, Some(f!(cuGraphInstantiateWithFlags))),
                 ],

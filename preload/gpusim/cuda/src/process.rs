@@ -25,6 +25,11 @@ pub struct Process {
     /// Stand-in device traffic.
     pub driver: Driver,
     inner: Mutex<Inner>,
+    /// Host callbacks queued / finished (stream and context syncs wait
+    /// for the callbacks queued before them).
+    pub callbacks: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
+    /// The host-callback worker's queue.
+    pub callback_queue: std::sync::OnceLock<std::sync::mpsc::Sender<crate::stream::QueuedCall>>,
 }
 
 static PROCESS: OnceLock<Result<Process, CUresult>> = OnceLock::new();
@@ -37,6 +42,9 @@ thread_local! {
 /// `cuInit`: opens the simulated node once per process. A failure is
 /// printed once to stderr and remembered.
 pub fn init() -> Result<&'static Process, CUresult> {
+    if FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(CUDA_ERROR_NOT_INITIALIZED);
+    }
     PROCESS
         .get_or_init(|| {
             let sim = Sim::from_env().map_err(|e| {
@@ -48,19 +56,34 @@ pub fn init() -> Result<&'static Process, CUresult> {
                 CUDA_ERROR_NO_DEVICE
             })?;
             driver.check_version();
+            crate::sys::at_fork_child(forked);
             let n = sim.gpu_count();
             Ok(Process {
                 sim,
                 driver,
                 inner: Mutex::new(Inner::new(n)),
+                callbacks: Default::default(),
+                callback_queue: std::sync::OnceLock::new(),
             })
         })
         .as_ref()
         .map_err(|&e| e)
 }
 
-/// The process state, or `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`.
+/// Set in a child after `fork`: like the real driver, CUDA state does not
+/// survive a fork.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn forked() {
+    FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The process state, or `CUDA_ERROR_NOT_INITIALIZED` before `cuInit` (and
+/// in a forked child).
 pub fn get() -> Result<&'static Process, CUresult> {
+    if FORKED.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(CUDA_ERROR_NOT_INITIALIZED);
+    }
     match PROCESS.get() {
         Some(Ok(p)) => Ok(p),
         _ => Err(CUDA_ERROR_NOT_INITIALIZED),
@@ -178,6 +201,8 @@ pub struct Event {
     pub flags: u32,
     /// Channel and sequence number of its last record.
     pub recorded: Option<(Attachment, u64)>,
+    /// Its completion-time slot on that channel (see `EventSlots`).
+    pub slot: Option<(Attachment, usize)>,
     /// Completion time once known (monotonic ns).
     pub time_ns: Option<u64>,
 }
@@ -275,6 +300,9 @@ pub enum AllocKind {
 pub struct Allocation {
     /// Context it belongs to.
     pub ctx: u64,
+    /// The channel it is charged to (kept so the charge can be returned
+    /// after the context is gone).
+    pub att: Attachment,
     /// Device.
     pub device: usize,
     /// Requested size.
@@ -313,8 +341,10 @@ pub struct Physical {
     pub rm: u32,
     /// Mappings referring to it.
     pub mappings: u32,
-    /// Released by its owner (freed when the last mapping goes).
-    pub released: bool,
+    /// Handle references: 1 from `cuMemCreate`, one more per
+    /// `cuMemRetainAllocationHandle`, one less per `cuMemRelease`. The
+    /// memory is freed when no reference and no mapping is left.
+    pub refs: u32,
     /// The properties it was created with (kind, location).
     pub location: i32,
 }
@@ -330,6 +360,8 @@ pub struct Mapping {
 
 /// A CUDA array (1D/2D/3D or one mipmap level).
 pub struct Array {
+    /// Context it belongs to.
+    pub ctx: u64,
     /// Device memory allocation backing it (its charge).
     pub alloc: Option<(usize, Attachment, u64, u32)>,
     /// Descriptor as created.
@@ -340,6 +372,8 @@ pub struct Array {
 
 /// A mipmapped array.
 pub struct Mipmapped {
+    /// Context it belongs to.
+    pub ctx: u64,
     /// Device, attachment, bytes charged, RM handle.
     pub alloc: (usize, Attachment, u64, u32),
     /// Level-0 descriptor.
@@ -396,6 +430,32 @@ pub struct Inner {
     pub mipmaps: Registry<Mipmapped>,
     /// Device address space.
     pub va: crate::va::AddressSpace,
+    /// Free event slots per (GPU, channel).
+    pub event_slots: HashMap<(usize, usize), EventSlots>,
+}
+
+/// Allocator of one channel's event slots.
+#[derive(Default)]
+pub struct EventSlots {
+    next: usize,
+    free: Vec<usize>,
+}
+
+impl EventSlots {
+    /// A free slot, if any is left.
+    pub fn take(&mut self) -> Option<usize> {
+        self.free.pop().or_else(|| {
+            (self.next < gpusim::layout::EVENT_SLOTS).then(|| {
+                self.next += 1;
+                self.next - 1
+            })
+        })
+    }
+
+    /// Returns a slot.
+    pub fn give(&mut self, slot: usize) {
+        self.free.push(slot);
+    }
 }
 
 impl Inner {
@@ -423,6 +483,7 @@ impl Inner {
             arrays: Registry::new(Kind::Array),
             mipmaps: Registry::new(Kind::Mipmapped),
             va: crate::va::AddressSpace::new(),
+            event_slots: HashMap::new(),
         }
     }
 

@@ -5,6 +5,8 @@
 //! waits for its last item. Events are zero-length markers whose
 //! completion time comes from the GPU timeline.
 
+use std::sync::atomic::Ordering;
+
 use gpusim::layout::ItemKind;
 use gpusim::sim::Attachment;
 
@@ -70,6 +72,7 @@ pub fn synchronize(p: &Process, stream: u64) -> Result<(), CUresult> {
     if let Some(seq) = last {
         p.sim.wait(&att, seq).map_err(sim_err)?;
     }
+    wait_callbacks(p);
     Ok(())
 }
 
@@ -107,18 +110,43 @@ pub struct HostCall {
     pub run: Box<dyn FnOnce() + Send>,
 }
 
-/// `cuLaunchHostFunc` / `cuStreamAddCallback`: runs `call` on a helper
-/// thread once the work submitted so far on `stream` is done.
+/// A callback waiting for its point on a channel.
+pub struct QueuedCall {
+    att: Attachment,
+    seq: u64,
+    call: HostCall,
+}
+
+/// `cuLaunchHostFunc` / `cuStreamAddCallback`: runs `call` once the work
+/// submitted so far on `stream` is done. Callbacks run one at a time, in
+/// the order they were queued, on one worker thread per process.
 pub fn host_func(p: &'static Process, stream: u64, call: HostCall) -> Result<(), CUresult> {
     let (att, seq) = submit(p, stream, ItemKind::Marker, 0)?;
-    std::thread::Builder::new()
-        .name("gpusim-callback".into())
-        .spawn(move || {
-            let _ = p.sim.wait(&att, seq);
-            (call.run)();
-        })
-        .map(|_| ())
-        .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)
+    let queue = p.callback_queue.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<QueuedCall>();
+        let _ = std::thread::Builder::new()
+            .name("gpusim-callbacks".into())
+            .spawn(move || {
+                for q in rx {
+                    let _ = p.sim.wait(&q.att, q.seq);
+                    (q.call.run)();
+                    p.callbacks.1.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+        tx
+    });
+    p.callbacks.0.fetch_add(1, Ordering::AcqRel);
+    queue
+        .send(QueuedCall { att, seq, call })
+        .map_err(|_| CUDA_ERROR_UNKNOWN)
+}
+
+/// Waits for the host callbacks queued so far to have run.
+pub fn wait_callbacks(p: &Process) {
+    let target = p.callbacks.0.load(Ordering::Acquire);
+    while p.callbacks.1.load(Ordering::Acquire) < target {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
 }
 
 /// `cuStreamBeginCapture`: later launches on `stream` go into a new graph.
@@ -163,20 +191,66 @@ pub fn event_create(p: &Process, flags: u32) -> Result<u64, CUresult> {
     Ok(inner.events.insert(Event {
         flags,
         recorded: None,
+        slot: None,
         time_ns: None,
     }))
 }
 
 /// `cuEventDestroy_v2`.
 pub fn event_destroy(p: &Process, event: u64) -> Result<(), CUresult> {
-    p.lock().events.remove(event).map(|_| ())
+    let mut inner = p.lock();
+    let e = inner.events.remove(event)?;
+    if let Some((att, slot)) = e.slot {
+        inner
+            .event_slots
+            .entry((att.gpu, att.channel))
+            .or_default()
+            .give(slot);
+    }
+    Ok(())
 }
 
-/// `cuEventRecord`.
+/// `cuEventRecord`: a marker that writes its completion time into the
+/// event's own slot on the channel, so the time is kept however many
+/// other markers follow.
 pub fn record(p: &Process, event: u64, stream: u64) -> Result<(), CUresult> {
-    p.lock().events.get(event)?;
-    let (att, seq) = submit(p, stream, ItemKind::Marker, 0)?;
+    let (att, slot) = {
+        let mut inner = p.lock();
+        inner.events.get(event)?;
+        let (ctx, st) = inner.stream_mut(stream)?;
+        if st.capture.is_some() {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        let att = inner.contexts.get(ctx)?.att;
+        let old = inner.events.get(event)?.slot;
+        let slot = match old {
+            Some((a, s)) if a == att => Some(s),
+            other => {
+                if let Some((a, s)) = other {
+                    inner
+                        .event_slots
+                        .entry((a.gpu, a.channel))
+                        .or_default()
+                        .give(s);
+                }
+                inner
+                    .event_slots
+                    .entry((att.gpu, att.channel))
+                    .or_default()
+                    .take()
+            }
+        };
+        inner.events.get_mut(event)?.slot = slot.map(|s| (att, s));
+        (att, slot)
+    };
+    let seq = match slot {
+        Some(s) => p.sim.submit_event(&att, s).map_err(sim_err)?,
+        None => p.sim.submit(&att, ItemKind::Marker, 0).map_err(sim_err)?,
+    };
     let mut inner = p.lock();
+    if let Ok((_, st)) = inner.stream_mut(stream) {
+        st.last_seq = Some(st.last_seq.map_or(seq, |s| s.max(seq)));
+    }
     let e = inner.events.get_mut(event)?;
     e.recorded = Some((att, seq));
     e.time_ns = None;
@@ -185,10 +259,10 @@ pub fn record(p: &Process, event: u64, stream: u64) -> Result<(), CUresult> {
 
 /// Whether the event is complete; fills in its time when it is.
 fn event_done(p: &Process, event: u64) -> Result<bool, CUresult> {
-    let (rec, known) = {
+    let (rec, slot, known) = {
         let inner = p.lock();
         let e = inner.events.get(event)?;
-        (e.recorded, e.time_ns.is_some())
+        (e.recorded, e.slot, e.time_ns.is_some())
     };
     let Some((att, seq)) = rec else {
         return Ok(true);
@@ -196,8 +270,13 @@ fn event_done(p: &Process, event: u64) -> Result<bool, CUresult> {
     if known {
         return Ok(true);
     }
-    match p.sim.marker_time(&att, seq) {
-        Ok(Some(t)) => {
+    let time = match slot {
+        Some((a, s)) if a == att => p.sim.event_time(&att, s),
+        _ => p.sim.marker_time(&att, seq),
+    }
+    .map_err(sim_err)?;
+    match time {
+        Some(t) => {
             if let Ok(e) = p.lock().events.get_mut(event)
                 && e.recorded == Some((att, seq))
             {
@@ -205,8 +284,7 @@ fn event_done(p: &Process, event: u64) -> Result<bool, CUresult> {
             }
             Ok(true)
         }
-        Ok(None) => p.sim.is_complete(&att, seq).map_err(sim_err),
-        Err(e) => Err(sim_err(e)),
+        None => p.sim.is_complete(&att, seq).map_err(sim_err),
     }
 }
 

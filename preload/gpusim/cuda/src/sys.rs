@@ -34,3 +34,11 @@ pub unsafe fn unmap(ptr: *mut u8, len: usize) {
         libc::munmap(ptr.cast(), len.max(1));
     }
 }
+
+/// Registers `child` to run in the child after `fork`.
+pub fn at_fork_child(child: extern "C" fn()) {
+    // SAFETY: registers a handler that only stores to an atomic.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(child));
+    }
+}

@@ -51,14 +51,14 @@ pub fn create(
         size,
         rm,
         mappings: 0,
-        released: false,
+        refs: 1,
         location: device as i32,
     }))
 }
 
 fn maybe_free(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     let ph = inner.physical.get(h)?;
-    if ph.released && ph.mappings == 0 {
+    if ph.refs == 0 && ph.mappings == 0 {
         let ph = inner.physical.remove(h)?;
         if let Ok(c) = inner.contexts.get(ph.ctx) {
             p.sim.free(&c.att, ph.size).map_err(sim_err)?;
@@ -72,23 +72,26 @@ fn maybe_free(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
 pub fn release(p: &Process, h: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();
     let ph = inner.physical.get_mut(h)?;
-    if ph.released {
+    if ph.refs == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    ph.released = true;
+    ph.refs -= 1;
     maybe_free(p, &mut inner, h)
 }
 
-/// `cuMemRetainAllocationHandle`: the physical allocation mapped at `addr`.
+/// `cuMemRetainAllocationHandle`: the physical allocation mapped at
+/// `addr`, with one more reference (the caller releases it).
 pub fn retain_handle(p: &Process, addr: u64) -> Result<u64, CUresult> {
-    let inner = p.lock();
+    let mut inner = p.lock();
     let (&start, m) = inner
         .mappings
         .range(..=addr)
         .next_back()
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if addr < start + m.size {
-        Ok(m.physical)
+        let h = m.physical;
+        inner.physical.get_mut(h)?.refs += 1;
+        Ok(h)
     } else {
         Err(CUDA_ERROR_INVALID_VALUE)
     }
@@ -145,7 +148,7 @@ fn reserved(inner: &Inner, ptr: u64, size: u64) -> bool {
 pub fn map(p: &Process, ptr: u64, size: u64, offset: u64, h: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();
     let ph = inner.physical.get(h)?;
-    if offset != 0 || size != ph.size || ph.released || !reserved(&inner, ptr, size) {
+    if offset != 0 || size != ph.size || ph.refs == 0 || !reserved(&inner, ptr, size) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let overlaps = inner

@@ -12,6 +12,7 @@
  * Arguments are operations, run in order; each prints one line:
  *   dev N                   retain device N's primary context, make it current
  *   ctx N                   create a new context on device N (current)
+ *   ctx-destroy             destroy the last context made by `ctx`
  *   alloc MIB               cuMemAlloc_v2           -> "alloc <rc>"
  *   alloc-bytes N           cuMemAlloc_v2 of N bytes
  *   alloc-until-oom MIB     allocate MIB chunks until one fails
@@ -73,6 +74,7 @@ typedef struct {
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                               \
     X(cuCtxSetCurrent, (CUcontext))                                                    \
     X(cuCtxSynchronize, (void))                                                        \
+    X(cuCtxDestroy, (CUcontext))                                                       \
     X(cuModuleLoadData, (CUmodule *, const void *))                                    \
     X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                     \
     X(cuEventCreate, (CUevent *, unsigned))                                            \
@@ -195,6 +197,7 @@ static void load(void) {}
 #define CALL_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain
 #define CALL_cuCtxSetCurrent cuCtxSetCurrent
 #define CALL_cuCtxSynchronize cuCtxSynchronize
+#define CALL_cuCtxDestroy cuCtxDestroy
 #define CALL_cuModuleLoadData cuModuleLoadData
 #define CALL_cuModuleGetFunction cuModuleGetFunction
 #define CALL_cuEventCreate cuEventCreate
@@ -223,6 +226,7 @@ static const char *name_of(CUresult rc) {
 static CUdeviceptr allocs[65536];
 static int nallocs;
 static CUmodule module;
+static CUcontext made;
 
 /* Objects of the allocation families (fill / one / churn). */
 enum { F_LINEAR, F_PITCH, F_MANAGED, F_ASYNC, F_POOL, F_VMM, F_A1, F_A2, F_A3, F_MIP, F_N };
@@ -329,8 +333,13 @@ int main(int argc, char **argv) {
                 CHECK(op, CALL(cuCtxSetCurrent)(c));
             } else {
                 CHECK(op, CALL(cuCtxCreate)(&c, 0, d));
+                made = c;
             }
             printf("%s ok\n", op);
+        } else if (!strcmp(op, "ctx-destroy")) {
+            CHECK(op, CALL(cuCtxDestroy)(made));
+            nallocs = 0; /* its allocations are gone with it */
+            printf("ctx-destroy ok\n");
         } else if (!strcmp(op, "alloc") || !strcmp(op, "alloc-bytes")) {
             size_t n = strtoull(ARG(), 0, 10);
             if (!strcmp(op, "alloc")) n <<= 20;

@@ -144,3 +144,7 @@ cu_export! {
         graph::exec_destroy(p, h(exec))
     }
 }
+
+super::cu_alias! {
+    cuGraphInstantiate => cuGraphInstantiate_v2(exec: *mut Handle, g: Handle, error_node: *mut Handle, log: *mut c_char, log_size: usize);
+}

@@ -20,10 +20,13 @@ cu_export! {
     fn cuDriverGetVersion(version: *mut c_int) {
         let v = match process::get() {
             Ok(p) => p.sim.node().cuda_version,
-            // Readable before cuInit: from the environment's node.
-            Err(_) => gpusim::Sim::from_env()
-                .map(|s| s.node().cuda_version)
-                .unwrap_or(gpusim::NodeDescription::default_node().cuda_version),
+            // Readable before cuInit: from the node description alone
+            // (no state file is created).
+            Err(_) => gpusim::state::Config::from_env()
+                .node_path
+                .and_then(|n| gpusim::NodeDescription::from_file(&n).ok())
+                .unwrap_or_else(gpusim::NodeDescription::default_node)
+                .cuda_version,
         };
         out(version, v)
     }
