@@ -25,21 +25,33 @@ pub const CONTROL_FILE: &str = "control";
 /// File name of the usage region.
 pub const USAGE_FILE: &str = "usage";
 
+/// The region types a file may be mapped as.
+pub trait Region: sealed::Sealed {}
+impl Region for ControlRegion {}
+impl Region for UsageRegion {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ControlRegion {}
+    impl Sealed for super::UsageRegion {}
+}
+
 /// A shared mapping of a region file, viewed as `T`.
-pub struct Mapped<T> {
+pub struct Mapped<T: Region> {
     ptr: NonNull<T>,
     len: usize,
     path: PathBuf,
     _t: PhantomData<T>,
 }
 
-// SAFETY: T is a region type made only of atomics and plain integers that
-// are never written through a shared reference except atomically.
-unsafe impl<T> Send for Mapped<T> {}
+// SAFETY: T is a region type (sealed) made only of atomics and plain
+// integers that are never written through a shared reference except
+// atomically.
+unsafe impl<T: Region> Send for Mapped<T> {}
 // SAFETY: as above.
-unsafe impl<T> Sync for Mapped<T> {}
+unsafe impl<T: Region> Sync for Mapped<T> {}
 
-impl<T> Mapped<T> {
+impl<T: Region> Mapped<T> {
     fn map(file: &File, path: &Path, len: usize, writable: bool) -> Result<Self, RegionError> {
         let actual = file
             .metadata()
@@ -103,7 +115,7 @@ impl<T> Mapped<T> {
     }
 }
 
-impl<T> Deref for Mapped<T> {
+impl<T: Region> Deref for Mapped<T> {
     type Target = T;
     fn deref(&self) -> &T {
         // SAFETY: the mapping is page-aligned, at least size_of::<T>()
@@ -113,7 +125,7 @@ impl<T> Deref for Mapped<T> {
     }
 }
 
-impl<T> Drop for Mapped<T> {
+impl<T: Region> Drop for Mapped<T> {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in map; no reference
         // into it outlives self.
@@ -190,8 +202,20 @@ pub fn create_usage(dir: &Path) -> Result<(), RegionError> {
     if path.exists() {
         return Ok(());
     }
-    let tmp = dir.join(".usage.tmp");
-    let file = create_file(&tmp, USAGE_SIZE, 0o666)?;
+    let tmp = dir.join(format!(".usage.tmp.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o666)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o666))
+        .map_err(io_err("set the mode of", &tmp))?;
+    file.set_len(USAGE_SIZE as u64)
+        .map_err(io_err("size", &tmp))?;
     {
         let m: Mapped<UsageRegion> = Mapped::map(&file, &tmp, USAGE_SIZE, true)?;
         // SAFETY: the file is private to this function until renamed into
@@ -213,9 +237,29 @@ pub fn open_usage(path: &Path) -> Result<Mapped<UsageRegion>, RegionError> {
     Ok(m)
 }
 
-/// Reads a usage file's bytes (agent side; see [`crate::reader`]).
+/// Reads a usage file's bytes (agent side; see [`crate::reader`]). The
+/// container controls the file: a symlink, FIFO, device or oversized file
+/// is refused or cut, so reading it can neither hang nor exhaust the agent.
 pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
-    std::fs::read(path).map_err(io_err("read", path))
+    use std::io::Read;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_err("open", path))?;
+    let meta = file.metadata().map_err(io_err("stat", path))?;
+    if !meta.is_file() {
+        return Err(RegionError::field(
+            "usage",
+            "file",
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(USAGE_SIZE);
+    file.take(USAGE_SIZE as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io_err("read", path))?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

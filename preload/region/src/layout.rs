@@ -159,8 +159,10 @@ pub struct Bucket {
     pub warps: AtomicU64,
     /// Time launches spent waiting for tokens (ns, summed over launches).
     pub throttled_ns: AtomicU64,
+    /// The rate (warps/s) the outstanding debt was taken at.
+    pub debt_rate: AtomicU64,
     /// Reserved.
-    pub reserved: [AtomicU64; 3],
+    pub reserved: [AtomicU64; 2],
 }
 
 /// The usage file.

@@ -10,9 +10,12 @@
 //!
 //! Settings: `r` = [`UNLIMITED`] skips the bucket (launches are only
 //! counted); `r` = 0 pauses launches until the agent raises the rate. When
-//! the agent changes the limits (a new control epoch), the first launch
-//! under the new epoch forgives the debt accumulated under the old rate,
-//! so a raised rate takes effect at once.
+//! the agent changes the rate (a newer control epoch), the first launch
+//! under it rescales the outstanding debt to the new rate — what was owed
+//! for `d` seconds at the old rate is owed for `d·r_old/r_new` at the new
+//! one — so a raised rate takes effect at once and repeated writes of the
+//! same rate change nothing. One launch adds at most [`MAX_DEBT_NS`] of
+//! debt, so a single huge grid cannot stall the container for long.
 
 use std::sync::atomic::Ordering;
 
@@ -36,6 +39,9 @@ pub fn launch_cost(blocks: u64, threads_per_block: u64) -> u64 {
         .saturating_mul(threads_per_block.max(1).div_ceil(32))
 }
 
+/// Most debt one launch can add (1 s).
+pub const MAX_DEBT_NS: u64 = 1_000_000_000;
+
 fn ns_for(warps: u64, rate: u64) -> u64 {
     let ns = u128::from(warps) * 1_000_000_000 / u128::from(rate.max(1));
     u64::try_from(ns).unwrap_or(u64::MAX)
@@ -54,15 +60,27 @@ impl Bucket {
             return Admit::Paused;
         }
         let seen = self.epoch.load(Ordering::Acquire);
-        if seen != epoch
+        if epoch > seen
             && self
                 .epoch
                 .compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
-            self.tat_ns.store(now, Ordering::Release);
+            // The rate the current debt was taken at (0 = never set).
+            let old = self.debt_rate.swap(rate, Ordering::AcqRel);
+            if old != 0 && old != rate && old != UNLIMITED {
+                let _ = self
+                    .tat_ns
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                        let debt = tat.saturating_sub(now);
+                        let scaled = u128::from(debt) * u128::from(old) / u128::from(rate);
+                        Some(now + u64::try_from(scaled).unwrap_or(u64::MAX).min(MAX_DEBT_NS))
+                    });
+            } else if old == UNLIMITED || old == 0 {
+                self.tat_ns.store(now, Ordering::Release);
+            }
         }
-        let inc = ns_for(cost, rate);
+        let inc = ns_for(cost, rate).min(MAX_DEBT_NS);
         let tolerance = ns_for(burst, rate);
         let mut tat = self.tat_ns.load(Ordering::Acquire);
         loop {
@@ -146,15 +164,37 @@ mod tests {
     }
 
     #[test]
-    fn a_new_epoch_forgives_old_debt() {
+    fn a_new_rate_rescales_the_debt() {
         let b = bucket();
         let t0 = 100 * S;
-        // A slow rate builds a long queue.
-        for _ in 0..100 {
-            let _ = b.take(1, 1, 0, 2, t0);
+        // 10 warps/s: 20 launches owe 2 s.
+        for _ in 0..20 {
+            let _ = b.take(1, 10, 0, 2, t0);
         }
-        assert!(matches!(b.take(1, 1, 0, 2, t0), Admit::At(t) if t > t0 + 50 * S));
-        // The agent raises the rate (epoch 4): launches start at once again.
-        assert_eq!(b.take(1, 1_000_000, 10, 4, t0 + 1), Admit::Now);
+        assert_eq!(b.take(1, 10, 0, 2, t0), Admit::At(t0 + 2 * S));
+        // 1000 warps/s (epoch 4): the 2.1 s owed become 21 ms.
+        assert_eq!(b.take(1, 1000, 0, 4, t0), Admit::At(t0 + 21_000_000));
+        // An older epoch does not move it back.
+        assert_eq!(b.take(1, 10, 0, 2, t0), Admit::At(t0 + 22_000_000));
+    }
+
+    #[test]
+    fn rewriting_the_same_rate_forgives_nothing() {
+        let b = bucket();
+        let t0 = 100 * S;
+        for _ in 0..10 {
+            let _ = b.take(100, 1000, 0, 2, t0);
+        }
+        // 1000 warps owed at 1000/s: the next launch waits a second, also
+        // after the agent rewrote the same rate.
+        assert_eq!(b.take(1, 1000, 0, 4, t0), Admit::At(t0 + S));
+    }
+
+    #[test]
+    fn one_launch_adds_at_most_a_second_of_debt() {
+        let b = bucket();
+        let t0 = 100 * S;
+        let _ = b.take(u64::MAX, 1, 0, 2, t0);
+        assert_eq!(b.take(1, 1, 0, 2, t0), Admit::At(t0 + MAX_DEBT_NS));
     }
 }

@@ -133,12 +133,12 @@ pub fn read_usage(b: &[u8]) -> Result<UsageSnapshot, RegionError> {
         let w = u64_at(b, usage_offsets::OWNERS + i * 8);
         let (state, pid) = (owner::state(w), owner::pid(w));
         let state = match state {
-            owner::FREE if pid == 0 => None,
             owner::FREE => {
-                return Err(bad(
-                    format!("owners[{i}]"),
-                    format!("is free but names pid {pid}"),
-                ));
+                if pid != 0 {
+                    // A copy can tear the word of a slot being freed.
+                    anomalies.push(format!("free slot {i} names pid {pid}"));
+                }
+                None
             }
             owner::CLAIMING => Some(SlotState::Claiming),
             owner::ACTIVE => Some(SlotState::Active),

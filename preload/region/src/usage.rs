@@ -110,11 +110,22 @@ impl UsageRegion {
             )
             .is_ok()
             {
-                self.start_times[i].store(start_time, Ordering::Relaxed);
+                self.start_times[i].store(start_time, Ordering::SeqCst);
                 self.zero_slot(i);
                 self.mark_active(i, true);
-                w.store(owner::word(owner::ACTIVE, pid), Ordering::SeqCst);
-                return Some(i);
+                // A reclaimer may have taken the slot meanwhile (it saw the
+                // claimer's pid gone): then the slot is not ours; it will
+                // be zeroed and freed by that reclaimer.
+                if w.compare_exchange(
+                    owner::word(owner::CLAIMING, pid),
+                    owner::word(owner::ACTIVE, pid),
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                {
+                    return Some(i);
+                }
             }
         }
         None
@@ -142,30 +153,36 @@ impl UsageRegion {
     }
 
     /// Frees the slots of processes `alive` says are gone; returns how many.
-    /// `me` is the caller's pid (recorded while it reclaims).
-    pub fn reclaim_dead(&self, me: u32, alive: impl Fn(u32, u64) -> bool) -> usize {
+    /// `me` is the caller's (pid, start time), recorded while it reclaims.
+    /// `alive(pid, start)` with `start` 0 asks whether the pid exists at all.
+    pub fn reclaim_dead(&self, me: (u32, u64), alive: impl Fn(u32, u64) -> bool) -> usize {
         let mut n = 0;
         for i in 0..MAX_SLOTS {
             let w = self.owners[i].load(Ordering::SeqCst);
             let (state, pid) = (owner::state(w), owner::pid(w));
             let dead = match state {
-                owner::CLAIMING | owner::ACTIVE => {
-                    !alive(pid, self.start_times[i].load(Ordering::Relaxed))
+                owner::ACTIVE => !alive(pid, self.start_times[i].load(Ordering::SeqCst)),
+                // A claimer's start time may not be written yet: only a
+                // vanished pid counts.
+                owner::CLAIMING => !alive(pid, 0),
+                // A reclaimer that died midway: its pid and start time are
+                // in the slot.
+                owner::RECLAIMING => {
+                    pid != me.0 && !alive(pid, self.start_times[i].load(Ordering::SeqCst))
                 }
-                // A reclaimer that died midway: its pid is in the word.
-                owner::RECLAIMING => pid != me && !alive(pid, 0),
                 _ => false,
             };
             if !dead {
                 continue;
             }
-            let mine = owner::word(owner::RECLAIMING, me);
+            let mine = owner::word(owner::RECLAIMING, me.0);
             if self.owners[i]
                 .compare_exchange(w, mine, Ordering::SeqCst, Ordering::Relaxed)
                 .is_err()
             {
                 continue;
             }
+            self.start_times[i].store(me.1, Ordering::SeqCst);
             self.zero_slot(i);
             self.mark_active(i, false);
             if self.owners[i]
@@ -348,17 +365,17 @@ mod tests {
         r.reserve(0, a, 300, UNLIMITED).unwrap();
         r.reserve(0, b, 200, UNLIMITED).unwrap();
         // pid 10 is dead.
-        let n = r.reclaim_dead(99, |pid, _| pid != 10);
+        let n = r.reclaim_dead((99, 1), |pid, _| pid != 10);
         assert_eq!(n, 1);
         assert_eq!(r.used_bytes(0), 200);
         assert!(!r.owns(a, 10));
         assert!(r.owns(b, 20));
-        assert_eq!(r.reclaim_dead(99, |pid, _| pid != 10), 0);
+        assert_eq!(r.reclaim_dead((99, 1), |pid, _| pid != 10), 0);
         // The slot is reused.
         let c = r.claim(10, 7).unwrap();
         assert_eq!(r.slot_bytes(0, c), 0);
         // A pid reused with another start time counts as dead.
-        let n = r.reclaim_dead(99, |_, start| start != 6);
+        let n = r.reclaim_dead((99, 1), |_, start| start != 6);
         assert_eq!(n, 1);
         assert_eq!(r.used_bytes(0), 0);
     }

@@ -89,10 +89,9 @@ fn main() -> Result<()> {
             let c = open_control(&dir.join(CONTROL_FILE))?;
             c.validate(c.mapped_len())?;
             let snap = c.snapshot();
-            let usage = read_usage(
-                &std::fs::read(dir.join(USAGE_FILE))
-                    .with_context(|| format!("cannot read {}", dir.join(USAGE_FILE).display()))?,
-            )?;
+            let usage = read_usage(&tessera_region::file::read_usage_bytes(
+                &dir.join(USAGE_FILE),
+            )?)?;
             let gpus: Vec<serde_json::Value> = snap
                 .gpus
                 .iter()
