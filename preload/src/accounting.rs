@@ -155,10 +155,18 @@ pub fn reserve(e: &Enforcer, gpu: usize, bytes: u64) -> Result<(), CUresult> {
         return Ok(());
     }
     // Dead processes may still hold bytes: look now, then try once more.
-    e.maybe_reclaim(true);
+    e.reclaim_now();
     e.usage
         .reserve(gpu, slot, bytes, limit)
         .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)
+}
+
+/// Records `bytes` on control GPU `gpu` whatever the limit (memory the
+/// driver already holds).
+pub fn force_reserve(e: &Enforcer, gpu: usize, bytes: u64) {
+    if let Ok(slot) = e.slot() {
+        let _ = e.usage.reserve(gpu, slot, bytes, tessera_region::UNLIMITED);
+    }
 }
 
 /// Returns a reservation.
@@ -188,6 +196,7 @@ pub fn reserve_current(e: &Enforcer, bytes: u64) -> Result<(CUdevice, Charge), C
             gpu,
             bytes: charged,
             ctx,
+            pool: 0,
         },
     ))
 }
@@ -202,38 +211,58 @@ pub fn settle(e: &Enforcer, rc: CUresult, c: Charge) -> bool {
     }
 }
 
-/// Bytes of a CUDA array: `width × max(height, 1) × max(depth, 1)` elements
-/// of `channels × bytes per channel`, halving each non-zero dimension per
-/// mipmap `level` (never below 1). `None` for formats not known here.
-pub fn array_bytes(
-    w: usize,
-    h: usize,
-    d: usize,
-    format: u32,
-    channels: u32,
-    level: u32,
-) -> Option<u64> {
-    let per_channel: u64 = match format {
+/// `CUDA_ARRAY3D_LAYERED`: depth counts layers, which mipmaps keep.
+pub const ARRAY3D_LAYERED: u32 = 0x01;
+/// `CUDA_ARRAY3D_CUBEMAP`: depth counts faces, which mipmaps keep.
+pub const ARRAY3D_CUBEMAP: u32 = 0x04;
+/// Bytes per channel charged for formats not listed here (video and
+/// block-compressed ones): at least any real format's, so an unknown
+/// format is overcharged, never free.
+const UNKNOWN_FORMAT_BYTES: u64 = 16;
+
+/// An array's shape, as its descriptor gives it.
+#[derive(Clone, Copy, Debug)]
+pub struct ArrayShape {
+    /// Width, height, depth (0 = dimension unused).
+    pub extent: [usize; 3],
+    /// `CUarray_format`.
+    pub format: u32,
+    /// Channels per element.
+    pub channels: u32,
+    /// `CUDA_ARRAY3D_*` flags.
+    pub flags: u32,
+}
+
+/// Bytes of mipmap `level` of a CUDA array: `width × max(height, 1) ×
+/// max(depth, 1)` elements of `channels × bytes per channel`, halving
+/// width, height and (unless it counts layers or cube faces) depth per
+/// level, never below 1. `None` for shapes the driver rejects anyway.
+pub fn array_bytes(s: &ArrayShape, level: u32) -> Option<u64> {
+    let per_channel: u64 = match s.format {
         0x01 | 0x08 | 0xc0 | 0xc6 => 1,
         0x02 | 0x09 | 0x10 | 0xc1 | 0xc3 | 0xc7 | 0xc9 => 2,
         0x03 | 0x0a | 0x20 | 0xc2 | 0xc4 | 0xc8 | 0xca => 4,
         0xc5 | 0xcb => 8,
-        _ => return None,
+        _ => UNKNOWN_FORMAT_BYTES,
     };
-    if !matches!(channels, 1 | 2 | 4) || w == 0 {
+    let [w, h, d] = s.extent;
+    if !matches!(s.channels, 1 | 2 | 4) || w == 0 || level >= 64 {
         return None;
     }
-    let extent = |x: usize| {
+    let extent = |x: usize, scales: bool| {
         if x == 0 {
             1
-        } else {
+        } else if scales {
             ((x as u64) >> level).max(1)
+        } else {
+            x as u64
         }
     };
-    extent(w)
-        .checked_mul(extent(h))?
-        .checked_mul(extent(d))?
-        .checked_mul(per_channel * u64::from(channels))
+    let depth_scales = s.flags & (ARRAY3D_LAYERED | ARRAY3D_CUBEMAP) == 0;
+    extent(w, true)
+        .checked_mul(extent(h, true))?
+        .checked_mul(extent(d, depth_scales))?
+        .checked_mul(per_channel * u64::from(s.channels))
 }
 
 #[cfg(test)]
@@ -246,5 +275,32 @@ mod tests {
         let b = parse_uuid(s).unwrap();
         assert_eq!(uuid_string(&b), s);
         assert_eq!(parse_uuid("GPU-zz"), None);
+    }
+
+    #[test]
+    fn arrays_are_sized_by_shape_and_level() {
+        let shape = |extent, format, channels, flags| ArrayShape {
+            extent,
+            format,
+            channels,
+            flags,
+        };
+        // 100×10 RGBA8.
+        assert_eq!(array_bytes(&shape([100, 10, 0], 0x01, 4, 0), 0), Some(4000));
+        // Level 1 of a 3D float array halves every dimension.
+        assert_eq!(
+            array_bytes(&shape([8, 8, 8], 0x20, 1, 0), 1),
+            Some(4 * 4 * 4 * 4)
+        );
+        // Layered and cube-map arrays keep their depth at every level.
+        let layered = shape([8, 8, 6], 0x20, 1, ARRAY3D_LAYERED);
+        assert_eq!(array_bytes(&layered, 1), Some(4 * 4 * 6 * 4));
+        let cube = shape([8, 8, 6], 0x20, 1, ARRAY3D_CUBEMAP);
+        assert_eq!(array_bytes(&cube, 2), Some(2 * 2 * 6 * 4));
+        // Unknown formats are charged the widest channel.
+        assert_eq!(array_bytes(&shape([10, 0, 0], 0x77, 1, 0), 0), Some(160));
+        // Shapes the driver rejects are not sized.
+        assert_eq!(array_bytes(&shape([10, 0, 0], 0x20, 3, 0), 0), None);
+        assert_eq!(array_bytes(&shape([0, 10, 0], 0x20, 1, 0), 0), None);
     }
 }

@@ -27,6 +27,7 @@ pub mod accounting;
 pub mod config;
 pub mod ffi;
 pub mod hooks;
+pub mod proc_table;
 pub mod real;
 pub mod state;
 mod sys;

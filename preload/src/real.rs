@@ -6,7 +6,6 @@
 //! function (an older driver) is `None`; its hook then answers
 //! `CUDA_ERROR_NOT_FOUND` / `NVML_ERROR_FUNCTION_NOT_FOUND`.
 
-use std::collections::HashMap;
 use std::ffi::{CStr, c_int, c_uint, c_ulonglong, c_void};
 use std::sync::OnceLock;
 
@@ -40,13 +39,6 @@ macro_rules! real_fns {
                         }
                     }, )*
                 }
-            }
-
-            /// `(name, address)` of every resolved entry point.
-            pub fn addresses(&self) -> Vec<(&'static str, usize)> {
-                let mut v = Vec::new();
-                $( if let Some(f) = self.$name { v.push((stringify!($name), f as usize)); } )*
-                v
             }
         }
     };
@@ -83,10 +75,14 @@ real_fns!(Cuda {
     cuMemFreeAsync: fn(CUdeviceptr, H) -> CUresult;
     cuMemFreeAsync_ptsz: fn(CUdeviceptr, H) -> CUresult;
     cuMemPoolCreate: fn(*mut H, *const CUmemPoolProps) -> CUresult;
+    cuMemPoolGetAttribute: fn(H, c_int, *mut c_void) -> CUresult;
+    cuMemPoolTrimTo: fn(H, usize) -> CUresult;
+    cuStreamIsCapturing: fn(H, *mut c_int) -> CUresult;
     cuDeviceGetDefaultMemPool: fn(*mut H, CUdevice) -> CUresult;
     cuDeviceGetMemPool: fn(*mut H, CUdevice) -> CUresult;
     cuMemCreate: fn(*mut c_ulonglong, usize, *const CUmemAllocationProp, c_ulonglong) -> CUresult;
     cuMemRelease: fn(c_ulonglong) -> CUresult;
+    cuMemRetainAllocationHandle: fn(*mut c_ulonglong, *mut c_void) -> CUresult;
     cuMemMap: fn(CUdeviceptr, usize, usize, c_ulonglong, c_ulonglong) -> CUresult;
     cuMemUnmap: fn(CUdeviceptr, usize) -> CUresult;
     cuArrayCreate_v2: fn(*mut H, *const ArrayDescriptor) -> CUresult;
@@ -103,6 +99,13 @@ real_fns!(Cuda {
     cuGraphInstantiateWithFlags: fn(*mut H, H, c_ulonglong) -> CUresult;
     cuGraphInstantiate_v2: fn(*mut H, H, *mut H, *mut std::ffi::c_char, usize) -> CUresult;
     cuGraphExecDestroy: fn(H) -> CUresult;
+    cuGraphInstantiateWithParams: fn(*mut H, H, *mut c_void) -> CUresult;
+    cuGraphExecKernelNodeSetParams_v2: fn(H, H, *const KernelNodeParams) -> CUresult;
+    cuGraphExecUpdate_v2: fn(H, H, *mut c_void) -> CUresult;
+    cuGraphInstantiateWithParams_ptsz: fn(*mut H, H, *mut c_void) -> CUresult;
+    cuGraphExecKernelNodeSetParams: fn(H, H, *const KernelNodeParams) -> CUresult;
+    cuGraphExecUpdate: fn(H, H, *mut H, *mut c_int) -> CUresult;
+    cuGraphChildGraphNodeGetGraph: fn(H, *mut H) -> CUresult;
     cuGraphLaunch: fn(H, H) -> CUresult;
     cuGraphLaunch_ptsz: fn(H, H) -> CUresult;
     cuGraphGetNodes: fn(H, *mut H, *mut usize) -> CUresult;
@@ -141,27 +144,4 @@ pub fn nvml() -> Option<&'static Nvml> {
         (!h.is_null()).then(|| Nvml::load(h))
     })
     .as_ref()
-}
-
-/// Real CUDA entry point address → our hook for it, for
-/// `cuGetProcAddress` (which hands out real addresses).
-pub fn hook_for_real(addr: usize) -> Option<usize> {
-    static MAP: OnceLock<HashMap<usize, usize>> = OnceLock::new();
-    MAP.get_or_init(|| {
-        let Some(c) = cuda() else {
-            return HashMap::new();
-        };
-        let hooks = crate::hooks::table();
-        c.addresses()
-            .into_iter()
-            .filter_map(|(name, real)| {
-                hooks
-                    .binary_search_by(|(n, _)| n.as_bytes().cmp(name.as_bytes()))
-                    .ok()
-                    .map(|i| (real, hooks[i].1))
-            })
-            .collect()
-    })
-    .get(&addr)
-    .copied()
 }

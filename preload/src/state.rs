@@ -50,8 +50,26 @@ pub struct Charge {
     pub gpu: usize,
     /// Bytes.
     pub bytes: u64,
-    /// Context the object belongs to (freed with it).
+    /// Context the object belongs to and is freed with (0: none — pool
+    /// and VMM memory outlive the context that allocated them).
     pub ctx: usize,
+    /// Pool the bytes came from (0: none); a pool's charge is settled as a
+    /// whole (see `hooks/pool.rs`).
+    pub pool: usize,
+}
+
+/// A memory pool's account.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolBook {
+    /// Device ordinal.
+    pub device: i32,
+    /// Control GPU index.
+    pub gpu: usize,
+    /// Bytes of live allocations from it.
+    pub live: u64,
+    /// Bytes charged for it: the larger of `live` and what the pool keeps
+    /// reserved from the device.
+    pub charged: u64,
 }
 
 /// A VMM physical allocation.
@@ -61,8 +79,10 @@ pub struct Physical {
     pub charge: Charge,
     /// Mappings referring to it.
     pub mappings: u32,
-    /// Released by its owner.
-    pub released: bool,
+    /// Handle references: 1 from `cuMemCreate`, +1 per
+    /// `cuMemRetainAllocationHandle`, −1 per `cuMemRelease`. The driver
+    /// frees the memory when no reference and no mapping is left.
+    pub refs: u32,
 }
 
 /// A primary context as the driver sees it.
@@ -91,10 +111,12 @@ pub struct Books {
     pub contexts: HashMap<usize, Charge>,
     /// Primary contexts, by device ordinal.
     pub primary: HashMap<i32, Primary>,
-    /// Memory pools → device ordinal.
-    pub pools: HashMap<usize, i32>,
-    /// Executable graphs → launch cost (warps).
-    pub graphs: HashMap<usize, u64>,
+    /// Memory pools → device ordinal (known pools).
+    pub pool_devices: HashMap<usize, i32>,
+    /// Memory pools' accounts.
+    pub pools: HashMap<usize, PoolBook>,
+    /// Executable graphs → launch cost.
+    pub graphs: HashMap<usize, crate::hooks::GraphCost>,
 }
 
 /// Limits in force.
@@ -115,6 +137,9 @@ pub struct Enforcer {
     /// Ordinal → allocation granularity (0 = not looked up).
     granularity: [AtomicU64; MAX_ORDINALS],
     books: Mutex<Books>,
+    registering: Mutex<()>,
+    /// Serialises primary-context retain/release/reset bookkeeping.
+    pub primary_ops: Mutex<()>,
 }
 
 static MODE: OnceLock<Mode> = OnceLock::new();
@@ -188,6 +213,8 @@ pub fn setup(dir: &Path) -> Mode {
         devices: [const { AtomicI32::new(0) }; MAX_ORDINALS],
         granularity: [const { AtomicU64::new(0) }; MAX_ORDINALS],
         books: Mutex::new(Books::default()),
+        registering: Mutex::new(()),
+        primary_ops: Mutex::new(()),
     };
     if let Err(why) = e.register() {
         return Mode::Refuse(why);
@@ -206,11 +233,14 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// After fork the child is a new process: it needs a slot of its own.
+/// Set in a child after `fork`. CUDA state does not survive a fork (the
+/// driver refuses it), and neither do this library's books: limited calls
+/// in the child fail with `CUDA_ERROR_NOT_INITIALIZED`. A child that execs
+/// starts afresh.
+pub static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 unsafe extern "C" fn forked() {
-    if let Some(Mode::Enforce(e)) = MODE.get() {
-        e.slot.store(NO_SLOT, Ordering::Release);
-    }
+    FORKED.store(true, Ordering::Relaxed);
 }
 
 impl Enforcer {
@@ -222,7 +252,7 @@ impl Enforcer {
         let slot = match self.usage.claim(pid, start) {
             Some(s) => s,
             None => {
-                self.usage.reclaim_dead(pid, sys::alive);
+                self.usage.reclaim_dead((pid, start), sys::alive);
                 self.usage.claim(pid, start).ok_or_else(|| {
                     format!(
                         "usage region {} has no free process slot ({} in use)",
@@ -242,7 +272,13 @@ impl Enforcer {
     /// reclaimer took ours).
     pub fn slot(&self) -> Result<usize, String> {
         let s = self.slot.load(Ordering::Acquire);
-        if s != NO_SLOT {
+        if s != NO_SLOT && self.usage.owns(s, self.pid.load(Ordering::Relaxed)) {
+            return Ok(s);
+        }
+        // One registration at a time, so racing threads claim one slot.
+        let _one = self.registering.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.slot.load(Ordering::Acquire);
+        if s != NO_SLOT && self.usage.owns(s, self.pid.load(Ordering::Relaxed)) {
             return Ok(s);
         }
         self.register()
@@ -298,13 +334,26 @@ impl Enforcer {
         }
     }
 
-    /// Looks for dead processes if none looked in the last second, or now
-    /// when `force`.
-    pub fn maybe_reclaim(&self, force: bool) {
+    /// Looks for dead processes if none looked in the last second (or, when
+    /// `soon`, in the last 100 ms).
+    pub fn maybe_reclaim(&self, soon: bool) {
         let now = sys::monotonic_ns();
-        if force || self.usage.reclaim_due(now, RECLAIM_INTERVAL_NS) {
-            self.usage
-                .reclaim_dead(self.pid.load(Ordering::Acquire), sys::alive);
+        let interval = if soon {
+            RECLAIM_INTERVAL_NS / 10
+        } else {
+            RECLAIM_INTERVAL_NS
+        };
+        if self.usage.reclaim_due(now, interval) {
+            self.reclaim_now();
         }
+    }
+
+    /// Looks for dead processes now (an allocation is about to be refused).
+    pub fn reclaim_now(&self) {
+        let me = (
+            self.pid.load(Ordering::Acquire),
+            self.start_time.load(Ordering::Acquire),
+        );
+        self.usage.reclaim_dead(me, sys::alive);
     }
 }

@@ -49,6 +49,26 @@ pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     }
 }
 
+/// Whether code address `addr` lies in a shared object whose file name
+/// starts with one of `prefixes` (`libcuda.so`, say). False when the
+/// loader does not know the address.
+pub fn code_in_object(addr: usize, prefixes: &[&[u8]]) -> bool {
+    // SAFETY: Dl_info is plain data; zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr accepts any address and writes `info` only on
+    // success; dli_fname then points to a NUL-terminated string owned by
+    // the loader that lives as long as the object stays loaded, which the
+    // caller (code running in it) guarantees for this call.
+    let name = unsafe {
+        if libc::dladdr(addr as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        CStr::from_ptr(info.dli_fname).to_bytes()
+    };
+    let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+    prefixes.iter().any(|p| base.starts_with(p))
+}
+
 /// `dlopen(name, RTLD_NOW | extra)`; NULL when it cannot be loaded.
 pub fn dlopen(name: &CStr, extra: c_int) -> *mut c_void {
     // SAFETY: name is NUL-terminated; dlopen reports failure as NULL.
@@ -73,21 +93,50 @@ pub fn getpid() -> u32 {
     std::process::id()
 }
 
-/// `(state, start time)` of `pid` from `/proc/<pid>/stat`.
-pub fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
+/// `(state, start time)` parsed from the bytes of a `/proc/<pid>/stat`
+/// (the command name may hold any bytes, so no UTF-8 is assumed).
+pub fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
+    let close = bytes.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    Some((f.first()?.chars().next()?, f.get(19)?.parse().ok()?))
+    Some((*f.first()?.as_bytes().first()?, f.get(19)?.parse().ok()?))
 }
 
-/// Whether `pid`, started at `start_time` (0 = unknown), is running.
+/// `(state, start time)` of `pid`, or `Err(true)` if the process does not
+/// exist and `Err(false)` if `/proc` could not say.
+fn proc_stat_checked(pid: u32) -> Result<(u8, u64), bool> {
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(bytes) => parse_stat(&bytes).ok_or(false),
+        Err(e) => Err(matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))),
+    }
+}
+
+/// `(state, start time)` of `pid` from `/proc/<pid>/stat`.
+pub fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    proc_stat_checked(pid).ok().map(|(s, t)| (s as char, t))
+}
+
+/// Whether `pid`, started at `start_time` (0 = unknown), may still be
+/// running. Only proof of absence counts as dead: the pid is gone, its
+/// start time differs (a recycled pid), or it is a zombie with no thread
+/// left (a thread-group leader shows Z while other threads still run and
+/// still hold the process's GPU memory). When `/proc` cannot tell, the
+/// process is assumed alive: wrongly freeing a live process's bytes would
+/// let the container exceed its limit.
 pub fn alive(pid: u32, start_time: u64) -> bool {
-    match proc_stat(pid) {
-        Some((state, start)) => {
-            !matches!(state, 'Z' | 'X' | 'x') && (start_time == 0 || start == start_time)
+    match proc_stat_checked(pid) {
+        Ok((state, start)) => {
+            if start_time != 0 && start != start_time {
+                return false;
+            }
+            match state {
+                b'Z' | b'X' | b'x' => std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .map(|d| d.count() > 1)
+                    .unwrap_or(false),
+                _ => true,
+            }
         }
-        None => false,
+        Err(gone) => !gone,
     }
 }
 
@@ -96,5 +145,21 @@ pub fn at_fork_child(child: unsafe extern "C" fn()) {
     // SAFETY: registers a handler; the handler only touches atomics.
     unsafe {
         libc::pthread_atfork(None, None, Some(child));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_addresses_are_attributed_to_their_object() {
+        let in_libc = libc::getpid as *const () as usize;
+        assert!(code_in_object(in_libc, &[b"libc.so"]));
+        assert!(!code_in_object(
+            in_libc,
+            &[b"libcuda.so", b"libnvidia-ml.so"]
+        ));
+        assert!(!code_in_object(0, &[b"libc.so"]));
     }
 }

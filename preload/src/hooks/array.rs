@@ -1,11 +1,13 @@
 //! CUDA arrays and mipmapped arrays, charged by their element count (see
-//! [`crate::accounting::array_bytes`]).
+//! [`crate::accounting::array_bytes`]). The driver pads and tiles arrays,
+//! so the charge is a floor of what the array occupies; the 2 MiB rounding
+//! of every charge covers the padding of all but the largest arrays.
 
 use std::ffi::c_uint;
 
 use super::{dispatch, hook};
 use crate::accounting::real_cuda;
-use crate::accounting::{self, array_bytes, reserve_current};
+use crate::accounting::{self, ArrayShape, array_bytes, reserve_current};
 use crate::ffi::*;
 use crate::state::Enforcer;
 
@@ -45,20 +47,21 @@ fn destroy(e: &Enforcer, arr: Handle, real: impl FnOnce() -> CUresult) -> CUresu
     rc
 }
 
+fn shape_3d(d: &Array3dDescriptor) -> ArrayShape {
+    ArrayShape {
+        extent: [d.width, d.height, d.depth],
+        format: d.format,
+        channels: d.num_channels,
+        flags: d.flags,
+    }
+}
+
 fn mip_bytes(d: &Array3dDescriptor, levels: c_uint) -> Option<u64> {
     if levels == 0 || levels > 32 {
         return None;
     }
-    (0..levels).try_fold(0u64, |acc, l| {
-        acc.checked_add(array_bytes(
-            d.width,
-            d.height,
-            d.depth,
-            d.format,
-            d.num_channels,
-            l,
-        )?)
-    })
+    let shape = shape_3d(d);
+    (0..levels).try_fold(0u64, |acc, l| acc.checked_add(array_bytes(&shape, l)?))
 }
 
 hook! {
@@ -66,7 +69,10 @@ hook! {
         dispatch(
             || real_cuda!(cuArrayCreate_v2(arr, desc)),
             |e| {
-                let bytes = desc.as_ref().and_then(|d| array_bytes(d.width, d.height, 0, d.format, d.num_channels, 0));
+                let bytes = desc.as_ref().and_then(|d| {
+                    let shape = ArrayShape { extent: [d.width, d.height, 0], format: d.format, channels: d.num_channels, flags: 0 };
+                    array_bytes(&shape, 0)
+                });
                 create(e, arr, bytes, || real_cuda!(cuArrayCreate_v2(arr, desc)))
             },
         )
@@ -76,7 +82,7 @@ hook! {
         dispatch(
             || real_cuda!(cuArray3DCreate_v2(arr, desc)),
             |e| {
-                let bytes = desc.as_ref().and_then(|d| array_bytes(d.width, d.height, d.depth, d.format, d.num_channels, 0));
+                let bytes = desc.as_ref().and_then(|d| array_bytes(&shape_3d(d), 0));
                 create(e, arr, bytes, || real_cuda!(cuArray3DCreate_v2(arr, desc)))
             },
         )

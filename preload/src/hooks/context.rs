@@ -2,6 +2,7 @@
 //! returned, with everything allocated in it, when the driver destroys it.
 
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::{MutexGuard, PoisonError};
 
 use super::{alias, dispatch, hook};
 use crate::accounting::real_cuda;
@@ -14,7 +15,12 @@ fn reserve_overhead(e: &Enforcer, dev: CUdevice) -> Result<Charge, CUresult> {
     let gpu = gpu_index(e, dev)?;
     let bytes = e.control.gpu(gpu).0.context_overhead;
     reserve(e, gpu, bytes)?;
-    Ok(Charge { gpu, bytes, ctx: 0 })
+    Ok(Charge {
+        gpu,
+        bytes,
+        ctx: 0,
+        pool: 0,
+    })
 }
 
 /// Returns every charge that belongs to context `ctx` (its allocations,
@@ -51,6 +57,14 @@ fn drop_context_charges(e: &Enforcer, ctx: usize) {
     for c in dropped {
         accounting::release(e, c);
     }
+}
+
+/// Held across a primary-context retain, release or reset and its
+/// bookkeeping, so the driver's reference count and ours change together
+/// (two threads' first retains would otherwise both charge the overhead).
+/// Lock order: this before the books.
+fn lock_primary(e: &Enforcer) -> MutexGuard<'_, ()> {
+    e.primary_ops.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn create(
@@ -113,6 +127,7 @@ hook! {
         dispatch(
             || real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev)),
             |e| {
+                let _serial = lock_primary(e);
                 let active = e.books().primary.contains_key(&dev);
                 let charge = if active {
                     None
@@ -135,7 +150,7 @@ hook! {
                     Some(p) => p.retains += 1,
                     None => {
                         let charge = charge.map_or(
-                            Charge { gpu: 0, bytes: 0, ctx },
+                            Charge { gpu: 0, bytes: 0, ctx, pool: 0 },
                             |c| Charge { ctx, ..c },
                         );
                         b.primary.insert(dev, Primary { ctx, retains: 1, charge });
@@ -150,6 +165,7 @@ hook! {
         dispatch(
             || real_cuda!(cuDevicePrimaryCtxRelease_v2(dev)),
             |e| {
+                let _serial = lock_primary(e);
                 let rc = real_cuda!(cuDevicePrimaryCtxRelease_v2(dev));
                 if rc == CUDA_SUCCESS {
                     let gone = {
@@ -177,6 +193,7 @@ hook! {
         dispatch(
             || real_cuda!(cuDevicePrimaryCtxReset_v2(dev)),
             |e| {
+                let _serial = lock_primary(e);
                 let rc = real_cuda!(cuDevicePrimaryCtxReset_v2(dev));
                 if rc == CUDA_SUCCESS {
                     let gone = e.books().primary.remove(&dev);

@@ -9,6 +9,10 @@
 //! nothing to say, *jumps* (not calls) to the real `dlsym` with the
 //! original arguments and the original return address on the stack.
 //!
+//! Lookups made by the driver libraries themselves (`libcuda`,
+//! `libnvidia-ml`) keep the real answer: the driver calling its own entry
+//! points must not land in the hooks, which would count its work twice.
+//!
 //! Only x86_64 has the hook; elsewhere programs that `dlsym` driver
 //! functions reach the real ones (linking and `cuGetProcAddress` still go
 //! through the hooks).
@@ -17,11 +21,17 @@ use std::ffi::{CStr, c_char, c_void};
 
 use crate::sys;
 
-/// Decides a `dlsym(handle, name)` call: our hook's address, or 0 to let
-/// the real `dlsym` answer. Also makes sure the real `dlsym` is known
-/// before the assembly jumps to it.
-#[unsafe(no_mangle)]
-pub extern "C" fn tessera_dlsym_decide(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+/// Shared objects whose own lookups are never redirected.
+const DRIVER_OBJECTS: &[&[u8]] = &[b"libcuda.so", b"libnvidia-ml.so"];
+
+/// Decides a `dlsym(handle, name)` call made from code address `caller`:
+/// our hook's address, or 0 to let the real `dlsym` answer. Also makes
+/// sure the real `dlsym` is known before the assembly jumps to it.
+pub extern "C" fn dlsym_decide(
+    handle: *mut c_void,
+    name: *const c_char,
+    caller: usize,
+) -> *mut c_void {
     crate::hooks::guard(std::ptr::null_mut(), || {
         sys::init_real_dlsym();
         if name.is_null() {
@@ -35,6 +45,9 @@ pub extern "C" fn tessera_dlsym_decide(handle: *mut c_void, name: *const c_char)
         let Some(hook) = crate::hooks::lookup(bytes) else {
             return std::ptr::null_mut();
         };
+        if sys::code_in_object(caller, DRIVER_OBJECTS) {
+            return std::ptr::null_mut();
+        }
         // For a real library handle, answer only if the library has the
         // symbol, so probing for entry points keeps its meaning. The
         // pseudo-handles (RTLD_DEFAULT, RTLD_NEXT) would resolve relative
@@ -62,11 +75,14 @@ mod x86_64 {
     #[unsafe(naked)]
     #[unsafe(no_mangle)]
     pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-        // On entry rsp ≡ 8 (mod 16). Two pushes and 8 bytes realign it for
-        // the call; the arguments stay in rdi/rsi for the decision and are
-        // restored for the jump, which keeps the caller's return address
-        // on top of the stack for the real dlsym.
+        // On entry rsp ≡ 8 (mod 16) and [rsp] is the caller's return
+        // address, passed to the decision as its third argument (rdx is
+        // free: dlsym has two). Two pushes and 8 bytes realign the stack
+        // for the call; the arguments stay in rdi/rsi for the decision and
+        // are restored for the jump, which keeps the caller's return
+        // address on top of the stack for the real dlsym.
         core::arch::naked_asm!(
+            "mov rdx, [rsp]",
             "push rdi",
             "push rsi",
             "sub rsp, 8",
@@ -79,7 +95,7 @@ mod x86_64 {
             "ret",
             "2:",
             "jmp qword ptr [rip + {real}]",
-            decide = sym super::tessera_dlsym_decide,
+            decide = sym super::dlsym_decide,
             real = sym crate::sys::TESSERA_REAL_DLSYM,
         )
     }

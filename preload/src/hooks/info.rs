@@ -11,6 +11,7 @@ use crate::state::Enforcer;
 /// Looks for dead processes first, so their bytes do not show as used.
 pub fn virtual_memory(e: &Enforcer, gpu: usize, real_total: u64, real_free: u64) -> (u64, u64) {
     e.maybe_reclaim(true);
+    super::pool::reconcile_all(e);
     let limit = e.control.gpu(gpu).0.memory_limit;
     let total = limit.min(real_total);
     let used = e.usage.used_bytes(gpu);

@@ -5,26 +5,23 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use super::hook;
 use crate::accounting::real_cuda;
 use crate::ffi::*;
-use crate::real;
 use crate::state::{Mode, mode};
 
-/// Replaces a real entry point handed out by the driver with our hook for
-/// the same variant, if we hook it.
+/// Replaces the entry point the driver handed out for `symbol` with our
+/// hook for the same variant, if we hook it (see `proc_table.rs`).
 ///
 /// # Safety
-/// `pfn` is NULL or points to a function pointer the real call wrote.
-unsafe fn swap(pfn: *mut *mut c_void) {
-    if pfn.is_null() {
+/// `symbol` is a NUL-terminated string; `pfn` is NULL or points to a
+/// function pointer the real call wrote.
+unsafe fn swap(symbol: *const c_char, version: c_int, flags: c_ulonglong, pfn: *mut *mut c_void) {
+    if pfn.is_null() || symbol.is_null() {
         return;
     }
-    // SAFETY: per the contract, pfn is valid for reading and writing.
-    unsafe {
-        let p = *pfn;
-        if !p.is_null()
-            && let Some(h) = real::hook_for_real(p as usize)
-        {
-            *pfn = h as *mut c_void;
-        }
+    // SAFETY: per the contract.
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_bytes();
+    if let Some(h) = crate::proc_table::hook_for(name, version, flags) {
+        // SAFETY: per the contract, pfn is valid for writing.
+        unsafe { *pfn = h as *mut c_void };
     }
 }
 
@@ -40,7 +37,7 @@ hook! {
     fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: c_ulonglong) {
         let rc = real_cuda!(cuGetProcAddress(symbol, pfn, version, flags));
         if rc == CUDA_SUCCESS && !matches!(mode(), Mode::PassThrough) {
-            swap(pfn);
+            swap(symbol, version, flags, pfn);
         }
         rc
     }
@@ -54,7 +51,7 @@ hook! {
     ) {
         let rc = real_cuda!(cuGetProcAddress_v2(symbol, pfn, version, flags, status));
         if rc == CUDA_SUCCESS && !matches!(mode(), Mode::PassThrough) {
-            swap(pfn);
+            swap(symbol, version, flags, pfn);
         }
         rc
     }

@@ -1,15 +1,13 @@
-//! Device allocations: linear, pitched, managed, stream-ordered and pool.
-//! Each is reserved against the container's limit before the real call
-//! (`CUDA_ERROR_OUT_OF_MEMORY`, nothing allocated, when it does not fit)
-//! and returned when freed.
+//! Device allocations: linear, pitched and managed (stream-ordered and
+//! pool allocations are in `pool.rs`). Each is reserved against the
+//! container's limit before the real call (`CUDA_ERROR_OUT_OF_MEMORY`,
+//! nothing allocated, when it does not fit) and returned when freed.
 
 use std::ffi::c_uint;
 
 use super::{dispatch, hook};
 use crate::accounting::real_cuda;
-use crate::accounting::{
-    self, Charge, current_context, gpu_index, reserve, reserve_current, rounded,
-};
+use crate::accounting::{self, Charge, reserve, reserve_current, rounded};
 use crate::ffi::*;
 use crate::state::Enforcer;
 
@@ -17,7 +15,7 @@ use crate::state::Enforcer;
 ///
 /// # Safety
 /// When `rc` is success, `dptr` was written by the real call.
-unsafe fn book(e: &Enforcer, rc: CUresult, dptr: *mut CUdeviceptr, c: Charge) -> CUresult {
+pub unsafe fn book(e: &Enforcer, rc: CUresult, dptr: *mut CUdeviceptr, c: Charge) -> CUresult {
     if rc == CUDA_SUCCESS && !dptr.is_null() {
         // SAFETY: per the contract.
         let p = unsafe { *dptr };
@@ -28,11 +26,13 @@ unsafe fn book(e: &Enforcer, rc: CUresult, dptr: *mut CUdeviceptr, c: Charge) ->
     rc
 }
 
-/// Frees through `real` and returns the charge of `dptr` on success.
-fn unbook(e: &Enforcer, dptr: CUdeviceptr, real: impl FnOnce() -> CUresult) -> CUresult {
+/// Frees through `real` and returns the charge of `dptr` on success (to
+/// its pool's account for pool memory, see `pool.rs`).
+pub fn unbook(e: &Enforcer, dptr: CUdeviceptr, real: impl FnOnce() -> CUresult) -> CUresult {
     let charge = e.books().allocs.remove(&dptr);
     let rc = real();
     match (rc, charge) {
+        (CUDA_SUCCESS, Some(c)) if c.pool != 0 => super::pool::freed(e, c),
         (CUDA_SUCCESS, Some(c)) => accounting::release(e, c),
         (_, Some(c)) => {
             e.books().allocs.insert(dptr, c);
@@ -61,50 +61,6 @@ fn alloc(
 /// Upper bound of a pitched allocation's row (the driver aligns the pitch
 /// to at most this).
 const MAX_PITCH_ALIGN: u64 = 512;
-
-fn alloc_from_pool(
-    e: &Enforcer,
-    dptr: *mut CUdeviceptr,
-    bytes: usize,
-    pool: Handle,
-    real: impl FnOnce() -> CUresult,
-) -> CUresult {
-    if bytes == 0 || dptr.is_null() {
-        return real();
-    }
-    let known = e.books().pools.get(&(pool as usize)).copied();
-    let ordinal = match known.map_or_else(accounting::current_device, Ok) {
-        Ok(d) => d,
-        Err(rc) => return rc,
-    };
-    let gpu = match gpu_index(e, ordinal) {
-        Ok(g) => g,
-        Err(rc) => return rc,
-    };
-    let charge = Charge {
-        gpu,
-        bytes: rounded(e, ordinal, bytes as u64),
-        ctx: current_context(),
-    };
-    if let Err(rc) = reserve(e, gpu, charge.bytes) {
-        return rc;
-    }
-    // SAFETY: the real call writes *dptr when it succeeds.
-    unsafe { book(e, real(), dptr, charge) }
-}
-
-/// Remembers which device a pool belongs to.
-///
-/// # Safety
-/// When `rc` is success, `pool` was written by the real call.
-unsafe fn note_pool(e: &Enforcer, rc: CUresult, pool: *mut Handle, dev: CUdevice) -> CUresult {
-    if rc == CUDA_SUCCESS && !pool.is_null() {
-        // SAFETY: per the contract.
-        let p = unsafe { *pool } as usize;
-        e.books().pools.insert(p, dev);
-    }
-    rc
-}
 
 hook! {
     fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) {
@@ -161,76 +117,4 @@ hook! {
         )
     }
 
-    fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: Handle) {
-        dispatch(
-            || real_cuda!(cuMemAllocAsync(dptr, bytes, stream)),
-            |e| alloc(e, dptr, bytes, || real_cuda!(cuMemAllocAsync(dptr, bytes, stream))),
-        )
-    }
-
-    fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, stream: Handle) {
-        dispatch(
-            || real_cuda!(cuMemAllocAsync_ptsz(dptr, bytes, stream)),
-            |e| alloc(e, dptr, bytes, || real_cuda!(cuMemAllocAsync_ptsz(dptr, bytes, stream))),
-        )
-    }
-
-    fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
-        dispatch(
-            || real_cuda!(cuMemAllocFromPoolAsync(dptr, bytes, pool, stream)),
-            |e| alloc_from_pool(e, dptr, bytes, pool, || {
-                real_cuda!(cuMemAllocFromPoolAsync(dptr, bytes, pool, stream))
-            }),
-        )
-    }
-
-    fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
-        dispatch(
-            || real_cuda!(cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, stream)),
-            |e| alloc_from_pool(e, dptr, bytes, pool, || {
-                real_cuda!(cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, stream))
-            }),
-        )
-    }
-
-    fn cuMemFreeAsync(dptr: CUdeviceptr, stream: Handle) {
-        dispatch(
-            || real_cuda!(cuMemFreeAsync(dptr, stream)),
-            |e| unbook(e, dptr, || real_cuda!(cuMemFreeAsync(dptr, stream))),
-        )
-    }
-
-    fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: Handle) {
-        dispatch(
-            || real_cuda!(cuMemFreeAsync_ptsz(dptr, stream)),
-            |e| unbook(e, dptr, || real_cuda!(cuMemFreeAsync_ptsz(dptr, stream))),
-        )
-    }
-
-    fn cuMemPoolCreate(pool: *mut Handle, props: *const CUmemPoolProps) {
-        dispatch(
-            || real_cuda!(cuMemPoolCreate(pool, props)),
-            |e| {
-                let rc = real_cuda!(cuMemPoolCreate(pool, props));
-                if props.is_null() {
-                    return rc;
-                }
-                note_pool(e, rc, pool, (*props).location.id)
-            },
-        )
-    }
-
-    fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: CUdevice) {
-        dispatch(
-            || real_cuda!(cuDeviceGetDefaultMemPool(pool, dev)),
-            |e| note_pool(e, real_cuda!(cuDeviceGetDefaultMemPool(pool, dev)), pool, dev),
-        )
-    }
-
-    fn cuDeviceGetMemPool(pool: *mut Handle, dev: CUdevice) {
-        dispatch(
-            || real_cuda!(cuDeviceGetMemPool(pool, dev)),
-            |e| note_pool(e, real_cuda!(cuDeviceGetMemPool(pool, dev)), pool, dev),
-        )
-    }
 }

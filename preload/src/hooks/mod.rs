@@ -17,20 +17,26 @@
 mod array;
 mod context;
 mod dlsym;
+mod graph;
 mod info;
 mod init;
 mod launch;
+mod legacy;
 mod memory;
 mod nvml;
+mod pool;
 mod vmm;
 
 pub use array::*;
 pub use context::*;
+pub use graph::*;
 pub use info::*;
 pub use init::*;
 pub use launch::*;
+pub use legacy::*;
 pub use memory::*;
 pub use nvml::*;
+pub use pool::*;
 pub use vmm::*;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -133,11 +139,14 @@ pub fn table() -> &'static [(&'static str, usize)] {
             cuMemFreeAsync,
             cuMemFreeAsync_ptsz,
             cuMemPoolCreate,
+            cuMemPoolTrimTo,
+            cuGraphAddMemAllocNode,
             cuDeviceGetDefaultMemPool,
             cuDeviceGetMemPool,
             cuMemCreate,
             cuMemRelease,
             cuMemMap,
+            cuMemRetainAllocationHandle,
             cuMemUnmap,
             cuArrayCreate_v2,
             cuArray3DCreate_v2,
@@ -154,9 +163,23 @@ pub fn table() -> &'static [(&'static str, usize)] {
             cuLaunchCooperativeKernel_ptsz,
             cuGraphInstantiateWithFlags,
             cuGraphInstantiate_v2,
+            cuGraphInstantiateWithParams,
+            cuGraphExecKernelNodeSetParams_v2,
+            cuGraphExecUpdate_v2,
+            cuGraphInstantiateWithParams_ptsz,
+            cuGraphExecKernelNodeSetParams,
+            cuGraphExecUpdate,
             cuGraphExecDestroy,
             cuGraphLaunch,
             cuGraphLaunch_ptsz,
+            cuMemAlloc,
+            cuMemAllocPitch,
+            cuMemGetInfo,
+            cuArrayCreate,
+            cuArray3DCreate,
+            cuLaunch,
+            cuLaunchGrid,
+            cuLaunchGridAsync,
             nvmlInit,
             nvmlInit_v2,
             nvmlInitWithFlags,
@@ -188,7 +211,11 @@ mod tests {
             lookup(b"cuMemAlloc_v2"),
             Some(cuMemAlloc_v2 as *const () as usize)
         );
-        assert_eq!(lookup(b"cuMemAlloc"), None);
+        assert_eq!(
+            lookup(b"cuMemAlloc"),
+            Some(cuMemAlloc as *const () as usize)
+        );
+        assert_eq!(lookup(b"cuDeviceGetCount"), None);
         assert_eq!(lookup(b"malloc"), None);
     }
 

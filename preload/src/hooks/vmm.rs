@@ -6,16 +6,17 @@ use std::ffi::c_ulonglong;
 
 use super::{dispatch, hook};
 use crate::accounting::real_cuda;
-use crate::accounting::{self, Charge, current_context, gpu_index, reserve, rounded};
+use crate::accounting::{self, Charge, gpu_index, reserve, rounded};
 use crate::ffi::*;
 use crate::state::{Enforcer, Physical};
 
-/// Returns the charge of physical handle `h` if it is released and unmapped.
+/// Returns the charge of physical handle `h` once no reference or mapping
+/// is left.
 fn settle(e: &Enforcer, h: c_ulonglong) {
     let done = {
         let mut b = e.books();
         match b.physical.get(&h) {
-            Some(p) if p.released && p.mappings == 0 => b.physical.remove(&h),
+            Some(p) if p.refs == 0 && p.mappings == 0 => b.physical.remove(&h),
             _ => None,
         }
     };
@@ -45,13 +46,13 @@ hook! {
                     Ok(g) => g,
                     Err(rc) => return rc,
                 };
-                let charge = Charge { gpu, bytes: rounded(e, ordinal, size as u64), ctx: current_context() };
+                let charge = Charge { gpu, bytes: rounded(e, ordinal, size as u64), ctx: 0, pool: 0 };
                 if let Err(rc) = reserve(e, gpu, charge.bytes) {
                     return rc;
                 }
                 let rc = real_cuda!(cuMemCreate(handle, size, prop, flags));
                 if rc == CUDA_SUCCESS {
-                    e.books().physical.insert(*handle, Physical { charge, mappings: 0, released: false });
+                    e.books().physical.insert(*handle, Physical { charge, mappings: 0, refs: 1 });
                 } else {
                     accounting::release(e, charge);
                 }
@@ -67,9 +68,25 @@ hook! {
                 let rc = real_cuda!(cuMemRelease(handle));
                 if rc == CUDA_SUCCESS {
                     if let Some(p) = e.books().physical.get_mut(&handle) {
-                        p.released = true;
+                        p.refs = p.refs.saturating_sub(1);
                     }
                     settle(e, handle);
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuMemRetainAllocationHandle(handle: *mut c_ulonglong, addr: *mut std::ffi::c_void) {
+        dispatch(
+            || real_cuda!(cuMemRetainAllocationHandle(handle, addr)),
+            |e| {
+                let rc = real_cuda!(cuMemRetainAllocationHandle(handle, addr));
+                if rc == CUDA_SUCCESS
+                    && !handle.is_null()
+                    && let Some(p) = e.books().physical.get_mut(&*handle)
+                {
+                    p.refs += 1;
                 }
                 rc
             },

@@ -1,0 +1,260 @@
+//! Graph launches cost the sum of their kernels' warps: counted when the
+//! graph is instantiated (descending into child graphs), and kept up to
+//! date when kernel nodes of the executable graph are changed or the
+//! executable is updated from another graph. Conditional nodes' bodies are
+//! not counted (their iteration count is only known on the GPU).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_ulonglong, c_void};
+
+use super::launch::{cost, launch};
+use super::{dispatch, hook};
+use crate::accounting::real_cuda;
+use crate::ffi::*;
+use crate::state::Enforcer;
+
+/// `CU_GRAPH_NODE_TYPE_GRAPH` (a child graph).
+const NODE_CHILD_GRAPH: c_int = 1;
+/// How deep child graphs are followed.
+const MAX_DEPTH: u32 = 8;
+
+/// An executable graph's launch cost.
+#[derive(Clone, Debug, Default)]
+pub struct GraphCost {
+    /// Sum over the kernel nodes as instantiated.
+    pub base: u64,
+    /// Kernel nodes changed since: node → (cost as instantiated, cost now).
+    pub changed: HashMap<usize, (u64, u64)>,
+}
+
+impl GraphCost {
+    /// Warps per launch (at least 1).
+    pub fn warps(&self) -> u64 {
+        let (was, now) = self
+            .changed
+            .values()
+            .fold((0u64, 0u64), |(a, b), (w, n)| (a + w, b + n));
+        (self.base.saturating_sub(was) + now).max(1)
+    }
+}
+
+/// Warps of kernel node `node` (0 if it is not one).
+fn node_cost(node: Handle) -> u64 {
+    // SAFETY: KernelNodeParams is plain data; zero is a valid value.
+    let mut p: KernelNodeParams = unsafe { std::mem::zeroed() };
+    let mut rc = real_cuda!(cuGraphKernelNodeGetParams_v2(node, &mut p));
+    if rc == CUDA_ERROR_NOT_FOUND {
+        rc = real_cuda!(cuGraphKernelNodeGetParams(node, &mut p));
+    }
+    if rc == CUDA_SUCCESS {
+        cost(p.grid, p.block)
+    } else {
+        0
+    }
+}
+
+/// The launch cost of graph `g`: the sum over its kernel nodes, child
+/// graphs included.
+fn graph_cost(g: Handle, depth: u32) -> u64 {
+    let mut n: usize = 0;
+    if depth > MAX_DEPTH
+        || real_cuda!(cuGraphGetNodes(g, std::ptr::null_mut(), &mut n)) != CUDA_SUCCESS
+        || n == 0
+    {
+        return 0;
+    }
+    let mut nodes: Vec<Handle> = vec![std::ptr::null_mut(); n];
+    if real_cuda!(cuGraphGetNodes(g, nodes.as_mut_ptr(), &mut n)) != CUDA_SUCCESS {
+        return 0;
+    }
+    let mut total = 0u64;
+    for &node in nodes.iter().take(n) {
+        let mut kind: c_int = -1;
+        if real_cuda!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
+            continue;
+        }
+        let c = match kind {
+            CU_GRAPH_NODE_TYPE_KERNEL => node_cost(node),
+            NODE_CHILD_GRAPH => {
+                let mut child: Handle = std::ptr::null_mut();
+                if real_cuda!(cuGraphChildGraphNodeGetGraph(node, &mut child)) == CUDA_SUCCESS {
+                    graph_cost(child, depth + 1)
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        total = total.saturating_add(c);
+    }
+    total
+}
+
+/// Records the cost of a freshly instantiated graph.
+///
+/// # Safety
+/// When `rc` is success, `exec` was written by the real call.
+unsafe fn note_graph(e: &Enforcer, rc: CUresult, exec: *mut Handle, graph: Handle) -> CUresult {
+    if rc == CUDA_SUCCESS && !exec.is_null() {
+        let base = graph_cost(graph, 0);
+        // SAFETY: per the contract.
+        let x = unsafe { *exec } as usize;
+        e.books().graphs.insert(
+            x,
+            GraphCost {
+                base,
+                changed: HashMap::new(),
+            },
+        );
+    }
+    rc
+}
+
+fn graph_launch(e: &Enforcer, exec: Handle, real: impl FnOnce() -> CUresult) -> CUresult {
+    let warps = e
+        .books()
+        .graphs
+        .get(&(exec as usize))
+        .map_or(1, GraphCost::warps);
+    launch(e, warps, real)
+}
+
+/// A kernel node of `exec` was given new parameters.
+///
+/// # Safety
+/// `params` is NULL or points to kernel node parameters, either version:
+/// only the grid and block, common to both layouts, are read.
+unsafe fn node_changed(
+    e: &Enforcer,
+    rc: CUresult,
+    exec: Handle,
+    node: Handle,
+    params: *const KernelNodeParams,
+) {
+    if rc != CUDA_SUCCESS || params.is_null() {
+        return;
+    }
+    // SAFETY: per the contract; the fields lie within the v1 layout too.
+    let (grid, block) = unsafe { ((*params).grid, (*params).block) };
+    let now = cost(grid, block);
+    let was = node_cost(node);
+    if let Some(g) = e.books().graphs.get_mut(&(exec as usize)) {
+        let entry = g.changed.entry(node as usize).or_insert((was, now));
+        entry.1 = now;
+    }
+}
+
+/// `exec` now runs the kernels of `graph`.
+fn exec_updated(e: &Enforcer, rc: CUresult, exec: Handle, graph: Handle) {
+    if rc == CUDA_SUCCESS {
+        let base = graph_cost(graph, 0);
+        e.books().graphs.insert(
+            exec as usize,
+            GraphCost {
+                base,
+                changed: HashMap::new(),
+            },
+        );
+    }
+}
+
+hook! {
+    fn cuGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: c_ulonglong) {
+        dispatch(
+            || real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags)),
+            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags)), exec, graph),
+        )
+    }
+
+    fn cuGraphInstantiate_v2(exec: *mut Handle, graph: Handle, err: *mut Handle, log: *mut c_char, size: usize) {
+        dispatch(
+            || real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size)),
+            |e| note_graph(e, real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size)), exec, graph),
+        )
+    }
+
+    fn cuGraphInstantiateWithParams(exec: *mut Handle, graph: Handle, params: *mut c_void) {
+        dispatch(
+            || real_cuda!(cuGraphInstantiateWithParams(exec, graph, params)),
+            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithParams(exec, graph, params)), exec, graph),
+        )
+    }
+
+    fn cuGraphInstantiateWithParams_ptsz(exec: *mut Handle, graph: Handle, params: *mut c_void) {
+        dispatch(
+            || real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params)),
+            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params)), exec, graph),
+        )
+    }
+
+    fn cuGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const KernelNodeParams) {
+        dispatch(
+            || real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params)),
+            |e| {
+                let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
+                node_changed(e, rc, exec, node, params);
+                rc
+            },
+        )
+    }
+
+    fn cuGraphExecKernelNodeSetParams_v2(exec: Handle, node: Handle, params: *const KernelNodeParams) {
+        dispatch(
+            || real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params)),
+            |e| {
+                let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
+                node_changed(e, rc, exec, node, params);
+                rc
+            },
+        )
+    }
+
+    fn cuGraphExecUpdate_v2(exec: Handle, graph: Handle, info: *mut c_void) {
+        dispatch(
+            || real_cuda!(cuGraphExecUpdate_v2(exec, graph, info)),
+            |e| {
+                let rc = real_cuda!(cuGraphExecUpdate_v2(exec, graph, info));
+                exec_updated(e, rc, exec, graph);
+                rc
+            },
+        )
+    }
+
+    fn cuGraphExecUpdate(exec: Handle, graph: Handle, error_node: *mut Handle, result: *mut c_int) {
+        dispatch(
+            || real_cuda!(cuGraphExecUpdate(exec, graph, error_node, result)),
+            |e| {
+                let rc = real_cuda!(cuGraphExecUpdate(exec, graph, error_node, result));
+                exec_updated(e, rc, exec, graph);
+                rc
+            },
+        )
+    }
+
+    fn cuGraphExecDestroy(exec: Handle) {
+        dispatch(
+            || real_cuda!(cuGraphExecDestroy(exec)),
+            |e| {
+                let rc = real_cuda!(cuGraphExecDestroy(exec));
+                if rc == CUDA_SUCCESS {
+                    e.books().graphs.remove(&(exec as usize));
+                }
+                rc
+            },
+        )
+    }
+
+    fn cuGraphLaunch(exec: Handle, stream: Handle) {
+        dispatch(
+            || real_cuda!(cuGraphLaunch(exec, stream)),
+            |e| graph_launch(e, exec, || real_cuda!(cuGraphLaunch(exec, stream))),
+        )
+    }
+
+    fn cuGraphLaunch_ptsz(exec: Handle, stream: Handle) {
+        dispatch(
+            || real_cuda!(cuGraphLaunch_ptsz(exec, stream)),
+            |e| graph_launch(e, exec, || real_cuda!(cuGraphLaunch_ptsz(exec, stream))),
+        )
+    }
+}
