@@ -7,7 +7,8 @@
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
 //!   of GPU telemetry;
 //! - [`manifest`] finds pods in manifest files for `check-pod`;
-//! - [`server`] routes HTTP requests to the above for `serve`.
+//! - [`server`] routes HTTP requests to the above for `serve`;
+//! - [`error_chain`] writes an error and its causes as one line.
 //!
 //! Nothing here talks to the API server yet: the GpuNode watcher that
 //! builds the view and the bind verb are planned.
@@ -15,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod annotations;
+pub mod error_chain;
 pub mod extender;
 pub mod manifest;
 pub mod pod;

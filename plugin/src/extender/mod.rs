@@ -49,14 +49,7 @@ pub enum ExtenderError {
 impl ExtenderError {
     /// The message with its causes.
     pub fn full_message(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        text
+        crate::error_chain::with_causes(self)
     }
 }
 

@@ -85,14 +85,7 @@ impl WebhookError {
 
     /// The message with its causes, for a person to read.
     pub fn full_message(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            text.push_str(": ");
-            text.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        text
+        crate::error_chain::with_causes(self)
     }
 }
 
