@@ -11,66 +11,29 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[path = "../../preload/gpusim/tests/support/mod.rs"]
+mod sim;
+
+use std::path::PathBuf;
+use std::process::Output;
 use std::time::Duration;
 
 use gpusim::layout::ItemKind;
-use gpusim::state::Config;
+use sim::{Node, artifact};
 use tessera_agent::gpu::{GpuBackend, NvmlBackend};
 
 const CHILD: &str = "TESSERA_INVENTORY_CHILD";
-
-fn artifacts() -> PathBuf {
-    std::env::var_os("TESSERA_ARTIFACTS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tessera/debug"))
-}
-
-fn artifact(rel: &str) -> PathBuf {
-    let p = artifacts().join(rel);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask build` (or `cargo xtask test`) first",
-        p.display()
-    );
-    p
-}
 
 fn nvml_lib() -> PathBuf {
     artifact("sim/libnvidia-ml.so.1")
 }
 
-struct Node {
-    _dir: tempfile::TempDir,
-    node: PathBuf,
-    state: PathBuf,
-}
-
 impl Node {
-    fn new(description: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let node = dir.path().join("node.toml");
-        std::fs::write(&node, description).unwrap();
-        let state = dir.path().join("gpusim.state");
-        Self {
-            _dir: dir,
-            node,
-            state,
-        }
-    }
-
-    fn command(&self, program: &Path) -> Command {
-        let mut c = Command::new(program);
-        c.env("GPUSIM_NODE", &self.node)
-            .env("GPUSIM_STATE", &self.state)
-            .env_remove("TESSERA_NVML_LIB");
-        c
-    }
-
+    /// `tessera-agent` with `args` on this node, the NVML library not
+    /// chosen by this process's environment.
     fn agent(&self, args: &[&str]) -> Output {
         self.command(&artifact("bin/tessera-agent"))
+            .env_remove("TESSERA_NVML_LIB")
             .args(args)
             .output()
             .unwrap()
@@ -81,14 +44,6 @@ impl Node {
         let out = self.agent(&["inventory", "--json", "--nvml-lib", lib.to_str().unwrap()]);
         assert!(out.status.success(), "{out:?}");
         serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    fn sim(&self) -> gpusim::Sim {
-        gpusim::Sim::open(&Config {
-            node_path: Some(self.node.clone()),
-            state_path: self.state.clone(),
-        })
-        .unwrap()
     }
 }
 

@@ -6,71 +6,20 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
 use gpusim::NodeDescription;
-use gpusim::state::Config;
+use support::{Node, artifact};
 
-fn gpusim_bin() -> PathBuf {
-    let dir = std::env::var_os("TESSERA_ARTIFACTS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tessera/debug")
-        });
-    let bin = dir.join("bin/gpusim");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo xtask build` (or `cargo xtask test`) first",
-        bin.display()
-    );
-    bin
+fn gpusim_bin() -> std::path::PathBuf {
+    artifact("bin/gpusim")
 }
 
-struct Node {
-    dir: tempfile::TempDir,
-    node: PathBuf,
-    state: PathBuf,
-}
-
-impl Node {
-    fn new(description: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let node = dir.path().join("node.toml");
-        std::fs::write(&node, description).unwrap();
-        let state = dir.path().join("gpusim.state");
-        Self { dir, node, state }
-    }
-
-    /// Runs `gpusim` with the node and state given by environment.
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(gpusim_bin())
-            .env("GPUSIM_NODE", &self.node)
-            .env("GPUSIM_STATE", &self.state)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    /// Runs `gpusim` and returns its stdout; panics if it fails.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(out.status.success(), "gpusim {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn show(&self) -> serde_json::Value {
-        serde_json::from_str(&self.ok(&["show", "--json"])).unwrap()
-    }
-
-    fn sim(&self) -> gpusim::Sim {
-        gpusim::Sim::open(&Config {
-            node_path: Some(self.node.clone()),
-            state_path: self.state.clone(),
-        })
-        .unwrap()
-    }
+fn show(node: &Node) -> serde_json::Value {
+    serde_json::from_str(&node.gpusim(&["show", "--json"])).unwrap()
 }
 
 fn stderr(out: &Output) -> String {
@@ -104,7 +53,7 @@ fn show_lists_the_gpus_and_the_processes_using_them() {
     let a = sim.attach(1).unwrap();
     sim.alloc(&a, 2048 << 20).unwrap();
 
-    let text = node.ok(&["show"]);
+    let text = node.gpusim(&["show"]);
     assert!(text.contains("Driver Version: 550.54.15"), "{text}");
     assert!(text.contains("CUDA Version: 12.4"), "{text}");
     assert!(text.contains("NVIDIA A100-SXM4-40GB"), "{text}");
@@ -121,7 +70,7 @@ fn show_lists_the_gpus_and_the_processes_using_them() {
         "{text}"
     );
 
-    let json = node.show();
+    let json = show(&node);
     assert_eq!(json["driver_version"], "550.54.15");
     assert_eq!(json["gpus"].as_array().unwrap().len(), 2);
     assert_eq!(json["gpus"][1]["name"], "NVIDIA L40S");
@@ -142,42 +91,45 @@ fn show_lists_the_gpus_and_the_processes_using_them() {
 fn xid_lost_and_reset_change_the_shared_state() {
     let node = Node::new(TWO_GPUS);
     assert!(
-        node.ok(&["xid", "0", "13"])
+        node.gpusim(&["xid", "0", "13"])
             .contains("injected Xid 13 on GPU 0")
     );
-    node.ok(&["xid", "0", "31"]);
-    node.ok(&["lost", "1"]);
-    let json = node.show();
+    node.gpusim(&["xid", "0", "31"]);
+    node.gpusim(&["lost", "1"]);
+    let json = show(&node);
     assert_eq!(json["gpus"][0]["xids"], 2);
     assert_eq!(json["gpus"][0]["lost"], false);
     assert_eq!(json["gpus"][1]["lost"], true);
     assert_eq!(json["gpus"][1]["xids"], 1, "losing a GPU records Xid 79");
-    assert!(node.ok(&["show"]).contains("LOST"));
+    assert!(node.gpusim(&["show"]).contains("LOST"));
 
     let sim = node.sim();
     assert_eq!(sim.xids_after(1, 0).unwrap()[0].xid, 79);
 
-    node.ok(&["lost", "1", "--clear"]);
-    assert_eq!(node.show()["gpus"][1]["lost"], false);
+    node.gpusim(&["lost", "1", "--clear"]);
+    assert_eq!(show(&node)["gpus"][1]["lost"], false);
 
-    node.ok(&["lost", "1"]);
-    assert!(node.ok(&["reset", "--gpu", "0"]).contains("reset GPU 0"));
-    let json = node.show();
+    node.gpusim(&["lost", "1"]);
+    assert!(
+        node.gpusim(&["reset", "--gpu", "0"])
+            .contains("reset GPU 0")
+    );
+    let json = show(&node);
     assert_eq!(json["gpus"][0]["xids"], 0);
     assert_eq!(json["gpus"][1]["lost"], true, "--gpu 0 leaves GPU 1 alone");
 
     let generation = sim.state().generation();
-    assert!(node.ok(&["reset"]).contains("reset 2 GPUs"));
-    assert_eq!(node.show()["gpus"][1]["lost"], false);
+    assert!(node.gpusim(&["reset"]).contains("reset 2 GPUs"));
+    assert_eq!(show(&node)["gpus"][1]["lost"], false);
     assert!(sim.state().generation() > generation);
 
-    let out = node.run(&["xid", "5", "13"]);
+    let out = node.gpusim_output(&["xid", "5", "13"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("there is no GPU 5 on the simulated node (2 GPUs)"),
         "{out:?}"
     );
-    let out = node.run(&["reset", "--gpu", "2"]);
+    let out = node.gpusim_output(&["reset", "--gpu", "2"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("there is no GPU 2"), "{out:?}");
 }
@@ -185,7 +137,7 @@ fn xid_lost_and_reset_change_the_shared_state() {
 #[test]
 fn a_bad_node_description_is_reported_with_its_field() {
     let node = Node::new(&TWO_GPUS.replace("memory_mib = 46068", "memory_mib = 0"));
-    let out = node.run(&["show"]);
+    let out = node.gpusim_output(&["show"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -200,7 +152,7 @@ fn a_bad_node_description_is_reported_with_its_field() {
     // The flag overrides the environment.
     let good = node.dir.path().join("good.toml");
     std::fs::write(&good, TWO_GPUS).unwrap();
-    node.ok(&["--node", good.to_str().unwrap(), "show"]);
+    node.gpusim(&["--node", good.to_str().unwrap(), "show"]);
 }
 
 #[test]
@@ -211,41 +163,44 @@ fn a_state_file_of_another_version_is_explained_and_removable() {
     old.resize(1 << 20, 0);
     std::fs::write(&node.state, &old).unwrap();
 
-    let out = node.run(&["show"]);
+    let out = node.gpusim_output(&["show"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = stderr(&out);
     assert!(err.contains(&node.state.display().to_string()), "{err}");
     assert!(err.contains("unusable: it has layout version 0"), "{err}");
 
     // Clearing one GPU in place is impossible: the hint says how to get out.
-    let out = node.run(&["reset", "--gpu", "0"]);
+    let out = node.gpusim_output(&["reset", "--gpu", "0"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("gpusim reset --remove"), "{out:?}");
 
     assert!(
-        node.ok(&["reset", "--remove"])
+        node.gpusim(&["reset", "--remove"])
             .contains("removed state file")
     );
     assert!(!node.state.exists());
-    assert_eq!(node.show()["gpus"].as_array().unwrap().len(), 2);
+    assert_eq!(show(&node)["gpus"].as_array().unwrap().len(), 2);
     assert!(
-        node.ok(&["reset", "--remove"])
+        node.gpusim(&["reset", "--remove"])
             .contains("removed state file")
     );
-    assert!(node.ok(&["reset", "--remove"]).contains("no state file at"));
+    assert!(
+        node.gpusim(&["reset", "--remove"])
+            .contains("no state file at")
+    );
 
     // A plain reset replaces a file it cannot clear in place.
     std::fs::write(&node.state, b"garbage").unwrap();
-    let text = node.ok(&["reset"]);
+    let text = node.gpusim(&["reset"]);
     assert!(text.contains("removed state file"), "{text}");
     assert!(text.contains("unusable"), "{text}");
-    node.ok(&["show"]);
+    node.gpusim(&["show"]);
 }
 
 #[test]
 fn node_prints_the_effective_description_as_toml() {
     let node = Node::new(TWO_GPUS);
-    let text = node.ok(&["node"]);
+    let text = node.gpusim(&["node"]);
     assert!(!node.state.exists(), "`node` creates no state file");
     let printed = NodeDescription::parse(&text, Path::new("<printed>")).unwrap();
     let given = NodeDescription::from_file(&node.node).unwrap();
@@ -253,7 +208,7 @@ fn node_prints_the_effective_description_as_toml() {
 
     // Once a state file exists, its description is the effective one,
     // whatever GPUSIM_NODE says.
-    node.ok(&["show"]);
+    node.gpusim(&["show"]);
     let out = Command::new(gpusim_bin())
         .env_remove("GPUSIM_NODE")
         .env("GPUSIM_STATE", &node.state)
@@ -281,15 +236,15 @@ fn node_prints_the_effective_description_as_toml() {
 #[test]
 fn bad_arguments_get_clap_errors() {
     let node = Node::new(TWO_GPUS);
-    let out = node.run(&["xid", "0"]);
+    let out = node.gpusim_output(&["xid", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("<CODE>"), "{out:?}");
-    let out = node.run(&["lost", "zero"]);
+    let out = node.gpusim_output(&["lost", "zero"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("invalid value 'zero'"), "{out:?}");
-    let out = node.run(&["reset", "--gpu", "0", "--remove"]);
+    let out = node.gpusim_output(&["reset", "--gpu", "0", "--remove"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("cannot be used with"), "{out:?}");
-    let out = node.run(&["frobnicate"]);
+    let out = node.gpusim_output(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
 }

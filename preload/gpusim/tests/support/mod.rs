@@ -40,6 +40,17 @@ pub fn sim_dir() -> PathBuf {
     artifacts().join("sim")
 }
 
+/// `rel` in the artifacts folder, checked to exist.
+pub fn artifact(rel: &str) -> PathBuf {
+    let p = artifacts().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask build` first (or `cargo xtask test`)",
+        p.display()
+    );
+    p
+}
+
 /// A simulated node private to one test.
 pub struct Node {
     pub dir: tempfile::TempDir,
@@ -90,6 +101,22 @@ impl Node {
             .env("GPUSIM_STATE", &self.state)
             .env("LD_LIBRARY_PATH", sim_dir());
         c
+    }
+
+    /// Runs the `gpusim` CLI on this node.
+    pub fn gpusim_output(&self, args: &[&str]) -> std::process::Output {
+        self.command(&artifact("bin/gpusim"))
+            .args(args)
+            .output()
+            .expect("run gpusim")
+    }
+
+    /// Runs the `gpusim` CLI on this node and returns its stdout; panics if
+    /// it fails.
+    pub fn gpusim(&self, args: &[&str]) -> String {
+        let out = self.gpusim_output(args);
+        assert!(out.status.success(), "gpusim {args:?}: {out:?}");
+        String::from_utf8(out.stdout).expect("utf-8 from gpusim")
     }
 
     /// This test's own view of the node (as NVML and the CLI see it).

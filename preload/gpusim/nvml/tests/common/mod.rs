@@ -7,87 +7,21 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `$TESSERA_ARTIFACTS`, or `target/tessera/debug` of this workspace.
-pub fn artifacts() -> PathBuf {
-    std::env::var_os("TESSERA_ARTIFACTS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../target/tessera/debug")
-        })
-}
-
-fn artifact(rel: &str) -> PathBuf {
-    let p = artifacts().join(rel);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask build` (or `cargo xtask test`) first",
-        p.display()
-    );
-    p
-}
-
-/// The folder holding `libnvidia-ml.so.1`.
-pub fn sim_dir() -> PathBuf {
-    artifact("sim/libnvidia-ml.so.1");
-    artifact("sim")
-}
-
-/// The `gpusim` binary.
-pub fn gpusim_bin() -> PathBuf {
-    artifact("bin/gpusim")
-}
+pub use support::{Node, sim_dir};
 
 /// The C sources of the tests.
 pub fn c_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
 }
 
-/// A simulated node of its own: a node description and a state file in a
-/// temporary folder.
-pub struct Node {
-    pub dir: tempfile::TempDir,
-    pub node: PathBuf,
-    pub state: PathBuf,
-}
-
 impl Node {
-    pub fn new(description: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let node = dir.path().join("node.toml");
-        std::fs::write(&node, description).unwrap();
-        let state = dir.path().join("gpusim.state");
-        Self { dir, node, state }
-    }
-
-    /// `program` with this node's environment.
-    pub fn command(&self, program: &Path) -> Command {
-        let mut c = Command::new(program);
-        c.env("GPUSIM_NODE", &self.node)
-            .env("GPUSIM_STATE", &self.state);
-        c
-    }
-
-    /// Runs `gpusim` on this node; panics if it fails.
-    pub fn gpusim(&self, args: &[&str]) -> String {
-        let out = self.command(&gpusim_bin()).args(args).output().unwrap();
-        assert!(out.status.success(), "gpusim {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// The simulator's view of this node, in this process.
-    pub fn sim(&self) -> gpusim::Sim {
-        gpusim::Sim::open(&gpusim::state::Config {
-            node_path: Some(self.node.clone()),
-            state_path: self.state.clone(),
-        })
-        .unwrap()
-    }
-
     /// Compiles `tests/c/<source>` into this node's folder. `link` links it
     /// against the stand-in (with an rpath); otherwise it gets `-ldl`.
     pub fn compile(&self, source: &str, link: bool) -> PathBuf {
