@@ -3,10 +3,8 @@
 //! sleep until then — in steps of at most [`CHECK_NS`], so a new rate
 //! from the agent takes effect within one step.
 
-use std::sync::atomic::Ordering;
-
 use tessera_region::UNLIMITED;
-use tessera_region::rate::Admit;
+use tessera_region::rate::{Admit, rescaled};
 
 use crate::state::Enforcer;
 use crate::sys;
@@ -22,17 +20,14 @@ pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
         let (rate, burst, epoch) = e.control.launch_limits(gpu);
         if rate == UNLIMITED {
             // Counted only: no clock read, no bucket.
-            bucket.launches.fetch_add(1, Ordering::Relaxed);
-            bucket.warps.fetch_add(cost, Ordering::Relaxed);
+            bucket.count(cost);
             break;
         }
-        let now = sys::monotonic_ns();
-        match bucket.take(cost, rate, burst, epoch, now) {
+        match bucket.take(cost, rate, burst, epoch, sys::monotonic_ns()) {
             Admit::Now => break,
-            Admit::At(t) => {
-                if wait_until(e, t, epoch) {
-                    break;
-                }
+            Admit::At(start) => {
+                wait(e, gpu, start, rate, epoch);
+                break;
             }
             Admit::Paused => sleep_ns(CHECK_NS),
         }
@@ -42,18 +37,38 @@ pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
     }
 }
 
-/// Sleeps until `t`; false if the limits changed meanwhile (the caller
-/// takes tokens again under the new ones).
-fn wait_until(e: &Enforcer, t: u64, epoch: u64) -> bool {
+/// Sleeps until `start`, when a launch already taken from the bucket at
+/// `rate` (control epoch `epoch`) may start. Should the agent set a new
+/// rate meanwhile, the launch is not taken again: its remaining wait is
+/// rescaled as the bucket's debt is (unlimited ends it, zero holds it
+/// until the rate is raised).
+fn wait(e: &Enforcer, gpu: usize, mut start: u64, mut rate: u64, mut epoch: u64) {
+    let bucket = &e.usage.buckets[gpu];
+    let mut paused = false;
     loop {
         let now = sys::monotonic_ns();
-        if now >= t {
-            return true;
+        if !paused && now >= start {
+            return;
         }
         if e.control.epoch() != epoch {
-            return false;
+            let (new_rate, _, new_epoch) = e.control.launch_limits(gpu);
+            epoch = new_epoch;
+            if new_rate == UNLIMITED {
+                return;
+            }
+            paused = new_rate == 0;
+            if !paused {
+                bucket.rescale(new_rate, new_epoch, now);
+                start = now + rescaled(start.saturating_sub(now), rate, new_rate);
+                rate = new_rate;
+            }
         }
-        sleep_ns((t - now).min(CHECK_NS));
+        let left = if paused {
+            CHECK_NS
+        } else {
+            start.saturating_sub(now)
+        };
+        sleep_ns(left.min(CHECK_NS));
     }
 }
 

@@ -130,3 +130,19 @@ fn a_zero_rate_pauses_launches_and_unlimited_does_not_throttle() {
     drop(p);
     assert!(r > 25_000.0, "{r:.0} launches/s unlimited");
 }
+
+#[test]
+fn a_launch_waiting_through_a_rate_change_is_charged_once() {
+    let _serial = serial();
+    // 10 warps/s, no burst: the second and third launches wait 100 ms
+    // each; the agent changes the rate twice while they wait.
+    let c = Container::on(node(), |u| rate(u, 10, 0));
+    let mut p = c.spawn_ready(Link::Direct, "dev 0 ready launch tiny 1 32 3 ready");
+    std::thread::sleep(Duration::from_millis(50));
+    c.set(rate(c.uuid, 12, 0));
+    std::thread::sleep(Duration::from_millis(50));
+    c.set(rate(c.uuid, 15, 0));
+    assert_eq!(p.next_line().as_deref(), Some("launch 3"));
+    let bucket = &c.usage().buckets[0];
+    assert_eq!((bucket.launches, bucket.warps), (3, 3));
+}

@@ -47,39 +47,61 @@ fn ns_for(warps: u64, rate: u64) -> u64 {
     u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
+/// `debt_ns` owed at rate `old` rescaled to rate `new` (both non-zero),
+/// at most [`MAX_DEBT_NS`].
+pub fn rescaled(debt_ns: u64, old: u64, new: u64) -> u64 {
+    let scaled = u128::from(debt_ns) * u128::from(old) / u128::from(new.max(1));
+    u64::try_from(scaled).unwrap_or(u64::MAX).min(MAX_DEBT_NS)
+}
+
 impl Bucket {
+    /// Counts a launch of `cost` warps.
+    pub fn count(&self, cost: u64) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.warps.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    /// Brings the bucket to control epoch `epoch`, whose rate is `rate`
+    /// (neither 0 nor unlimited): the first caller to see a newer epoch
+    /// rescales the outstanding debt to `rate`; older and equal epochs
+    /// change nothing.
+    pub fn rescale(&self, rate: u64, epoch: u64, now: u64) {
+        let seen = self.epoch.load(Ordering::Acquire);
+        if epoch <= seen
+            || self
+                .epoch
+                .compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // The rate the current debt was taken at (0 = never set).
+        let old = self.debt_rate.swap(rate, Ordering::AcqRel);
+        if old == 0 || old == UNLIMITED {
+            self.tat_ns.store(now, Ordering::Release);
+        } else if old != rate {
+            let _ = self
+                .tat_ns
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                    Some(now + rescaled(tat.saturating_sub(now), old, rate))
+                });
+        }
+    }
+
     /// Takes `cost` warps at `now` under `rate`/`burst`, as set in control
-    /// epoch `epoch`, and says when the launch may start.
+    /// epoch `epoch`, and says when the launch may start. Each call counts
+    /// one launch (except when paused): a caller told [`Admit::At`] that
+    /// sees the rate change while it waits must not take again, but move
+    /// its start with [`rescaled`] (see [`Bucket::rescale`]).
     pub fn take(&self, cost: u64, rate: u64, burst: u64, epoch: u64, now: u64) -> Admit {
         if rate == UNLIMITED {
-            self.launches.fetch_add(1, Ordering::Relaxed);
-            self.warps.fetch_add(cost, Ordering::Relaxed);
+            self.count(cost);
             return Admit::Now;
         }
         if rate == 0 {
             return Admit::Paused;
         }
-        let seen = self.epoch.load(Ordering::Acquire);
-        if epoch > seen
-            && self
-                .epoch
-                .compare_exchange(seen, epoch, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            // The rate the current debt was taken at (0 = never set).
-            let old = self.debt_rate.swap(rate, Ordering::AcqRel);
-            if old != 0 && old != rate && old != UNLIMITED {
-                let _ = self
-                    .tat_ns
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                        let debt = tat.saturating_sub(now);
-                        let scaled = u128::from(debt) * u128::from(old) / u128::from(rate);
-                        Some(now + u64::try_from(scaled).unwrap_or(u64::MAX).min(MAX_DEBT_NS))
-                    });
-            } else if old == UNLIMITED || old == 0 {
-                self.tat_ns.store(now, Ordering::Release);
-            }
-        }
+        self.rescale(rate, epoch, now);
         let inc = ns_for(cost, rate).min(MAX_DEBT_NS);
         let tolerance = ns_for(burst, rate);
         let mut tat = self.tat_ns.load(Ordering::Acquire);
@@ -90,8 +112,7 @@ impl Bucket {
                 .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    self.launches.fetch_add(1, Ordering::Relaxed);
-                    self.warps.fetch_add(cost, Ordering::Relaxed);
+                    self.count(cost);
                     let start = tat.saturating_sub(tolerance);
                     return if start > now {
                         self.throttled_ns.fetch_add(start - now, Ordering::Relaxed);
