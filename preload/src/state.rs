@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use tessera_region::file::{CONTROL_FILE, Mapped, USAGE_FILE, open_control, open_usage};
@@ -233,14 +233,27 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Set in a child after `fork`. CUDA state does not survive a fork (the
-/// driver refuses it), and neither do this library's books: limited calls
-/// in the child fail with `CUDA_ERROR_NOT_INITIALIZED`. A child that execs
-/// starts afresh.
-pub static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set once the real `cuInit` succeeded in this process under limits.
+pub static CUDA_INITIALIZED: AtomicBool = AtomicBool::new(false);
 
+/// Set in a child forked after CUDA was initialised. CUDA state does not
+/// survive a fork (the driver refuses it), and neither do this library's
+/// books: limited calls in the child fail with
+/// `CUDA_ERROR_NOT_INITIALIZED` (see `hooks::dispatch`). A child that
+/// execs starts afresh.
+pub static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Runs in the child after `fork` (async-signal-safe: atomics only). A
+/// child of a process that never initialised CUDA (say, one that only
+/// asked NVML) may use CUDA itself: it forgets the parent's slot and
+/// claims its own on first use, so its bytes are its own.
 unsafe extern "C" fn forked() {
-    FORKED.store(true, Ordering::Relaxed);
+    if CUDA_INITIALIZED.load(Ordering::Relaxed) {
+        FORKED.store(true, Ordering::Relaxed);
+    } else if let Some(Mode::Enforce(e)) = MODE.get() {
+        e.slot.store(NO_SLOT, Ordering::Relaxed);
+        e.pid.store(0, Ordering::Relaxed);
+    }
 }
 
 impl Enforcer {
@@ -268,8 +281,8 @@ impl Enforcer {
         Ok(slot)
     }
 
-    /// This process's slot, claiming one if needed (after fork, or if a
-    /// reclaimer took ours).
+    /// This process's slot, claiming one if needed (in a forked child, or
+    /// if a reclaimer took ours).
     pub fn slot(&self) -> Result<usize, String> {
         let s = self.slot.load(Ordering::Acquire);
         if s != NO_SLOT && self.usage.owns(s, self.pid.load(Ordering::Relaxed)) {
@@ -284,13 +297,13 @@ impl Enforcer {
         self.register()
     }
 
-    /// Slot for the launch fast path: no syscall unless unregistered.
+    /// Slot for the launch fast path: one load unless unregistered.
     pub fn slot_fast(&self) -> Option<usize> {
         let s = self.slot.load(Ordering::Relaxed);
         if s != NO_SLOT {
             Some(s)
         } else {
-            self.register().ok()
+            self.slot().ok()
         }
     }
 

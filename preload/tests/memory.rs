@@ -203,3 +203,52 @@ fn contexts_count_and_destroying_one_returns_its_memory() {
     );
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn a_forked_child_is_charged_in_its_own_slot_or_refused() {
+    let c = Container::new(|u| memory_limit(u, 1000));
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("fork_probe");
+    let sim = common::sim::sim_dir();
+    common::sim::cc(&[
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fork_probe.c"),
+        "-o",
+        probe.to_str().unwrap(),
+        &format!("-L{}", sim.display()),
+        &format!("-Wl,-rpath,{}", sim.display()),
+        "-lcuda",
+        "-lnvidia-ml",
+    ]);
+    let child = |mode: &str| {
+        let out = c.command(&probe).arg(mode).output().unwrap();
+        assert!(out.status.success(), "{mode}: {out:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let f: Vec<u32> = field(&stdout, "child")
+            .iter()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        (f[0], f[1])
+    };
+
+    // The parent only asked NVML: the child uses CUDA in a slot of its own,
+    // holding its context and allocation.
+    let (pid, rc) = child("nvml");
+    assert_eq!(rc, 0, "CUDA_SUCCESS");
+    let snap = c.usage();
+    let slot = snap
+        .slots
+        .iter()
+        .find(|s| s.pid == pid)
+        .expect("child's slot");
+    assert_eq!(slot.used[0], (300 + 16) * MIB);
+
+    // The parent initialised CUDA: the child is refused, charging nothing.
+    let before = c.usage().used[0];
+    let (_, rc) = child("cuda");
+    assert_eq!(rc, 3, "CUDA_ERROR_NOT_INITIALIZED");
+    assert_eq!(
+        c.usage().used[0],
+        before + (300 + 16) * MIB,
+        "only the parent's"
+    );
+}

@@ -5,7 +5,8 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use super::hook;
 use crate::accounting::real_cuda;
 use crate::ffi::*;
-use crate::state::{Mode, mode};
+use crate::state::{CUDA_INITIALIZED, Mode, mode};
+use std::sync::atomic::Ordering;
 
 /// Replaces the entry point the driver handed out for `symbol` with our
 /// hook for the same variant, if we hook it (see `proc_table.rs`).
@@ -30,7 +31,14 @@ hook! {
     fn cuInit(flags: c_uint) {
         match mode() {
             Mode::Refuse(_) => CUDA_ERROR_NOT_PERMITTED,
-            _ => real_cuda!(cuInit(flags)),
+            Mode::PassThrough => real_cuda!(cuInit(flags)),
+            Mode::Enforce(_) => {
+                let rc = real_cuda!(cuInit(flags));
+                if rc == CUDA_SUCCESS {
+                    CUDA_INITIALIZED.store(true, Ordering::Relaxed);
+                }
+                rc
+            }
         }
     }
 

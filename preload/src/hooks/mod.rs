@@ -41,11 +41,12 @@ pub use vmm::*;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 
 #[cfg(test)]
 use crate::ffi::CUDA_ERROR_UNKNOWN;
-use crate::ffi::{CUDA_ERROR_NOT_PERMITTED, CUresult};
-use crate::state::{Enforcer, Mode, mode};
+use crate::ffi::{CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_PERMITTED, CUresult};
+use crate::state::{Enforcer, FORKED, Mode, mode};
 
 /// Runs a hook body, turning a panic into `on_panic`.
 pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
@@ -53,12 +54,14 @@ pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `enforce` when limits apply, `pass` (the real call) under a
-/// fail-open policy, and refuses otherwise.
+/// fail-open policy, and refuses otherwise (also in a child forked after
+/// CUDA was initialised, see [`FORKED`]).
 pub fn dispatch(
     pass: impl FnOnce() -> CUresult,
     enforce: impl FnOnce(&Enforcer) -> CUresult,
 ) -> CUresult {
     match mode() {
+        Mode::Enforce(_) if FORKED.load(Ordering::Relaxed) => CUDA_ERROR_NOT_INITIALIZED,
         Mode::Enforce(e) => enforce(e),
         Mode::PassThrough => pass(),
         Mode::Refuse(_) => CUDA_ERROR_NOT_PERMITTED,
