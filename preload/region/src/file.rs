@@ -26,9 +26,16 @@ pub const CONTROL_FILE: &str = "control";
 pub const USAGE_FILE: &str = "usage";
 
 /// The region types a file may be mapped as.
-pub trait Region: sealed::Sealed {}
-impl Region for ControlRegion {}
-impl Region for UsageRegion {}
+pub trait Region: sealed::Sealed {
+    /// The region's name in messages.
+    const NAME: &'static str;
+}
+impl Region for ControlRegion {
+    const NAME: &'static str = "control";
+}
+impl Region for UsageRegion {
+    const NAME: &'static str = "usage";
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -63,7 +70,7 @@ impl<T: Region> Mapped<T> {
             .len() as usize;
         if actual < len || len < size_of::<T>() {
             return Err(RegionError::field(
-                if writable { "usage" } else { "control" },
+                T::NAME,
                 "size",
                 format!("file {} is {actual} bytes; expected {len}", path.display()),
             ));
@@ -143,15 +150,23 @@ fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     }
 }
 
-fn create_file(path: &Path, len: usize, mode: u32) -> Result<File, RegionError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(mode)
-        .open(path)
-        .map_err(io_err("create", path))?;
+/// Options to open a region file read-write for the agent, without
+/// following a symlink (the container can reach the region directory).
+fn agent_open() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).custom_flags(libc::O_NOFOLLOW);
+    o
+}
+
+/// Creates `path` (or reuses it, unless `new`) with `mode` and `len` bytes.
+fn create_file(path: &Path, len: usize, mode: u32, new: bool) -> Result<File, RegionError> {
+    let mut o = agent_open();
+    if new {
+        o.create_new(true);
+    } else {
+        o.create(true).truncate(false);
+    }
+    let file = o.mode(mode).open(path).map_err(io_err("create", path))?;
     file.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(io_err("set the mode of", path))?;
     file.set_len(len as u64).map_err(io_err("size", path))?;
@@ -165,7 +180,7 @@ pub fn create_control(
     spec: &ControlSpec,
 ) -> Result<Mapped<ControlRegion>, RegionError> {
     let path = dir.join(CONTROL_FILE);
-    let file = create_file(&path, CONTROL_SIZE, 0o644)?;
+    let file = create_file(&path, CONTROL_SIZE, 0o644, false)?;
     let m: Mapped<ControlRegion> = Mapped::map(&file, &path, CONTROL_SIZE, true)?;
     // SAFETY: the agent is the only writer of the control header, which is
     // plain data outside the seqlock-protected fields; nobody reads it
@@ -179,11 +194,7 @@ pub fn create_control(
 /// Opens `dir/control` writable (agent side, after a restart).
 pub fn open_control_rw(dir: &Path) -> Result<Mapped<ControlRegion>, RegionError> {
     let path = dir.join(CONTROL_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(io_err("open", &path))?;
+    let file = agent_open().open(&path).map_err(io_err("open", &path))?;
     let m: Mapped<ControlRegion> = Mapped::map(&file, &path, CONTROL_SIZE, true)?;
     m.validate(CONTROL_SIZE)?;
     Ok(m)
@@ -204,18 +215,7 @@ pub fn create_usage(dir: &Path) -> Result<(), RegionError> {
     }
     let tmp = dir.join(format!(".usage.tmp.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o666)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o666))
-        .map_err(io_err("set the mode of", &tmp))?;
-    file.set_len(USAGE_SIZE as u64)
-        .map_err(io_err("size", &tmp))?;
+    let file = create_file(&tmp, USAGE_SIZE, 0o666, true)?;
     {
         let m: Mapped<UsageRegion> = Mapped::map(&file, &tmp, USAGE_SIZE, true)?;
         // SAFETY: the file is private to this function until renamed into
@@ -266,6 +266,30 @@ pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
 mod tests {
     use super::*;
     use crate::control::GpuLimits;
+
+    #[test]
+    fn the_agent_never_follows_a_symlinked_control_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, b"precious").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(CONTROL_FILE)).unwrap();
+        let spec = ControlSpec {
+            flags: 0,
+            gpus: vec![],
+        };
+        assert!(create_control(dir.path(), &spec).is_err());
+        assert!(open_control_rw(dir.path()).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"precious", "untouched");
+    }
+
+    #[test]
+    fn a_short_control_file_is_reported_as_control() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONTROL_FILE), [0u8; 100]).unwrap();
+        let e = open_control_rw(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("control"), "{e}");
+        assert!(!e.contains("usage"), "{e}");
+    }
 
     #[test]
     fn files_round_trip() {
