@@ -358,8 +358,21 @@ fn the_helm_chart_renders_and_lints() {
     let crds = report_crds(&report);
     assert_eq!(crds, ["crds/gpunodes.tessera.dev.yaml"]);
 
-    // Agent: privileged, host PID, on GPU nodes, with the design's host paths.
-    let agent = chart.one("DaemonSet");
+    // Agent: off by default, as the daemon is planned (tessera-agent has
+    // only one-shot subcommands, so the DaemonSet would crash loop).
+    assert!(
+        chart.of_kind("DaemonSet").is_empty(),
+        "agent is on by default"
+    );
+    let agent_chart = rendered(
+        &render(&json!({"agent": {"enabled": true}}))
+            .unwrap()
+            .unwrap(),
+    );
+
+    // Agent when enabled: privileged, host PID, on GPU nodes, with the
+    // design's host paths.
+    let agent = agent_chart.one("DaemonSet");
     let pod = &agent["spec"]["template"]["spec"];
     assert_eq!(pod["hostPID"], true);
     assert_eq!(pod["nodeSelector"]["nvidia.com/gpu.present"], "true");
