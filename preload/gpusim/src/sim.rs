@@ -191,17 +191,32 @@ impl Sim {
         self.node().cost.context_overhead_mib << 20
     }
 
-    fn lock(&self, gpu: usize) -> Result<GpuGuard<'_>, SimError> {
-        if gpu >= self.gpu_count() {
-            return Err(SimError::InvalidDevice {
+    /// Checks a GPU index.
+    fn check_gpu(&self, gpu: usize) -> Result<(), SimError> {
+        if gpu < self.gpu_count() {
+            Ok(())
+        } else {
+            Err(SimError::InvalidDevice {
                 gpu,
                 count: self.gpu_count(),
-            });
+            })
         }
+    }
+
+    /// Locks `gpu` and brings its timeline up to now.
+    fn lock(&self, gpu: usize) -> Result<GpuGuard<'_>, SimError> {
+        self.lock_reaping(gpu, false)
+    }
+
+    /// Locks `gpu`, reaping dead processes first when `force` is set (queries
+    /// of memory and processes) or when [`REAP_INTERVAL_NS`] has passed, then
+    /// brings its timeline up to now.
+    fn lock_reaping(&self, gpu: usize, force: bool) -> Result<GpuGuard<'_>, SimError> {
+        self.check_gpu(gpu)?;
         let mut g = self.state.lock(gpu)?;
         let now = sys::monotonic_ns();
         // Dead processes' queues must not keep taking time slices.
-        if now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
+        if force || now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
             Self::reap(&mut g);
         }
         timeline::advance(&mut g, now, self.params);
@@ -363,8 +378,7 @@ impl Sim {
 
     /// Memory of `gpu`.
     pub fn memory_info(&self, gpu: usize) -> Result<MemoryInfo, SimError> {
-        let mut g = self.lock(gpu)?;
-        Self::reap(&mut g);
+        let g = self.lock_reaping(gpu, true)?;
         Ok(self.memory(&g, gpu))
     }
 
@@ -476,8 +490,7 @@ impl Sim {
         gpu: usize,
         since_unix_us: u64,
     ) -> Result<Vec<ProcessSample>, SimError> {
-        let mut g = self.lock(gpu)?;
-        Self::reap(&mut g);
+        let g = self.lock_reaping(gpu, true)?;
         let now = g.sim_time_ns;
         let real_us = sys::realtime_ns() / 1_000;
         let back_ns = real_us.saturating_sub(since_unix_us).saturating_mul(1_000);
@@ -499,8 +512,7 @@ impl Sim {
 
     /// Processes holding memory on `gpu`.
     pub fn processes(&self, gpu: usize) -> Result<Vec<ProcessMemory>, SimError> {
-        let mut g = self.lock(gpu)?;
-        Self::reap(&mut g);
+        let g = self.lock_reaping(gpu, true)?;
         Ok(g.channels
             .iter()
             .filter(|c| c.active == 1)
@@ -511,9 +523,11 @@ impl Sim {
             .collect())
     }
 
-    /// Whether `gpu` is marked lost.
+    /// Whether `gpu` is marked lost (an atomic read; the GPU's lock is not
+    /// taken).
     pub fn is_lost(&self, gpu: usize) -> Result<bool, SimError> {
-        Ok(self.lock(gpu)?.lost())
+        self.check_gpu(gpu)?;
+        Ok(self.state.gpu(gpu).lost.load(Ordering::Acquire) != 0)
     }
 
     /// Records an Xid on `gpu`; returns its sequence number.
@@ -587,4 +601,40 @@ impl Sim {
 /// Sleeps about `ns`.
 pub fn sleep_ns(ns: u64) {
     std::thread::sleep(Duration::from_nanos(ns));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A default node in a private state file.
+    fn sim() -> (tempfile::TempDir, Sim) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let sim = Sim::open(&cfg).unwrap();
+        (dir, sim)
+    }
+
+    #[test]
+    fn the_lost_flag_is_read_without_the_lock() {
+        let (_dir, sim) = sim();
+        sim.set_lost(1, true).unwrap();
+        let held = sim.state().lock(1).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let sim = &sim;
+            s.spawn(move || tx.send(sim.is_lost(1).map_err(|e| e.to_string())));
+            let answer = rx.recv_timeout(Duration::from_secs(10));
+            drop(held);
+            assert_eq!(answer.expect("is_lost waited for the GPU lock"), Ok(true));
+        });
+        assert!(!sim.is_lost(0).unwrap());
+        assert!(matches!(
+            sim.is_lost(2),
+            Err(SimError::InvalidDevice { gpu: 2, count: 2 })
+        ));
+    }
 }
