@@ -257,6 +257,26 @@ impl Sim {
         }
     }
 
+    /// Succeeds if `bytes` fit in `gpu`'s free memory, reaping dead
+    /// processes first when they do not; else fails with
+    /// [`SimError::OutOfMemory`].
+    fn make_room(&self, g: &mut GpuGuard<'_>, gpu: usize, bytes: u64) -> Result<(), SimError> {
+        if bytes <= self.memory(g, gpu).free {
+            return Ok(());
+        }
+        Self::reap(g);
+        let free = self.memory(g, gpu).free;
+        if bytes <= free {
+            Ok(())
+        } else {
+            Err(SimError::OutOfMemory {
+                gpu,
+                requested: bytes,
+                free,
+            })
+        }
+    }
+
     /// Releases the channels of processes that have exited.
     fn reap(g: &mut GpuGuard<'_>) {
         g.last_reap_ns = sys::monotonic_ns();
@@ -292,18 +312,7 @@ impl Sim {
                 (c, true)
             }
         };
-        let mem = self.memory(&g, gpu);
-        if overhead > mem.free {
-            Self::reap(&mut g);
-            let mem = self.memory(&g, gpu);
-            if overhead > mem.free {
-                return Err(SimError::OutOfMemory {
-                    gpu,
-                    requested: overhead,
-                    free: mem.free,
-                });
-            }
-        }
+        self.make_room(&mut g, gpu, overhead)?;
         if first {
             timeline::clear_channel(&mut g, channel);
             let token = (sys::realtime_ns() ^ ((self.pid as u64) << 40))
@@ -349,19 +358,9 @@ impl Sim {
     pub fn alloc(&self, a: &Attachment, bytes: u64) -> Result<(), SimError> {
         let mut g = self.lock_live(a.gpu)?;
         Self::check(&g, a)?;
-        let mut mem = self.memory(&g, a.gpu);
-        if bytes > mem.free {
-            Self::reap(&mut g);
-            Self::check(&g, a)?;
-            mem = self.memory(&g, a.gpu);
-            if bytes > mem.free {
-                return Err(SimError::OutOfMemory {
-                    gpu: a.gpu,
-                    requested: bytes,
-                    free: mem.free,
-                });
-            }
-        }
+        self.make_room(&mut g, a.gpu, bytes)?;
+        // Reaping must not have taken this channel; check again.
+        Self::check(&g, a)?;
         let ch = &mut g.channels[a.channel];
         ch.mem_bytes = ch.mem_bytes.saturating_add(bytes);
         Ok(())
