@@ -2,7 +2,8 @@
 //! kube-scheduler extender, as pure functions over Kubernetes JSON.
 //!
 //! - [`resources`] and [`annotations`] read what a pod asks for
-//!   ([`quantity`] parses the values, [`pod`] is the Pod subset read);
+//!   ([`quantity`] parses the values, [`pod`] is the Pod subset read),
+//!   and [`request`] puts the two together for the webhook and extender;
 //! - [`webhook`] decides admission and builds the JSON patch;
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
 //!   of GPU telemetry;
@@ -21,6 +22,7 @@ pub mod extender;
 pub mod manifest;
 pub mod pod;
 pub mod quantity;
+pub mod request;
 pub mod resources;
 pub mod server;
 pub mod webhook;

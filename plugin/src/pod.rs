@@ -23,6 +23,17 @@ pub struct Pod {
     pub spec: PodSpec,
 }
 
+impl Pod {
+    /// Reads a pod from Kubernetes JSON, borrowing it (no copy of the
+    /// object is made).
+    ///
+    /// # Errors
+    /// The JSON is not a pod this crate can read.
+    pub fn from_json(object: &serde_json::Value) -> Result<Self, serde_json::Error> {
+        Self::deserialize(object)
+    }
+}
+
 /// The parts of `ObjectMeta` Tessera uses.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -26,9 +26,9 @@ pub use wire::{
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::annotations::{self, GpuPolicy, Placement};
+use crate::annotations::Placement;
 use crate::pod::Pod;
-use crate::resources::{self, GpuShare};
+use crate::request::PodRequest;
 
 /// Why a pod could not be judged at all.
 #[derive(Debug, Error)]
@@ -53,39 +53,16 @@ impl ExtenderError {
     }
 }
 
-/// What the extender needs to know about the pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodRequest {
-    /// Its GPU containers; empty for a pod without GPU resources.
-    pub shares: Vec<GpuShare>,
-    /// Its `tessera.dev/` policy.
-    pub policy: GpuPolicy,
-}
-
 /// Reads the pod's request from raw JSON.
 ///
 /// # Errors
 /// An [`ExtenderError`] for an unreadable pod or invalid values.
 pub fn pod_request(pod: &Value) -> Result<PodRequest, ExtenderError> {
-    let pod: Pod = serde_json::from_value(pod.clone()).map_err(ExtenderError::Pod)?;
-    let shares = resources::pod_gpu_shares(&pod);
-    let policy = annotations::parse(&pod.metadata.annotations);
-    match (shares, policy) {
-        (Ok(shares), Ok(policy)) => Ok(PodRequest { shares, policy }),
-        (shares, policy) => {
-            let mut problems = Vec::new();
-            if let Err(errors) = shares {
-                problems.extend(errors.iter().map(ToString::to_string));
-            }
-            if let Err(errors) = policy {
-                problems.extend(errors.iter().map(ToString::to_string));
-            }
-            Err(ExtenderError::Invalid {
-                pod: format!("{}/{}", pod.metadata.namespace, pod.metadata.display_name()),
-                problems,
-            })
-        }
-    }
+    let pod = Pod::from_json(pod).map_err(ExtenderError::Pod)?;
+    PodRequest::from_pod(&pod).map_err(|problems| ExtenderError::Invalid {
+        pod: format!("{}/{}", pod.metadata.namespace, pod.metadata.display_name()),
+        problems,
+    })
 }
 
 /// The `filter` verb.

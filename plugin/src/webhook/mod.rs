@@ -27,6 +27,7 @@ use thiserror::Error;
 
 use crate::annotations;
 use crate::pod::Pod;
+use crate::request::PodRequest;
 use crate::resources::{self, GpuShare};
 
 /// The scheduler name the chart deploys.
@@ -139,27 +140,15 @@ pub struct Admitted {
 /// # Errors
 /// A [`WebhookError`] saying why the pod is refused.
 pub fn admit_pod(object: &Value, config: &WebhookConfig) -> Result<Admitted, WebhookError> {
-    let pod: Pod = serde_json::from_value(object.clone()).map_err(WebhookError::Decode)?;
-    let shares = resources::pod_gpu_shares(&pod);
-    let policy = annotations::parse(&pod.metadata.annotations);
+    let pod = Pod::from_json(object).map_err(WebhookError::Decode)?;
     let has_policy = pod
         .metadata
         .annotations
         .keys()
         .any(|k| k.starts_with(annotations::PREFIX));
-    let shares = match (shares, policy) {
-        (Ok(shares), Ok(_)) => shares,
-        (shares, policy) => {
-            let mut problems: Vec<String> = Vec::new();
-            if let Err(errors) = shares {
-                problems.extend(errors.iter().map(ToString::to_string));
-            }
-            if let Err(errors) = policy {
-                problems.extend(errors.iter().map(ToString::to_string));
-            }
-            return Err(WebhookError::Invalid(problems));
-        }
-    };
+    let shares = PodRequest::from_pod(&pod)
+        .map_err(WebhookError::Invalid)?
+        .shares;
     if shares.is_empty() {
         let mut admitted = Admitted::default();
         if has_policy {

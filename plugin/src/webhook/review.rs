@@ -130,8 +130,7 @@ pub fn review(
         && request.operation == "CREATE"
         && request.sub_resource.is_empty();
     if is_pod_create {
-        let object = request.object.clone().unwrap_or(Value::Null);
-        match admit_pod(&object, config) {
+        match admit_pod(request.object.as_ref().unwrap_or(&Value::Null), config) {
             Ok(admitted) => {
                 if !admitted.patch.is_empty() {
                     let bytes = serde_json::to_vec(&admitted.patch).unwrap_or_default();
