@@ -577,16 +577,9 @@ impl Sim {
     /// Clears everything on `gpu`: channels, memory, history, Xids, lost.
     pub fn reset_gpu(&self, gpu: usize) -> Result<(), SimError> {
         let mut g = self.lock(gpu)?;
-        for c in 0..MAX_CHANNELS {
-            timeline::clear_channel(&mut g, c);
-        }
+        timeline::clear_all(&mut g);
         g.xids = [XidRecord::default(); XID_LOG];
         g.xid_next = 1;
-        for b in g.history.iter_mut() {
-            b.epoch = 0;
-            b.sm_ns = 0;
-            b.mem_ns = 0;
-        }
         self.state.gpu(gpu).lost.store(0, Ordering::Release);
         Ok(())
     }

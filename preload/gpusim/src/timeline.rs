@@ -318,6 +318,25 @@ pub fn clear_channel(g: &mut GpuInner, c: usize) {
     for b in g.history.iter_mut() {
         b.channel_sm_ns[c] = 0;
     }
+    clear_queue(g, c);
+}
+
+/// Drops every channel and the whole history (a GPU reset).
+pub fn clear_all(g: &mut GpuInner) {
+    for c in 0..MAX_CHANNELS {
+        clear_queue(g, c);
+    }
+    for b in g.history.iter_mut() {
+        b.epoch = 0;
+        b.sm_ns = 0;
+        b.mem_ns = 0;
+        b.channel_sm_ns = [0; MAX_CHANNELS];
+    }
+}
+
+/// Frees channel `c` (`< MAX_CHANNELS`) and drops its work, leaving the
+/// history alone.
+fn clear_queue(g: &mut GpuInner, c: usize) {
     let ch = &mut g.channels[c];
     ch.active = 0;
     ch.pid = 0;
@@ -520,6 +539,25 @@ mod tests {
         advance(&mut g, now, P);
         assert_eq!(busy(&g, now - 5 * MS, now).sm_ns, 5 * MS);
         assert_eq!(busy(&g, now - 10 * MS, now).sm_ns, 10 * MS);
+    }
+
+    #[test]
+    fn clearing_the_gpu_drops_channels_and_history() {
+        let mut g = gpu();
+        let t0 = 1_000 * MS;
+        start(&mut g, &[0, 5], t0);
+        enqueue(&mut g, 0, ItemKind::Kernel, 2 * MS, P).unwrap();
+        enqueue(&mut g, 5, ItemKind::Copy, 20 * MS, P).unwrap();
+        advance(&mut g, t0 + 10 * MS, P);
+        clear_all(&mut g);
+        for c in [0, 5] {
+            assert_eq!(g.channels[c].active, 0);
+            assert_eq!(pending(&g.channels[c]), 0);
+        }
+        assert_eq!(g.slice_owner_plus_one, 0);
+        assert_eq!(busy(&g, t0, t0 + 10 * MS), Busy::default());
+        assert_eq!(channel_busy(&g, 0, t0, t0 + 10 * MS), 0);
+        assert!(g.history.iter().all(|b| b.epoch == 0));
     }
 
     #[test]
