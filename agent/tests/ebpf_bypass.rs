@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use support::{Child, TestCgroup, child_role, object, skip_reason, sys};
 use tessera_agent::ebpf::{
     Access, AttachMode, Bypass, BypassEvents, DeviceSpec, ModeRequest, Observer, ObserverConfig,
+    OpenAudit,
 };
-use tessera_ebpf_common::keys::access;
+use tessera_ebpf_common::{dev::kdev, keys::access};
 
 /// Opens of the device per child.
 const OPENS: usize = 3;
@@ -86,7 +87,7 @@ fn unregistered_process_is_reported_once_and_registered_one_not() {
     let mut events = observer.bypass_events().unwrap();
     assert!(observer.bypass_events().is_err(), "one reader per observer");
     observer.audit_opens(&pod.0).unwrap();
-    observer.audit_opens(&elsewhere.0).unwrap_or(());
+    let _ = observer.audit_opens(&elsewhere.0);
     observer.watch_cgroup(pod.id()).unwrap();
     assert_eq!(observer.watched_cgroups().unwrap(), vec![pod.id()]);
 
@@ -188,4 +189,37 @@ fn first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode() {
         again.iter().all(|e| e.tgid != pid),
         "unwatched cgroup reported: {again:#?}"
     );
+}
+
+#[test]
+fn count_only_open_audit_counts_and_leaves_the_report_to_the_first_ioctl() {
+    child_side();
+    let name = "count_only_open_audit_counts_and_leaves_the_report_to_the_first_ioctl";
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let pod = TestCgroup::new("bypass-count-only");
+    let container = pod.child("ctr");
+    let container_id = tessera_agent::ebpf::cgroup::cgroup_id(&container).unwrap();
+    let mut observer = observer(ModeRequest::Only(AttachMode::Tracepoint));
+    let mut events = observer.bypass_events().unwrap();
+    // The program older kernels fall back to.
+    assert_eq!(
+        observer
+            .audit_opens_with(&pod.0, OpenAudit::CountOnly)
+            .unwrap(),
+        OpenAudit::CountOnly
+    );
+    observer.watch_cgroup(pod.id()).unwrap();
+    let child = Child::spawn(name, "bypass");
+    let pid = child.pid();
+    child.join(&container).go();
+
+    let snap = observer.snapshot().unwrap();
+    assert_eq!(snap.opens_of(container_id, kdev(1, 5)), OPENS as u64);
+    let all = collect(&mut events);
+    let ours: Vec<&Bypass> = all.iter().filter(|e| e.tgid == pid).collect();
+    assert_eq!(ours.len(), 1, "exactly one event: {ours:#?}");
+    assert_eq!(ours[0].access, Access::Ioctl { nr: 0x2A, flags: 0 });
 }

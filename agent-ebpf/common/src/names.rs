@@ -39,8 +39,12 @@ pub const PROG_IOCTL_TRACEPOINT: &str = "ioctl_tp";
 pub const PROG_IOCTL_RAW_TRACEPOINT: &str = "ioctl_raw_tp";
 /// Kprobe on `nvidia_unlocked_ioctl` and `uvm_unlocked_ioctl_entry`.
 pub const PROG_IOCTL_KPROBE: &str = "ioctl_kprobe";
-/// Cgroup device program counting opens of watched devices; never denies.
+/// Cgroup device program counting opens of watched devices and reporting
+/// the first by an unregistered process; never denies (Linux 6.4+).
 pub const PROG_DEVICE_AUDIT: &str = "dev_open_audit";
+/// Cgroup device program that only counts opens of watched devices; the
+/// fallback where [`PROG_DEVICE_AUDIT`] does not load.
+pub const PROG_DEVICE_COUNT: &str = "dev_open_count";
 /// Tracepoint `sched/sched_process_exit`: forgets exited processes.
 pub const PROG_PROCESS_EXIT: &str = "process_exit";
 /// Cgroup device program of `tessera-guard.bpf.o`: the per-pod guard.

@@ -1,12 +1,21 @@
-//! Cgroup device program: counts access checks (opens, mknod) of watched
-//! devices per cgroup, and reports the first by an unregistered process.
-//! Audit only: it always allows, and the kernel still applies every other
-//! device program and the v1 devices controller.
+//! Cgroup device programs: count access checks (opens, mknod) of watched
+//! devices per cgroup. Audit only: they always allow, and the kernel still
+//! applies every other device program and the v1 devices controller.
 //!
-//! It runs where the kernel checks device permission, before the open
-//! completes, so it sees opens through any path (open, openat, openat2,
+//! They run where the kernel checks device permission, before the open
+//! completes, so they see opens through any path (open, openat, openat2,
 //! io_uring, `/proc/self/fd` reopens) and also failed ones and `access(2)`
-//! checks; the kernel gives it the device number, so it needs no offsets.
+//! checks; the kernel gives them the device number, so they need no
+//! offsets.
+//!
+//! Two variants, of which the agent attaches one:
+//! - [`dev_open_audit`] also reports the first open by an unregistered
+//!   process ([`bypass`]), which needs `bpf_get_current_ancestor_cgroup_id`,
+//!   `bpf_get_current_pid_tgid` and `bpf_get_current_comm`, which cgroup
+//!   device programs may call only on newer kernels (the ancestor helper
+//!   from Linux 6.4), so older kernels' verifiers refuse it;
+//! - [`dev_open_count`] only counts (`bpf_get_current_cgroup_id`, which
+//!   device programs have had all along); the agent falls back to it.
 
 use aya_ebpf::{
     helpers::bpf_get_current_cgroup_id, macros::cgroup_device, programs::DeviceContext,
@@ -22,27 +31,41 @@ use crate::{
 /// Allow.
 const ALLOW: i32 = 1;
 
-#[cgroup_device]
-pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
+/// Counts the access check if it is of a watched character device;
+/// returns the key counted.
+#[inline(always)]
+fn count(ctx: &DeviceContext) -> Option<OpenKey> {
     // SAFETY: the kernel passes a valid `bpf_cgroup_dev_ctx`.
     let dev = unsafe { &*ctx.device };
     if dev.access_type & 0xFFFF != DEV_CHAR {
-        return ALLOW;
+        return None;
     }
     let rdev = kdev(dev.major, dev.minor);
-    if WATCHED_DEVS.get_ptr(rdev).is_none() {
-        return ALLOW;
-    }
-    // SAFETY: the helper has no preconditions.
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    let access = dev.access_type >> 16;
+    WATCHED_DEVS.get_ptr(rdev)?;
     let key = OpenKey {
-        cgroup_id,
+        // SAFETY: the helper has no preconditions.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         dev: rdev,
-        access,
+        access: dev.access_type >> 16,
     };
     bump(&OPEN_COUNTS, &key);
     stat(stats::OPEN_COUNTED);
-    bypass::check(cgroup_id, rdev, kind::OPEN, access, 0);
+    Some(key)
+}
+
+/// Counts, and reports the first open by an unregistered process.
+#[cgroup_device]
+pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
+    if let Some(key) = count(&ctx) {
+        bypass::check(key.cgroup_id, key.dev, kind::OPEN, key.access, 0);
+    }
+    ALLOW
+}
+
+/// Counts only: for kernels whose device programs lack the helpers the
+/// bypass report needs.
+#[cgroup_device]
+pub fn dev_open_count(ctx: DeviceContext) -> i32 {
+    let _ = count(&ctx);
     ALLOW
 }

@@ -11,7 +11,8 @@
 //! - [`raw_tracepoint`]: `sys_enter`, cheaper per ioctl, runs on every syscall;
 //! - [`kprobe`]: `nvidia_unlocked_ioctl` / `uvm_unlocked_ioctl_entry`, only
 //!   NVIDIA ioctls pay anything;
-//! - [`device`]: cgroup device program, counts opens and never denies;
+//! - [`device`]: cgroup device programs, count opens and never deny (one
+//!   also reports bypasses, one only counts, for older kernels);
 //! - [`exit`]: `sched/sched_process_exit`, forgets exited processes.
 //!
 //! Both the ioctl and the open paths report the first access of an

@@ -41,4 +41,4 @@ pub use counts::{ProgramStats, Snapshot};
 pub use devices::{Device, DeviceSpec, DeviceTarget};
 pub use guard::{GuardDevices, GuardError, GuardInfo, Guards};
 pub use mode::{AttachMode, ModeRequest};
-pub use observer::{Observer, ObserverConfig, ObserverError};
+pub use observer::{Observer, ObserverConfig, ObserverError, OpenAudit};

@@ -118,6 +118,26 @@ impl ObserverConfig {
     }
 }
 
+/// Which device program counts opens ([`Observer::audit_opens`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenAudit {
+    /// Counts, and reports the first open by an unregistered process in a
+    /// watched cgroup (Linux 6.4+).
+    Full,
+    /// Only counts.
+    CountOnly,
+}
+
+impl OpenAudit {
+    /// The program's name in the object.
+    pub fn program(self) -> &'static str {
+        match self {
+            Self::Full => names::PROG_DEVICE_AUDIT,
+            Self::CountOnly => names::PROG_DEVICE_COUNT,
+        }
+    }
+}
+
 /// The loaded observer. Dropping it detaches every program.
 pub struct Observer {
     pub(super) ebpf: Ebpf,
@@ -252,10 +272,41 @@ impl Observer {
         self.exit_hook
     }
 
-    /// Attaches the open-counting device program to cgroup v2 directory
+    /// Attaches an open-counting device program to cgroup v2 directory
     /// `cgroup` (it covers the whole subtree; the agent uses the cgroup2
     /// root). It never denies, and coexists with other device programs.
-    pub fn audit_opens(&mut self, cgroup: &Path) -> Result<(), ObserverError> {
+    ///
+    /// The program that also reports bypassing opens needs helpers that
+    /// device programs get only on newer kernels (Linux 6.4); where the
+    /// kernel refuses it, the count-only program is attached instead, with
+    /// a warning (a bypass is then reported at the first ioctl). Returns
+    /// which one is attached.
+    pub fn audit_opens(&mut self, cgroup: &Path) -> Result<OpenAudit, ObserverError> {
+        match self.audit_opens_with(cgroup, OpenAudit::Full) {
+            Err(ObserverError::Program {
+                program,
+                source: source @ ProgramError::LoadError { .. },
+            }) => {
+                let kernel = KernelVersion::current()
+                    .map_or_else(|e| format!("unknown ({e})"), |v| v.to_string());
+                let refused = ObserverError::Program { program, source };
+                tracing::warn!(
+                    %kernel,
+                    error = %error_chain(&refused),
+                    "this kernel refuses the open audit that reports bypasses; counting opens only"
+                );
+                self.audit_opens_with(cgroup, OpenAudit::CountOnly)
+            }
+            other => other,
+        }
+    }
+
+    /// As [`Observer::audit_opens`], with exactly the program `audit`.
+    pub fn audit_opens_with(
+        &mut self,
+        cgroup: &Path,
+        audit: OpenAudit,
+    ) -> Result<OpenAudit, ObserverError> {
         // Before bpf links, aya would attach exclusively, which would stop
         // container runtimes from attaching their own device programs.
         let links = KernelVersion::new(5, 7, 0);
@@ -268,7 +319,7 @@ impl Observer {
             path: cgroup.to_owned(),
             source,
         })?;
-        let name = names::PROG_DEVICE_AUDIT;
+        let name = audit.program();
         let program: &mut CgroupDevice = program(&mut self.ebpf, name)?;
         let err = |source| ObserverError::Program {
             program: name,
@@ -278,9 +329,9 @@ impl Observer {
         // aya attaches through a bpf link (5.7+), which takes no flags and
         // always coexists with other programs; `Single` passes flags 0.
         program.attach(dir, CgroupAttachMode::Single).map_err(err)?;
-        tracing::info!(cgroup = %cgroup.display(), "ebpf open audit attached");
+        tracing::info!(cgroup = %cgroup.display(), program = name, "ebpf open audit attached");
         self.open_audit = Some(cgroup.to_owned());
-        Ok(())
+        Ok(audit)
     }
 
     /// Replaces the set of watched devices.
