@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use tessera_region::spec::parse_uuid;
 use thiserror::Error;
 
 /// The annotation prefix Tessera owns.
@@ -41,7 +42,6 @@ pub const KNOWN: [&str; 6] = [
     UUID_EXCLUDE,
 ];
 
-const KNOWN_TEXT: &str = "tessera.dev/compute-mode, tessera.dev/placement, tessera.dev/gpu-model-include, tessera.dev/gpu-model-exclude, tessera.dev/gpu-uuid-include, tessera.dev/gpu-uuid-exclude";
 const UUID_FORM: &str = "comma-separated GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)";
 const MODEL_FORM: &str = "comma-separated model names, e.g. A100,H100";
 
@@ -49,7 +49,7 @@ const MODEL_FORM: &str = "comma-separated model names, e.g. A100,H100";
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AnnotationError {
     /// A `tessera.dev/` key this version does not know.
-    #[error("annotation {key} is not known; accepted: {KNOWN_TEXT}")]
+    #[error("annotation {key} is not known; accepted: {}", KNOWN.join(", "))]
     Unknown {
         /// The key as written.
         key: String,
@@ -230,17 +230,14 @@ fn split_list(
     }
 }
 
-/// `GPU-` then hex groups of 8-4-4-4-12.
+/// `GPU-` (in any case, as UUIDs match case-insensitively) then hex groups
+/// of 8-4-4-4-12, as the region ABI reads them.
 fn check_uuid(key: &'static str, item: &str) -> Option<AnnotationError> {
-    let body = item
-        .strip_prefix("GPU-")
-        .or_else(|| item.strip_prefix("gpu-"));
-    let groups: Vec<&str> = body.map(|b| b.split('-').collect()).unwrap_or_default();
-    let well_formed = groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()));
+    let well_formed = item
+        .split_at_checked(4)
+        .filter(|(prefix, _)| prefix.eq_ignore_ascii_case("GPU-"))
+        .and_then(|(_, body)| parse_uuid(&format!("GPU-{body}")))
+        .is_some();
     (!well_formed).then(|| AnnotationError::Uuid {
         key,
         item: item.to_owned(),

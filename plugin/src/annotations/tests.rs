@@ -124,3 +124,20 @@ fn selectors_filter_gpus() {
     assert!(only.admits(A100, "any"));
     assert!(!only.admits(H100, "any"));
 }
+
+#[test]
+fn uuid_prefix_and_hex_are_read_in_any_case() {
+    for item in [
+        A100.to_owned(),
+        A100.to_ascii_lowercase(),
+        A100.to_ascii_uppercase(),
+        A100.replacen("GPU-", "Gpu-", 1),
+    ] {
+        assert!(
+            parse(&annotations(&[(UUID_INCLUDE, &item)])).is_ok(),
+            "{item} refused"
+        );
+    }
+    let found = errors(&[(UUID_INCLUDE, "MIG-5e1a0000-0000-4000-8000-000051510000")]);
+    assert_eq!(found.len(), 1);
+}
