@@ -38,10 +38,6 @@ impl LaunchShape {
     pub fn threads_per_block(&self) -> u64 {
         self.block.iter().map(|&d| u64::from(d.max(1))).product()
     }
-    /// Total threads.
-    pub fn threads(&self) -> u64 {
-        self.blocks().saturating_mul(self.threads_per_block())
-    }
 }
 
 /// The resolved cost of one named kernel on one GPU.

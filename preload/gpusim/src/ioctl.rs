@@ -56,8 +56,6 @@ pub struct Driver {
     xfer: bool,
     modern_layouts: bool,
     version: String,
-    control_path: PathBuf,
-    uvm_path: PathBuf,
     gpu_paths: Vec<Option<PathBuf>>,
     control: Option<OwnedFd>,
     uvm: Option<OwnedFd>,
@@ -89,8 +87,6 @@ impl Driver {
             xfer: cfg.xfer,
             modern_layouts: node.driver_major() >= nvrm::PARAMS_SIZE_SINCE_MAJOR,
             version: node.driver_version.clone(),
-            control_path: cfg.control.clone(),
-            uvm_path: cfg.uvm.clone(),
             gpu_fds: Mutex::new(gpu_paths.iter().map(|_| None).collect()),
             gpu_paths,
             control,
@@ -98,21 +94,6 @@ impl Driver {
             client: 0xc1d0_0000 | (sys::getpid() as u32 & 0xffff),
             next_handle: AtomicU32::new(1),
         })
-    }
-
-    /// The stand-in for `/dev/nvidiactl`.
-    pub fn control_path(&self) -> &Path {
-        &self.control_path
-    }
-
-    /// The stand-in for `/dev/nvidia-uvm`.
-    pub fn uvm_path(&self) -> &Path {
-        &self.uvm_path
-    }
-
-    /// The RM client handle of this process.
-    pub fn client(&self) -> u32 {
-        self.client
     }
 
     fn control_fd(&self) -> Option<RawFd> {

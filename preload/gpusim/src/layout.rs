@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GPUSIMST"`.
 pub const STATE_MAGIC: [u8; 8] = *b"GPUSIMST";
 /// Layout version of the state file.
-pub const STATE_VERSION: u32 = 2;
+pub const STATE_VERSION: u32 = 3;
 /// GPUs a node may have.
 pub const MAX_GPUS: usize = 16;
 /// Processes that may hold a context on one GPU at a time.
@@ -60,8 +60,6 @@ pub struct Header {
     pub gpu_count: u32,
     /// Bytes used in `node`.
     pub node_len: u32,
-    /// Creation time (Unix ns), for display.
-    pub created_unix_ns: u64,
     /// `/proc/sys/kernel/random/boot_id` of the boot that created the
     /// file: monotonic times and robust mutexes mean nothing after a reboot.
     pub boot_id: [u8; 36],
@@ -129,8 +127,6 @@ pub struct Channel {
     pub start_time: u64,
     /// Random per attach: lets the owner notice a reassignment.
     pub token: u64,
-    /// When it was attached (monotonic ns).
-    pub attached_ns: u64,
     /// Contexts the owner holds on this GPU.
     pub contexts: u32,
     /// Reserved.
@@ -145,8 +141,6 @@ pub struct Channel {
     pub head: u32,
     /// Reserved.
     pub _reserved2: u32,
-    /// SM time consumed since attach (ns).
-    pub busy_ns: u64,
     /// Pending work, `head..head + (submitted - completed)` modulo capacity.
     pub queue: [Item; QUEUE_CAPACITY],
     /// Recently completed markers, indexed by `seq % MARKER_LOG`.

@@ -8,8 +8,6 @@
 
 /// `NV_IOCTL_MAGIC`.
 pub const NV_IOCTL_MAGIC: u8 = b'F';
-/// `NV_ESC_CARD_INFO`.
-pub const NV_ESC_CARD_INFO: u8 = 0xC8;
 /// `NV_ESC_CHECK_VERSION_STR`.
 pub const NV_ESC_CHECK_VERSION_STR: u8 = 0xD2;
 /// `NV_ESC_IOCTL_XFER_CMD`.
@@ -21,8 +19,6 @@ pub const NV_ESC_RM_CONTROL: u8 = 0x2A;
 /// `NV_ESC_RM_ALLOC`.
 pub const NV_ESC_RM_ALLOC: u8 = 0x2B;
 
-/// `UVM_INITIALIZE`.
-pub const UVM_INITIALIZE: u64 = 0x3000_0001;
 /// `UVM_REGISTER_GPU`.
 pub const UVM_REGISTER_GPU: u64 = 37;
 /// `UVM_UNREGISTER_GPU`.
@@ -244,18 +240,6 @@ pub struct UvmUnregisterGpu {
     pub gpu_uuid: [u8; 16],
     /// Out: status.
     pub rm_status: u32,
-}
-
-/// `UVM_INITIALIZE_PARAMS`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UvmInitialize {
-    /// Flags.
-    pub flags: u64,
-    /// Out: status.
-    pub rm_status: u32,
-    /// Padding.
-    pub _pad: u32,
 }
 
 #[cfg(test)]

@@ -318,12 +318,10 @@ impl Sim {
             let token = (sys::realtime_ns() ^ ((self.pid as u64) << 40))
                 .wrapping_add(TOKENS.fetch_add(1, Ordering::Relaxed))
                 | 1;
-            let now = sys::monotonic_ns();
             let ch = &mut g.channels[channel];
             ch.pid = self.pid;
             ch.start_time = self.start_time;
             ch.token = token;
-            ch.attached_ns = now;
             ch.active = 1;
         }
         let ch = &mut g.channels[channel];
@@ -558,12 +556,7 @@ impl Sim {
 
     /// Marks `gpu` lost (recording Xid 79) or healthy again.
     pub fn set_lost(&self, gpu: usize, lost: bool) -> Result<(), SimError> {
-        if gpu >= self.gpu_count() {
-            return Err(SimError::InvalidDevice {
-                gpu,
-                count: self.gpu_count(),
-            });
-        }
+        self.check_gpu(gpu)?;
         self.state
             .gpu(gpu)
             .lost

@@ -368,11 +368,6 @@ impl State {
         self.header().generation.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Creation time (Unix ns).
-    pub fn created_unix_ns(&self) -> u64 {
-        self.header().created_unix_ns
-    }
-
     fn header(&self) -> &Header {
         // SAFETY: validated in attach(); the mapping lives as long as self.
         unsafe { &*(self.map.as_ptr() as *const Header) }
@@ -428,7 +423,6 @@ unsafe fn init(map: &Mapping, node: &NodeDescription, text: &str) -> io::Result<
     h.gpu_count = gpus as u32;
     h.node_len = text.len() as u32;
     h.node[..text.len()].copy_from_slice(text.as_bytes());
-    h.created_unix_ns = sys::realtime_ns();
     h.boot_id = boot_id();
     for i in 0..gpus {
         // SAFETY: block i lies inside the mapping (see total_size).

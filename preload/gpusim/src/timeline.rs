@@ -138,9 +138,6 @@ fn run_channel(g: &mut GpuInner, c: usize, mut t: u64, until: u64, now: u64) -> 
         let left = item.remaining_ns.saturating_sub(run);
         let (start, end) = (t, t + run);
         t = end;
-        if kind == ItemKind::Kernel {
-            ch.busy_ns = ch.busy_ns.saturating_add(run);
-        }
         if left == 0 || kind == ItemKind::Marker {
             let seq = ch.completed;
             if kind == ItemKind::Marker {
@@ -342,13 +339,11 @@ fn clear_queue(g: &mut GpuInner, c: usize) {
     ch.pid = 0;
     ch.start_time = 0;
     ch.token = 0;
-    ch.attached_ns = 0;
     ch.contexts = 0;
     ch.mem_bytes = 0;
     ch.submitted = 0;
     ch.completed = 0;
     ch.head = 0;
-    ch.busy_ns = 0;
     ch.queue = [Item::default(); QUEUE_CAPACITY];
     ch.markers = [MarkerDone::default(); MARKER_LOG];
     ch.event_times = [0; EVENT_SLOTS];

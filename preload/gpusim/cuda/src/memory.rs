@@ -12,7 +12,6 @@ use gpusim::nvrm::{NV01_MEMORY_LOCAL_USER, NV01_MEMORY_SYSTEM};
 use crate::process::{AllocKind, Allocation, HostAlloc, Inner, Pool, Process, sim_err};
 use crate::status::*;
 use crate::sys;
-use crate::va::AddressSpace;
 
 /// Pitch alignment of `cuMemAllocPitch` (texture alignment).
 pub const PITCH_ALIGN: u64 = 512;
@@ -319,11 +318,7 @@ fn pool_alloc(
 pub fn free_async(p: &Process, dptr: u64, stream: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();
     inner.stream_mut(stream)?;
-    match inner.allocations.get(&dptr) {
-        Some(a) if matches!(a.kind, AllocKind::Pool(_)) => release(p, &mut inner, dptr),
-        Some(_) => release(p, &mut inner, dptr),
-        None => Err(CUDA_ERROR_INVALID_VALUE),
-    }
+    release(p, &mut inner, dptr)
 }
 
 /// `cuMemPoolCreate` for a device location.
@@ -425,9 +420,4 @@ pub fn set_pool_attribute(p: &Process, pool: u64, attr: i32, value: u64) -> Resu
 /// `cuMemPoolTrimTo`: nothing is cached, so only the handle is checked.
 pub fn pool_trim(p: &Process, pool: u64) -> Result<(), CUresult> {
     p.lock().pools.get(pool).map(|_| ())
-}
-
-/// Whether `addr` lies in the simulated device address range.
-pub fn is_device_address(addr: u64) -> bool {
-    AddressSpace::is_device(addr)
 }
