@@ -13,26 +13,11 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::ffi::*;
-use crate::state::Enforcer;
+use crate::real::real_cuda;
+use crate::state::{Books, Enforcer};
 
 /// Granularity assumed when the driver cannot say (2 MiB).
 pub const DEFAULT_GRANULARITY: u64 = 2 << 20;
-
-/// Calls a real CUDA entry point, or answers `CUDA_ERROR_NOT_FOUND` if the
-/// driver lacks it. The arguments are the hook's own (plain values and
-/// pointers), evaluated inside the call.
-#[allow(clippy::macro_metavars_in_unsafe)]
-macro_rules! real_cuda {
-    ($name:ident($($arg:expr),* $(,)?)) => {
-        match $crate::real::cuda().and_then(|c| c.$name) {
-            // SAFETY: the real driver function, called with the arguments
-            // our caller passed us (same contract) or values we built.
-            Some(f) => unsafe { f($($arg),*) },
-            None => $crate::ffi::CUDA_ERROR_NOT_FOUND,
-        }
-    };
-}
-pub(crate) use real_cuda;
 
 /// Bumped whenever a context may have been destroyed, so per-thread
 /// context → device caches cannot outlive a reused context handle.
@@ -201,14 +186,21 @@ pub fn reserve_current(e: &Enforcer, bytes: u64) -> Result<(CUdevice, Charge), C
     ))
 }
 
-/// Real allocation result: returns the reservation if the call failed.
-pub fn settle(e: &Enforcer, rc: CUresult, c: Charge) -> bool {
-    if rc != CUDA_SUCCESS {
-        release(e, c);
-        false
+/// Ends a call made under reservation `charge`: on success `record`
+/// books it (under the books lock), otherwise the reservation is
+/// returned. Passes `rc` on.
+pub fn settle(
+    e: &Enforcer,
+    rc: CUresult,
+    charge: Charge,
+    record: impl FnOnce(&mut Books, Charge),
+) -> CUresult {
+    if rc == CUDA_SUCCESS {
+        record(&mut e.books(), charge);
     } else {
-        true
+        release(e, charge);
     }
+    rc
 }
 
 /// `CUDA_ARRAY3D_LAYERED`: depth counts layers, which mipmaps keep.

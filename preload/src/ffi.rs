@@ -3,7 +3,7 @@
 
 #![allow(non_camel_case_types, dead_code)]
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 
 /// `CUresult`.
 pub type CUresult = c_uint;
@@ -18,14 +18,10 @@ pub type NvmlReturn = c_uint;
 
 /// `CUDA_SUCCESS`.
 pub const CUDA_SUCCESS: CUresult = 0;
-/// `CUDA_ERROR_INVALID_VALUE`.
-pub const CUDA_ERROR_INVALID_VALUE: CUresult = 1;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 /// `CUDA_ERROR_NOT_INITIALIZED`.
 pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
-/// `CUDA_ERROR_NO_DEVICE`.
-pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 /// `CUDA_ERROR_INVALID_DEVICE`.
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 /// `CUDA_ERROR_NOT_SUPPORTED`.
@@ -39,8 +35,6 @@ pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
 /// `NVML_SUCCESS`.
 pub const NVML_SUCCESS: NvmlReturn = 0;
-/// `NVML_ERROR_INVALID_ARGUMENT`.
-pub const NVML_ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
 /// `NVML_ERROR_NO_PERMISSION`.
 pub const NVML_ERROR_NO_PERMISSION: NvmlReturn = 4;
 /// `NVML_ERROR_FUNCTION_NOT_FOUND`.
@@ -210,6 +204,3 @@ pub struct NvmlMemoryV2 {
     /// Used.
     pub used: c_ulonglong,
 }
-
-/// A C string pointer.
-pub type CStr = *const c_char;

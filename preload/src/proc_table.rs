@@ -111,7 +111,6 @@ const VARIANTS: &[(&str, &[Variant])] = &[
         "cuGraphInstantiate",
         &[
             (10000, false, "cuGraphInstantiate_v2"),
-            (11000, false, "cuGraphInstantiate_v2"),
             (12000, false, "cuGraphInstantiateWithFlags"),
         ],
     ),

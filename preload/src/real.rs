@@ -44,6 +44,22 @@ macro_rules! real_fns {
     };
 }
 
+/// Calls a real CUDA entry point, or answers `CUDA_ERROR_NOT_FOUND` if the
+/// driver lacks it. The arguments are the hook's own (plain values and
+/// pointers), evaluated inside the call.
+#[allow(clippy::macro_metavars_in_unsafe)]
+macro_rules! real_cuda {
+    ($name:ident($($arg:expr),* $(,)?)) => {
+        match $crate::real::cuda().and_then(|c| c.$name) {
+            // SAFETY: the real driver function, called with the arguments
+            // our caller passed us (same contract) or values we built.
+            Some(f) => unsafe { f($($arg),*) },
+            None => $crate::ffi::CUDA_ERROR_NOT_FOUND,
+        }
+    };
+}
+pub(crate) use real_cuda;
+
 type H = Handle;
 
 real_fns!(Cuda {
@@ -105,6 +121,15 @@ real_fns!(Cuda {
     cuGraphInstantiateWithParams_ptsz: fn(*mut H, H, *mut c_void) -> CUresult;
     cuGraphExecKernelNodeSetParams: fn(H, H, *const KernelNodeParams) -> CUresult;
     cuGraphExecUpdate: fn(H, H, *mut H, *mut c_int) -> CUresult;
+    cuGraphAddMemAllocNode: fn(*mut H, H, *const H, usize, *mut c_void) -> CUresult;
+    cuMemAlloc: fn(*mut c_uint, c_uint) -> CUresult;
+    cuMemAllocPitch: fn(*mut c_uint, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult;
+    cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult;
+    cuArrayCreate: fn(*mut H, *const c_void) -> CUresult;
+    cuArray3DCreate: fn(*mut H, *const c_void) -> CUresult;
+    cuLaunch: fn(H) -> CUresult;
+    cuLaunchGrid: fn(H, c_int, c_int) -> CUresult;
+    cuLaunchGridAsync: fn(H, c_int, c_int, H) -> CUresult;
     cuGraphChildGraphNodeGetGraph: fn(H, *mut H) -> CUresult;
     cuGraphLaunch: fn(H, H) -> CUresult;
     cuGraphLaunch_ptsz: fn(H, H) -> CUresult;
@@ -130,7 +155,7 @@ type CStr_ = *const std::ffi::c_char;
 pub fn cuda() -> Option<&'static Cuda> {
     static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
     CUDA.get_or_init(|| {
-        let h = sys::dlopen(c"libcuda.so.1", 0);
+        let h = sys::dlopen(c"libcuda.so.1");
         (!h.is_null()).then(|| Cuda::load(h))
     })
     .as_ref()
@@ -140,7 +165,7 @@ pub fn cuda() -> Option<&'static Cuda> {
 pub fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
     NVML.get_or_init(|| {
-        let h = sys::dlopen(c"libnvidia-ml.so.1", 0);
+        let h = sys::dlopen(c"libnvidia-ml.so.1");
         (!h.is_null()).then(|| Nvml::load(h))
     })
     .as_ref()

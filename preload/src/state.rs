@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use tessera_region::error::RegionError;
 use tessera_region::file::{CONTROL_FILE, Mapped, USAGE_FILE, open_control, open_usage};
 use tessera_region::layout::{CONTROL_MAGIC, ControlRegion, FLAG_FAIL_OPEN, UsageRegion};
 
@@ -61,8 +62,6 @@ pub struct Charge {
 /// A memory pool's account.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PoolBook {
-    /// Device ordinal.
-    pub device: i32,
     /// Control GPU index.
     pub gpu: usize,
     /// Bytes of live allocations from it.
@@ -105,8 +104,8 @@ pub struct Books {
     pub arrays: HashMap<usize, Charge>,
     /// VMM physical allocations, by handle.
     pub physical: HashMap<u64, Physical>,
-    /// VMM mappings: address → (size, physical handle).
-    pub mappings: BTreeMap<u64, (u64, u64)>,
+    /// VMM mappings: address → physical handle.
+    pub mappings: BTreeMap<u64, u64>,
     /// Explicit contexts' overhead charges.
     pub contexts: HashMap<usize, Charge>,
     /// Primary contexts, by device ordinal.
@@ -256,22 +255,27 @@ unsafe extern "C" fn forked() {
     }
 }
 
+/// Where device `ordinal`'s facts are cached, if it has a place.
+fn cache_index(ordinal: i32) -> Option<usize> {
+    usize::try_from(ordinal).ok().filter(|&i| i < MAX_ORDINALS)
+}
+
 impl Enforcer {
     /// Claims a process slot (reclaiming dead processes' if the table is
     /// full).
     fn register(&self) -> Result<usize, String> {
         let pid = sys::getpid();
-        let start = sys::proc_stat(pid).map_or(0, |(_, s)| s);
+        let start = sys::start_time(pid).unwrap_or(0);
         let slot = match self.usage.claim(pid, start) {
             Some(s) => s,
             None => {
                 self.usage.reclaim_dead((pid, start), sys::alive);
                 self.usage.claim(pid, start).ok_or_else(|| {
-                    format!(
-                        "usage region {} has no free process slot ({} in use)",
-                        self.usage.path().display(),
-                        tessera_region::MAX_SLOTS
-                    )
+                    RegionError::Full {
+                        path: self.usage.path().to_path_buf(),
+                        slots: tessera_region::MAX_SLOTS,
+                    }
+                    .to_string()
                 })?
             }
         };
@@ -315,10 +319,7 @@ impl Enforcer {
     /// Cached control index of device `ordinal` (`Some(None)` = not
     /// assigned; `None` = not looked up yet).
     pub fn cached_device(&self, ordinal: i32) -> Option<Option<usize>> {
-        let i = usize::try_from(ordinal)
-            .ok()
-            .filter(|&i| i < MAX_ORDINALS)?;
-        match self.devices[i].load(Ordering::Acquire) {
+        match self.devices[cache_index(ordinal)?].load(Ordering::Acquire) {
             0 => None,
             -1 => Some(None),
             v => Some(Some(v as usize - 1)),
@@ -327,22 +328,19 @@ impl Enforcer {
 
     /// Caches the control index of device `ordinal`.
     pub fn cache_device(&self, ordinal: i32, index: Option<usize>) {
-        if let Some(i) = usize::try_from(ordinal).ok().filter(|&i| i < MAX_ORDINALS) {
+        if let Some(i) = cache_index(ordinal) {
             self.devices[i].store(index.map_or(-1, |x| x as i32 + 1), Ordering::Release);
         }
     }
 
     /// Cached allocation granularity of device `ordinal`.
     pub fn cached_granularity(&self, ordinal: i32) -> Option<u64> {
-        let i = usize::try_from(ordinal)
-            .ok()
-            .filter(|&i| i < MAX_ORDINALS)?;
-        Some(self.granularity[i].load(Ordering::Acquire)).filter(|&g| g != 0)
+        Some(self.granularity[cache_index(ordinal)?].load(Ordering::Acquire)).filter(|&g| g != 0)
     }
 
     /// Caches the allocation granularity of device `ordinal`.
     pub fn cache_granularity(&self, ordinal: i32, g: u64) {
-        if let Some(i) = usize::try_from(ordinal).ok().filter(|&i| i < MAX_ORDINALS) {
+        if let Some(i) = cache_index(ordinal) {
             self.granularity[i].store(g, Ordering::Release);
         }
     }

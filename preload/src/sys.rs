@@ -5,7 +5,7 @@
 //! every lookup goes through [`real_dlsym`], the C library's `dlsym` found
 //! with `dlvsym`.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The C library's `dlsym` (0 until [`init_real_dlsym`] found it). Read by
@@ -69,10 +69,10 @@ pub fn code_in_object(addr: usize, prefixes: &[&[u8]]) -> bool {
     prefixes.iter().any(|p| base.starts_with(p))
 }
 
-/// `dlopen(name, RTLD_NOW | extra)`; NULL when it cannot be loaded.
-pub fn dlopen(name: &CStr, extra: c_int) -> *mut c_void {
+/// `dlopen(name, RTLD_NOW)`; NULL when it cannot be loaded.
+pub fn dlopen(name: &CStr) -> *mut c_void {
     // SAFETY: name is NUL-terminated; dlopen reports failure as NULL.
-    unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | extra) }
+    unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW) }
 }
 
 /// `CLOCK_MONOTONIC` in ns (vDSO: no syscall).
@@ -95,7 +95,7 @@ pub fn getpid() -> u32 {
 
 /// `(state, start time)` parsed from the bytes of a `/proc/<pid>/stat`
 /// (the command name may hold any bytes, so no UTF-8 is assumed).
-pub fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
+fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
     let close = bytes.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;
     let f: Vec<&str> = rest.split_ascii_whitespace().collect();
@@ -112,8 +112,8 @@ fn proc_stat_checked(pid: u32) -> Result<(u8, u64), bool> {
 }
 
 /// `(state, start time)` of `pid` from `/proc/<pid>/stat`.
-pub fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    proc_stat_checked(pid).ok().map(|(s, t)| (s as char, t))
+pub fn start_time(pid: u32) -> Option<u64> {
+    proc_stat_checked(pid).ok().map(|(_, t)| t)
 }
 
 /// Whether `pid`, started at `start_time` (0 = unknown), may still be

@@ -6,9 +6,9 @@
 use std::ffi::c_uint;
 
 use super::{dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::accounting::{self, ArrayShape, array_bytes, reserve_current};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::Enforcer;
 
 fn create(
@@ -25,15 +25,10 @@ fn create(
         Ok(x) => x,
         Err(rc) => return rc,
     };
-    let rc = real();
-    if rc == CUDA_SUCCESS {
+    accounting::settle(e, real(), c, |b, c| {
         // SAFETY: the real call succeeded and wrote the handle.
-        let h = unsafe { *arr } as usize;
-        e.books().arrays.insert(h, c);
-    } else {
-        accounting::release(e, c);
-    }
-    rc
+        b.arrays.insert(unsafe { *arr } as usize, c);
+    })
 }
 
 fn destroy(e: &Enforcer, arr: Handle, real: impl FnOnce() -> CUresult) -> CUresult {

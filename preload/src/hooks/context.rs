@@ -1,13 +1,14 @@
 //! Contexts: each one's memory overhead is charged when it is created and
 //! returned, with everything allocated in it, when the driver destroys it.
 
+use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{MutexGuard, PoisonError};
 
 use super::{alias, dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::accounting::{self, Charge, gpu_index, reserve};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::{Enforcer, Primary};
 
 /// Reserves the overhead of a new context on `dev`.
@@ -23,37 +24,29 @@ fn reserve_overhead(e: &Enforcer, dev: CUdevice) -> Result<Charge, CUresult> {
     })
 }
 
-/// Returns every charge that belongs to context `ctx` (its allocations,
-/// arrays and physical memory die with it).
+/// Moves the charges of context `ctx` out of `book` into `dropped`.
+fn drain_context<K>(book: &mut HashMap<K, Charge>, ctx: usize, dropped: &mut Vec<Charge>) {
+    book.retain(|_, c| {
+        let keep = c.ctx != ctx;
+        if !keep {
+            dropped.push(*c);
+        }
+        keep
+    });
+}
+
+/// Returns every charge that belongs to context `ctx`: its allocations
+/// and arrays die with it. (Stream-ordered, pool and VMM memory is not
+/// owned by a context: those charges have `ctx` 0.)
 fn drop_context_charges(e: &Enforcer, ctx: usize) {
     accounting::contexts_changed();
-    let mut b = e.books();
     let mut dropped = Vec::new();
-    b.allocs.retain(|_, c| {
-        let keep = c.ctx != ctx;
-        if !keep {
-            dropped.push(*c);
-        }
-        keep
-    });
-    b.arrays.retain(|_, c| {
-        let keep = c.ctx != ctx;
-        if !keep {
-            dropped.push(*c);
-        }
-        keep
-    });
-    b.physical.retain(|_, p| {
-        let keep = p.charge.ctx != ctx;
-        if !keep {
-            dropped.push(p.charge);
-        }
-        keep
-    });
-    if let Some(c) = b.contexts.remove(&ctx) {
-        dropped.push(c);
+    {
+        let mut b = e.books();
+        drain_context(&mut b.allocs, ctx, &mut dropped);
+        drain_context(&mut b.arrays, ctx, &mut dropped);
+        dropped.extend(b.contexts.remove(&ctx));
     }
-    drop(b);
     for c in dropped {
         accounting::release(e, c);
     }
@@ -73,19 +66,18 @@ fn create(
     dev: CUdevice,
     real: impl FnOnce() -> CUresult,
 ) -> CUresult {
+    if pctx.is_null() {
+        return real();
+    }
     let charge = match reserve_overhead(e, dev) {
         Ok(c) => c,
         Err(rc) => return rc,
     };
-    let rc = real();
-    if rc != CUDA_SUCCESS || pctx.is_null() {
-        accounting::release(e, charge);
-        return rc;
-    }
-    // SAFETY: the real call succeeded and wrote the new context.
-    let ctx = unsafe { *pctx } as usize;
-    e.books().contexts.insert(ctx, Charge { ctx, ..charge });
-    rc
+    accounting::settle(e, real(), charge, |b, charge| {
+        // SAFETY: the real call succeeded and wrote the new context.
+        let ctx = unsafe { *pctx } as usize;
+        b.contexts.insert(ctx, Charge { ctx, ..charge });
+    })
 }
 
 hook! {
@@ -127,36 +119,28 @@ hook! {
         dispatch(
             || real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev)),
             |e| {
+                if pctx.is_null() {
+                    return real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev));
+                }
                 let _serial = lock_primary(e);
-                let active = e.books().primary.contains_key(&dev);
-                let charge = if active {
-                    None
-                } else {
-                    match reserve_overhead(e, dev) {
-                        Ok(c) => Some(c),
-                        Err(rc) => return rc,
-                    }
-                };
-                let rc = real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev));
-                if rc != CUDA_SUCCESS || pctx.is_null() {
-                    if let Some(c) = charge {
-                        accounting::release(e, c);
+                if e.books().primary.contains_key(&dev) {
+                    let rc = real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev));
+                    if rc == CUDA_SUCCESS
+                        && let Some(p) = e.books().primary.get_mut(&dev)
+                    {
+                        p.retains += 1;
                     }
                     return rc;
                 }
-                let ctx = *pctx as usize;
-                let mut b = e.books();
-                match b.primary.get_mut(&dev) {
-                    Some(p) => p.retains += 1,
-                    None => {
-                        let charge = charge.map_or(
-                            Charge { gpu: 0, bytes: 0, ctx, pool: 0 },
-                            |c| Charge { ctx, ..c },
-                        );
-                        b.primary.insert(dev, Primary { ctx, retains: 1, charge });
-                    }
-                }
-                rc
+                // The first retain creates the context: charge its overhead.
+                let charge = match reserve_overhead(e, dev) {
+                    Ok(c) => c,
+                    Err(rc) => return rc,
+                };
+                accounting::settle(e, real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev)), charge, |b, charge| {
+                    let ctx = *pctx as usize;
+                    b.primary.insert(dev, Primary { ctx, retains: 1, charge: Charge { ctx, ..charge } });
+                })
             },
         )
     }

@@ -9,8 +9,8 @@ use std::ffi::{c_char, c_int, c_ulonglong, c_void};
 
 use super::launch::{cost, launch};
 use super::{dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::Enforcer;
 
 /// `CU_GRAPH_NODE_TYPE_GRAPH` (a child graph).
@@ -21,20 +21,25 @@ const MAX_DEPTH: u32 = 8;
 /// An executable graph's launch cost.
 #[derive(Clone, Debug, Default)]
 pub struct GraphCost {
-    /// Sum over the kernel nodes as instantiated.
-    pub base: u64,
-    /// Kernel nodes changed since: node → (cost as instantiated, cost now).
-    pub changed: HashMap<usize, (u64, u64)>,
+    /// Warps per launch: the kernel nodes as instantiated, with later
+    /// changes applied.
+    warps: u64,
+    /// Kernel nodes changed since instantiation → their cost now.
+    changed: HashMap<usize, u64>,
 }
 
 impl GraphCost {
     /// Warps per launch (at least 1).
     pub fn warps(&self) -> u64 {
-        let (was, now) = self
-            .changed
-            .values()
-            .fold((0u64, 0u64), |(a, b), (w, n)| (a + w, b + n));
-        (self.base.saturating_sub(was) + now).max(1)
+        self.warps.max(1)
+    }
+
+    /// Kernel node `node`, which cost `was` warps (as instantiated, if not
+    /// changed before), now costs `now`.
+    fn change(&mut self, node: usize, was: Option<u64>, now: u64) {
+        let before = self.changed.get(&node).copied().or(was).unwrap_or(0);
+        self.warps = self.warps.saturating_sub(before).saturating_add(now);
+        self.changed.insert(node, now);
     }
 }
 
@@ -96,18 +101,21 @@ fn graph_cost(g: Handle, depth: u32) -> u64 {
 /// When `rc` is success, `exec` was written by the real call.
 unsafe fn note_graph(e: &Enforcer, rc: CUresult, exec: *mut Handle, graph: Handle) -> CUresult {
     if rc == CUDA_SUCCESS && !exec.is_null() {
-        let base = graph_cost(graph, 0);
         // SAFETY: per the contract.
-        let x = unsafe { *exec } as usize;
-        e.books().graphs.insert(
-            x,
-            GraphCost {
-                base,
-                changed: HashMap::new(),
-            },
-        );
+        exec_updated(e, rc, unsafe { *exec }, graph);
     }
     rc
+}
+
+/// `exec` now runs the kernels of `graph`.
+fn exec_updated(e: &Enforcer, rc: CUresult, exec: Handle, graph: Handle) {
+    if rc == CUDA_SUCCESS {
+        let cost = GraphCost {
+            warps: graph_cost(graph, 0),
+            changed: HashMap::new(),
+        };
+        e.books().graphs.insert(exec as usize, cost);
+    }
 }
 
 fn graph_launch(e: &Enforcer, exec: Handle, real: impl FnOnce() -> CUresult) -> CUresult {
@@ -137,24 +145,20 @@ unsafe fn node_changed(
     // SAFETY: per the contract; the fields lie within the v1 layout too.
     let (grid, block) = unsafe { ((*params).grid, (*params).block) };
     let now = cost(grid, block);
-    let was = node_cost(node);
+    let seen = e
+        .books()
+        .graphs
+        .get(&(exec as usize))
+        .map(|g| g.changed.contains_key(&(node as usize)));
+    // The cost as instantiated, asked of the driver (outside the books'
+    // lock) the first time the node changes.
+    let was = match seen {
+        None => return,
+        Some(true) => None,
+        Some(false) => Some(node_cost(node)),
+    };
     if let Some(g) = e.books().graphs.get_mut(&(exec as usize)) {
-        let entry = g.changed.entry(node as usize).or_insert((was, now));
-        entry.1 = now;
-    }
-}
-
-/// `exec` now runs the kernels of `graph`.
-fn exec_updated(e: &Enforcer, rc: CUresult, exec: Handle, graph: Handle) {
-    if rc == CUDA_SUCCESS {
-        let base = graph_cost(graph, 0);
-        e.books().graphs.insert(
-            exec as usize,
-            GraphCost {
-                base,
-                changed: HashMap::new(),
-            },
-        );
+        g.change(node as usize, was, now);
     }
 }
 

@@ -2,9 +2,9 @@
 //! (or the device, if smaller), free = total − what the container holds.
 
 use super::{dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::accounting::{current_device, gpu_index};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::Enforcer;
 
 /// `(total, free)` for control GPU `gpu`, given the device's real figures.

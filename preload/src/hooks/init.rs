@@ -3,8 +3,8 @@
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use super::hook;
-use crate::accounting::real_cuda;
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::{CUDA_INITIALIZED, Mode, mode};
 use std::sync::atomic::Ordering;
 

@@ -7,9 +7,9 @@ use std::ffi::{c_uint, c_void};
 use tessera_region::rate::launch_cost;
 
 use super::{dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::accounting::{current_device, gpu_index};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::Enforcer;
 use crate::throttle;
 

@@ -6,24 +6,22 @@
 use std::ffi::c_uint;
 
 use super::{dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::accounting::{self, Charge, reserve, reserve_current, rounded};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::Enforcer;
 
 /// Records a successful allocation at `*dptr`, or returns the reservation.
 ///
 /// # Safety
-/// When `rc` is success, `dptr` was written by the real call.
-pub unsafe fn book(e: &Enforcer, rc: CUresult, dptr: *mut CUdeviceptr, c: Charge) -> CUresult {
-    if rc == CUDA_SUCCESS && !dptr.is_null() {
-        // SAFETY: per the contract.
+/// `dptr` is not NULL, and when `rc` is success it was written by the
+/// real call.
+unsafe fn book(e: &Enforcer, rc: CUresult, dptr: *mut CUdeviceptr, c: Charge) -> CUresult {
+    accounting::settle(e, rc, c, |b, c| {
+        // SAFETY: per the contract (`record` runs only on success).
         let p = unsafe { *dptr };
-        e.books().allocs.insert(p, c);
-    } else {
-        accounting::release(e, c);
-    }
-    rc
+        b.allocs.insert(p, c);
+    })
 }
 
 /// Frees through `real` and returns the charge of `dptr` on success (to

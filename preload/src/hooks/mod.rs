@@ -54,18 +54,35 @@ pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `enforce` when limits apply, `pass` (the real call) under a
-/// fail-open policy, and refuses otherwise (also in a child forked after
-/// CUDA was initialised, see [`FORKED`]).
+/// fail-open policy, and answers `refused` when GPU use is refused.
+pub fn dispatch_as<R>(
+    refused: R,
+    pass: impl FnOnce() -> R,
+    enforce: impl FnOnce(&Enforcer) -> R,
+) -> R {
+    match mode() {
+        Mode::Enforce(e) => enforce(e),
+        Mode::PassThrough => pass(),
+        Mode::Refuse(_) => refused,
+    }
+}
+
+/// [`dispatch_as`] for CUDA calls, which a child forked after CUDA was
+/// initialised may not make (see [`FORKED`]).
 pub fn dispatch(
     pass: impl FnOnce() -> CUresult,
     enforce: impl FnOnce(&Enforcer) -> CUresult,
 ) -> CUresult {
-    match mode() {
-        Mode::Enforce(_) if FORKED.load(Ordering::Relaxed) => CUDA_ERROR_NOT_INITIALIZED,
-        Mode::Enforce(e) => enforce(e),
-        Mode::PassThrough => pass(),
-        Mode::Refuse(_) => CUDA_ERROR_NOT_PERMITTED,
+    if FORKED.load(Ordering::Relaxed) && matches!(mode(), Mode::Enforce(_)) {
+        return CUDA_ERROR_NOT_INITIALIZED;
     }
+    dispatch_as(CUDA_ERROR_NOT_PERMITTED, pass, enforce)
+}
+
+/// Calls the interposer cannot bound: `CUDA_ERROR_NOT_SUPPORTED` when
+/// limits apply, `pass` under a fail-open policy.
+pub fn refused_when_limited(pass: impl FnOnce() -> CUresult) -> CUresult {
+    dispatch(pass, |_| crate::ffi::CUDA_ERROR_NOT_SUPPORTED)
 }
 
 /// Declares exported CUDA hooks returning `CUresult`.

@@ -3,12 +3,12 @@
 
 use std::ffi::{c_char, c_uint};
 
-use super::guard;
+use super::{dispatch_as, guard};
 use crate::accounting::parse_uuid;
 use crate::ffi::*;
 use crate::hooks::info::virtual_memory;
 use crate::real::{self, Nvml};
-use crate::state::{Enforcer, Mode, mode};
+use crate::state::Enforcer;
 
 /// Calls a real NVML function or answers `NVML_ERROR_FUNCTION_NOT_FOUND`.
 #[allow(clippy::macro_metavars_in_unsafe)]
@@ -45,11 +45,7 @@ fn nvml_dispatch(
     pass: impl FnOnce() -> NvmlReturn,
     enforce: impl FnOnce(&Enforcer) -> NvmlReturn,
 ) -> NvmlReturn {
-    match mode() {
-        Mode::Enforce(e) => enforce(e),
-        Mode::PassThrough => pass(),
-        Mode::Refuse(_) => NVML_ERROR_NO_PERMISSION,
-    }
+    dispatch_as(NVML_ERROR_NO_PERMISSION, pass, enforce)
 }
 
 /// The control index of NVML device `dev`, if assigned.
@@ -70,6 +66,18 @@ fn gpu_of(e: &Enforcer, dev: Handle) -> Option<usize> {
     e.control.find(&parse_uuid(s)?)
 }
 
+/// Rewrites device `dev`'s memory figures as the container sees them
+/// (total = limit, free = limit − use); false, leaving them, if the GPU
+/// is not the container's.
+fn show_limit(e: &Enforcer, dev: Handle, total: &mut u64, free: &mut u64, used: &mut u64) -> bool {
+    let Some(g) = gpu_of(e, dev) else {
+        return false;
+    };
+    (*total, *free) = virtual_memory(e, g, *total, *free);
+    *used = *total - *free;
+    true
+}
+
 nvml_hook! {
     fn nvmlInit() {
         nvml_dispatch(|| real_nvml!(nvmlInit()), |_| real_nvml!(nvmlInit()))
@@ -88,15 +96,9 @@ nvml_hook! {
             || real_nvml!(nvmlDeviceGetMemoryInfo(dev, mem)),
             |e| {
                 let rc = real_nvml!(nvmlDeviceGetMemoryInfo(dev, mem));
-                if rc != NVML_SUCCESS || mem.is_null() {
-                    return rc;
-                }
-                if let Some(g) = gpu_of(e, dev) {
+                if rc == NVML_SUCCESS && !mem.is_null() {
                     let m = &mut *mem;
-                    let (total, free) = virtual_memory(e, g, m.total, m.free);
-                    m.total = total;
-                    m.free = free;
-                    m.used = total - free;
+                    show_limit(e, dev, &mut m.total, &mut m.free, &mut m.used);
                 }
                 rc
             },
@@ -108,16 +110,11 @@ nvml_hook! {
             || real_nvml!(nvmlDeviceGetMemoryInfo_v2(dev, mem)),
             |e| {
                 let rc = real_nvml!(nvmlDeviceGetMemoryInfo_v2(dev, mem));
-                if rc != NVML_SUCCESS || mem.is_null() {
-                    return rc;
-                }
-                if let Some(g) = gpu_of(e, dev) {
+                if rc == NVML_SUCCESS && !mem.is_null() {
                     let m = &mut *mem;
-                    let (total, free) = virtual_memory(e, g, m.total, m.free);
-                    m.total = total;
-                    m.reserved = 0;
-                    m.free = free;
-                    m.used = total - free;
+                    if show_limit(e, dev, &mut m.total, &mut m.free, &mut m.used) {
+                        m.reserved = 0;
+                    }
                 }
                 rc
             },

@@ -14,10 +14,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::memory::{book, unbook};
-use super::{dispatch, hook};
-use crate::accounting::{self, Charge, current_device, gpu_index, real_cuda, reserve, rounded};
+use super::memory::unbook;
+use super::{dispatch, hook, refused_when_limited};
+use crate::accounting::{self, Charge, current_device, gpu_index, reserve, rounded};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::{Enforcer, PoolBook};
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`.
@@ -79,18 +80,34 @@ pub fn freed(e: &Enforcer, c: Charge) {
     reconcile(e, c.pool);
 }
 
-/// The device a pool belongs to (known pools; else the current device).
-fn pool_device(e: &Enforcer, pool: usize) -> Result<CUdevice, CUresult> {
+/// `pool` and the device it belongs to (known pools; else the current
+/// device), for `cuMemAllocFromPoolAsync`.
+fn given_pool(e: &Enforcer, pool: usize) -> Result<(usize, CUdevice), CUresult> {
     let known = e.books().pool_devices.get(&pool).copied();
-    known.map_or_else(current_device, Ok)
+    Ok((pool, known.map_or_else(current_device, Ok)?))
 }
 
+/// The current device's current pool and the device (where
+/// `cuMemAllocAsync` takes from).
+fn current_pool(e: &Enforcer) -> Result<(usize, CUdevice), CUresult> {
+    let dev = current_device()?;
+    let mut pool: Handle = std::ptr::null_mut();
+    match real_cuda!(cuDeviceGetMemPool(&mut pool, dev)) {
+        CUDA_SUCCESS => {
+            e.books().pool_devices.insert(pool as usize, dev);
+            Ok((pool as usize, dev))
+        }
+        rc => Err(rc),
+    }
+}
+
+/// A stream-ordered allocation from the pool `target` names.
 fn alloc_from(
     e: &Enforcer,
     dptr: *mut CUdeviceptr,
     bytes: usize,
-    pool: usize,
     stream: Handle,
+    target: impl FnOnce(&Enforcer) -> Result<(usize, CUdevice), CUresult>,
     real: impl FnOnce() -> CUresult,
 ) -> CUresult {
     if bytes == 0 || dptr.is_null() {
@@ -99,8 +116,8 @@ fn alloc_from(
     if capturing(stream) {
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    let ordinal = match pool_device(e, pool) {
-        Ok(d) => d,
+    let (pool, ordinal) = match target(e) {
+        Ok(x) => x,
         Err(rc) => return rc,
     };
     let gpu = match gpu_index(e, ordinal) {
@@ -116,37 +133,20 @@ fn alloc_from(
     if let Err(rc) = reserve(e, gpu, charge.bytes) {
         return rc;
     }
-    let rc = real();
-    if rc == CUDA_SUCCESS {
-        let mut b = e.books();
+    let rc = accounting::settle(e, real(), charge, |b, charge| {
         let pb = b.pools.entry(pool).or_insert(PoolBook {
-            device: ordinal,
             gpu,
             ..PoolBook::default()
         });
         pb.live += charge.bytes;
         pb.charged += charge.bytes;
-    }
-    // SAFETY: the real call writes *dptr when it succeeds.
-    let rc = unsafe { book(e, rc, dptr, charge) };
+        // SAFETY: the real call succeeded and wrote *dptr.
+        b.allocs.insert(unsafe { *dptr }, charge);
+    });
     if rc == CUDA_SUCCESS {
         reconcile(e, pool);
     }
     rc
-}
-
-/// The current pool of the current device (where `cuMemAllocAsync` takes
-/// from).
-fn current_pool(e: &Enforcer) -> Result<usize, CUresult> {
-    let dev = current_device()?;
-    let mut pool: Handle = std::ptr::null_mut();
-    match real_cuda!(cuDeviceGetMemPool(&mut pool, dev)) {
-        CUDA_SUCCESS => {
-            e.books().pool_devices.insert(pool as usize, dev);
-            Ok(pool as usize)
-        }
-        rc => Err(rc),
-    }
 }
 
 /// Remembers which device a pool belongs to.
@@ -166,27 +166,21 @@ hook! {
     fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: Handle) {
         dispatch(
             || real_cuda!(cuMemAllocAsync(dptr, bytes, stream)),
-            |e| match current_pool(e) {
-                Ok(pool) => alloc_from(e, dptr, bytes, pool, stream, || real_cuda!(cuMemAllocAsync(dptr, bytes, stream))),
-                Err(rc) => rc,
-            },
+            |e| alloc_from(e, dptr, bytes, stream, current_pool, || real_cuda!(cuMemAllocAsync(dptr, bytes, stream))),
         )
     }
 
     fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, stream: Handle) {
         dispatch(
             || real_cuda!(cuMemAllocAsync_ptsz(dptr, bytes, stream)),
-            |e| match current_pool(e) {
-                Ok(pool) => alloc_from(e, dptr, bytes, pool, stream, || real_cuda!(cuMemAllocAsync_ptsz(dptr, bytes, stream))),
-                Err(rc) => rc,
-            },
+            |e| alloc_from(e, dptr, bytes, stream, current_pool, || real_cuda!(cuMemAllocAsync_ptsz(dptr, bytes, stream))),
         )
     }
 
     fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
         dispatch(
             || real_cuda!(cuMemAllocFromPoolAsync(dptr, bytes, pool, stream)),
-            |e| alloc_from(e, dptr, bytes, pool as usize, stream, || {
+            |e| alloc_from(e, dptr, bytes, stream, |e| given_pool(e, pool as usize), || {
                 real_cuda!(cuMemAllocFromPoolAsync(dptr, bytes, pool, stream))
             }),
         )
@@ -195,7 +189,7 @@ hook! {
     fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
         dispatch(
             || real_cuda!(cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, stream)),
-            |e| alloc_from(e, dptr, bytes, pool as usize, stream, || {
+            |e| alloc_from(e, dptr, bytes, stream, |e| given_pool(e, pool as usize), || {
                 real_cuda!(cuMemAllocFromPoolAsync_ptsz(dptr, bytes, pool, stream))
             }),
         )
@@ -258,7 +252,6 @@ hook! {
     /// Graph memory nodes allocate when the graph runs, outside any hook:
     /// refused.
     fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *mut c_void) {
-        let _ = (node, graph, deps, n, params);
-        dispatch(|| CUDA_ERROR_NOT_SUPPORTED, |_| CUDA_ERROR_NOT_SUPPORTED)
+        refused_when_limited(|| real_cuda!(cuGraphAddMemAllocNode(node, graph, deps, n, params)))
     }
 }

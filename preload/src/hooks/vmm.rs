@@ -5,14 +5,14 @@
 use std::ffi::c_ulonglong;
 
 use super::{dispatch, hook};
-use crate::accounting::real_cuda;
 use crate::accounting::{self, Charge, gpu_index, reserve, rounded};
 use crate::ffi::*;
+use crate::real::real_cuda;
 use crate::state::{Enforcer, Physical};
 
 /// Returns the charge of physical handle `h` once no reference or mapping
 /// is left.
-fn settle(e: &Enforcer, h: c_ulonglong) {
+fn release_if_unused(e: &Enforcer, h: c_ulonglong) {
     let done = {
         let mut b = e.books();
         match b.physical.get(&h) {
@@ -50,13 +50,9 @@ hook! {
                 if let Err(rc) = reserve(e, gpu, charge.bytes) {
                     return rc;
                 }
-                let rc = real_cuda!(cuMemCreate(handle, size, prop, flags));
-                if rc == CUDA_SUCCESS {
-                    e.books().physical.insert(*handle, Physical { charge, mappings: 0, refs: 1 });
-                } else {
-                    accounting::release(e, charge);
-                }
-                rc
+                accounting::settle(e, real_cuda!(cuMemCreate(handle, size, prop, flags)), charge, |b, charge| {
+                    b.physical.insert(*handle, Physical { charge, mappings: 0, refs: 1 });
+                })
             },
         )
     }
@@ -70,7 +66,7 @@ hook! {
                     if let Some(p) = e.books().physical.get_mut(&handle) {
                         p.refs = p.refs.saturating_sub(1);
                     }
-                    settle(e, handle);
+                    release_if_unused(e, handle);
                 }
                 rc
             },
@@ -103,7 +99,7 @@ hook! {
                     if let Some(p) = b.physical.get_mut(&handle) {
                         p.mappings += 1;
                     }
-                    b.mappings.insert(ptr, (size as u64, handle));
+                    b.mappings.insert(ptr, handle);
                 }
                 rc
             },
@@ -125,7 +121,7 @@ hook! {
                             .collect();
                         let mut handles = Vec::new();
                         for a in inside {
-                            if let Some((_, h)) = b.mappings.remove(&a) {
+                            if let Some(h) = b.mappings.remove(&a) {
                                 if let Some(p) = b.physical.get_mut(&h) {
                                     p.mappings = p.mappings.saturating_sub(1);
                                 }
@@ -135,7 +131,7 @@ hook! {
                         handles
                     };
                     for h in handles {
-                        settle(e, h);
+                        release_if_unused(e, h);
                     }
                 }
                 rc
