@@ -281,9 +281,7 @@ fn read_field(
     max: u64,
     accepted: &'static str,
 ) -> Result<Option<u64>, ResourceError> {
-    let res = &container.resources;
-    let (limit, request) = (res.limits.get(field), res.requests.get(field));
-    let Some(text) = limit.or(request) else {
+    let Some(text) = lookup(container, field) else {
         return Ok(None);
     };
     let parse = |q: &Quantity| {
@@ -296,7 +294,8 @@ fn read_field(
         })
     };
     let value = parse(text)?;
-    if let (Some(limit), Some(request)) = (limit, request)
+    let res = &container.resources;
+    if let (Some(limit), Some(request)) = (res.limits.get(field), res.requests.get(field))
         && parse(request)? != value
     {
         return Err(ResourceError::RequestNotLimit {

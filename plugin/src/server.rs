@@ -87,31 +87,30 @@ impl Reply {
 
 /// Answers one request.
 pub fn route(method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
-    let post = method == "POST";
-    match (path, post) {
-        ("/healthz", false) if method == "GET" => Reply::text(StatusCode::OK, "ok"),
-        ("/filter", true) => Reply::json(&match serde_json::from_slice::<ExtenderArgs>(body) {
+    match (method, path) {
+        ("GET", "/healthz") => Reply::text(StatusCode::OK, "ok"),
+        ("POST", "/filter") => Reply::json(&match serde_json::from_slice::<ExtenderArgs>(body) {
             Ok(args) => extender::filter(&args, &state.view),
             Err(error) => ExtenderFilterResult {
                 error: format!("request body is not ExtenderArgs JSON: {error}"),
                 ..ExtenderFilterResult::default()
             },
         }),
-        ("/prioritize", true) => match serde_json::from_slice::<ExtenderArgs>(body) {
+        ("POST", "/prioritize") => match serde_json::from_slice::<ExtenderArgs>(body) {
             Ok(args) => Reply::json(&extender::prioritize(&args, &state.view)),
             Err(error) => bad_request("ExtenderArgs", &error),
         },
-        ("/bind", true) => Reply::json(&ExtenderBindingResult {
+        ("POST", "/bind") => Reply::json(&ExtenderBindingResult {
             error: "the tessera extender does not bind yet (planned); remove bindVerb from the scheduler configuration".to_owned(),
         }),
-        ("/webhook", true) => match serde_json::from_slice::<AdmissionReview>(body) {
+        ("POST", "/webhook") => match serde_json::from_slice::<AdmissionReview>(body) {
             Ok(review) => match webhook::review(&review, &state.webhook) {
                 Ok(answer) => Reply::json(&answer),
                 Err(error) => Reply::text(StatusCode::BAD_REQUEST, &error.full_message()),
             },
             Err(error) => bad_request("AdmissionReview", &error),
         },
-        ("/healthz" | "/filter" | "/prioritize" | "/bind" | "/webhook", _) => {
+        (_, "/healthz" | "/filter" | "/prioritize" | "/bind" | "/webhook") => {
             Reply::text(StatusCode::METHOD_NOT_ALLOWED, &format!("{method} is not accepted on {path}"))
         }
         _ => Reply::text(StatusCode::NOT_FOUND, &format!("no route {path}")),

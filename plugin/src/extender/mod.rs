@@ -76,12 +76,12 @@ pub fn filter(args: &ExtenderArgs, view: &ClusterView) -> ExtenderFilterResult {
             return result;
         }
     };
+    if request.shares.is_empty() {
+        // No GPU asked for: every node passes, with or without telemetry.
+        return with_passing(args, names, result);
+    }
     let mut passing = Vec::new();
     for name in names {
-        if request.shares.is_empty() {
-            passing.push(name);
-            continue;
-        }
         let Some(node) = view.node(&name) else {
             result.failed_and_unresolvable_nodes.insert(
                 name,
@@ -99,6 +99,15 @@ pub fn filter(args: &ExtenderArgs, view: &ClusterView) -> ExtenderFilterResult {
             }
         }
     }
+    with_passing(args, passing, result)
+}
+
+/// `result` with `passing` as the nodes that pass.
+fn with_passing(
+    args: &ExtenderArgs,
+    passing: Vec<String>,
+    mut result: ExtenderFilterResult,
+) -> ExtenderFilterResult {
     if args.nodes.is_some() {
         result.nodes = Some(subset_of_nodes(args.nodes.as_ref(), &passing));
     }
@@ -135,18 +144,22 @@ pub fn prioritize(args: &ExtenderArgs, view: &ClusterView) -> Vec<HostPriority> 
         .map(|host| {
             let score = request
                 .as_ref()
-                .filter(|r| !r.shares.is_empty())
-                .and_then(|r| Some((r, view.node(&host)?)))
-                .and_then(|(r, node)| {
-                    Some(score(
-                        &place(&r.shares, &r.policy, node).ok()?,
-                        r.policy.placement,
-                    ))
-                })
+                .and_then(|r| node_score(r, view, &host))
                 .unwrap_or(MIN_PRIORITY);
             HostPriority { host, score }
         })
         .collect()
+}
+
+/// The node's score for the request; `None` for a pod without GPU shares,
+/// a node without telemetry, or one the pod does not fit.
+fn node_score(request: &PodRequest, view: &ClusterView, host: &str) -> Option<i64> {
+    if request.shares.is_empty() {
+        return None;
+    }
+    let node = view.node(host)?;
+    let assignment = place(&request.shares, &request.policy, node).ok()?;
+    Some(score(&assignment, request.policy.placement))
 }
 
 /// 0..=10 from the node's load after placement.
