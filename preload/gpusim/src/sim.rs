@@ -84,8 +84,6 @@ pub struct Attachment {
     pub channel: usize,
     /// Token proving the channel is still this process's.
     pub token: u64,
-    /// Whether this attach created the channel (first context there).
-    pub first: bool,
 }
 
 /// Device utilisation over the configured window.
@@ -291,6 +289,12 @@ impl Sim {
     /// Claims (or re-uses) this process's channel on `gpu` for one more
     /// context, charging the context's memory.
     pub fn attach(&self, gpu: usize) -> Result<Attachment, SimError> {
+        self.attach_channel(gpu).map(|(a, _)| a)
+    }
+
+    /// As [`attach`](Self::attach); also says whether this attach claimed
+    /// the channel (the process's first context on `gpu`).
+    pub fn attach_channel(&self, gpu: usize) -> Result<(Attachment, bool), SimError> {
         let overhead = self.context_overhead();
         let mut g = self.lock_live(gpu)?;
         let mine = (0..MAX_CHANNELS).find(|&c| {
@@ -327,12 +331,14 @@ impl Sim {
         let ch = &mut g.channels[channel];
         ch.contexts = ch.contexts.saturating_add(1);
         ch.mem_bytes = ch.mem_bytes.saturating_add(overhead);
-        Ok(Attachment {
-            gpu,
-            channel,
-            token: ch.token,
+        Ok((
+            Attachment {
+                gpu,
+                channel,
+                token: ch.token,
+            },
             first,
-        })
+        ))
     }
 
     /// Gives back one context; the channel goes when the last one does.
@@ -601,6 +607,18 @@ mod tests {
         };
         let sim = Sim::open(&cfg).unwrap();
         (dir, sim)
+    }
+
+    #[test]
+    fn only_the_first_attach_claims_the_channel() {
+        let (_dir, sim) = sim();
+        let (a, first) = sim.attach_channel(0).unwrap();
+        let (b, again) = sim.attach_channel(0).unwrap();
+        assert!(first && !again);
+        // Both contexts' attachments name the same channel.
+        assert_eq!(a, b);
+        assert!(!sim.detach(&b).unwrap());
+        assert!(sim.detach(&a).unwrap());
     }
 
     #[test]

@@ -59,8 +59,8 @@ pub fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> Result<u64, CU
     })
 }
 
-/// Device, channel, bytes charged and RM handle of an array's memory.
-type ArrayCharge = (usize, gpusim::Attachment, u64, u32);
+/// Channel, bytes charged and RM handle of an array's memory.
+type ArrayCharge = (gpusim::Attachment, u64, u32);
 
 /// Charges `bytes` to the current context; returns it and the charge.
 fn charge(p: &Process, inner: &Inner, bytes: u64) -> Result<(u64, ArrayCharge), CUresult> {
@@ -69,8 +69,8 @@ fn charge(p: &Process, inner: &Inner, bytes: u64) -> Result<(u64, ArrayCharge), 
     p.sim.alloc(&c.att, charged).map_err(sim_err)?;
     let rm = p
         .driver
-        .alloc_memory(c.device, NV01_MEMORY_LOCAL_USER, charged);
-    Ok((ctx, (c.device, c.att, charged, rm)))
+        .alloc_memory(c.att.gpu, NV01_MEMORY_LOCAL_USER, charged);
+    Ok((ctx, (c.att, charged, rm)))
 }
 
 /// `cuArrayCreate_v2` / `cuArray3DCreate_v2`.
@@ -93,8 +93,8 @@ pub fn destroy(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
     let a = inner.arrays.remove(h)?;
-    if let Some((device, att, charged, rm)) = a.alloc {
-        p.driver.free(device, rm);
+    if let Some((att, charged, rm)) = a.alloc {
+        p.driver.free(att.gpu, rm);
         p.sim.free(&att, charged).map_err(sim_err)?;
     }
     Ok(())
@@ -134,8 +134,8 @@ pub fn destroy_mipmapped_in(p: &Process, inner: &mut Inner, h: u64) -> Result<()
     for a in m.level_arrays.into_iter().flatten() {
         let _ = inner.arrays.remove(a);
     }
-    let (device, att, charged, rm) = m.alloc;
-    p.driver.free(device, rm);
+    let (att, charged, rm) = m.alloc;
+    p.driver.free(att.gpu, rm);
     p.sim.free(&att, charged).map_err(sim_err)
 }
 

@@ -11,8 +11,8 @@ use crate::process::{self, Context, Inner, Process, StreamState, sim_err};
 use crate::status::*;
 
 fn attach(p: &Process, device: usize) -> Result<Attachment, CUresult> {
-    let att = p.sim.attach(device).map_err(sim_err)?;
-    if att.first {
+    let (att, first) = p.sim.attach_channel(device).map_err(sim_err)?;
+    if first {
         let numa = p.sim.node().gpu[device].numa_node;
         if let Err(e) = p
             .driver
@@ -35,7 +35,6 @@ fn new_context(
 ) -> Result<u64, CUresult> {
     let att = attach(p, device)?;
     Ok(inner.contexts.insert(Context {
-        device,
         att,
         flags,
         primary,
@@ -48,7 +47,6 @@ fn new_context(
 /// first error is returned at the end.
 fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     let att = inner.contexts.get(h)?.att;
-    let device = inner.contexts.get(h)?.device;
     let mut result = Ok(());
     let mut note = |r: Result<(), CUresult>| {
         if result.is_ok() {
@@ -106,7 +104,7 @@ fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     let _ = inner.contexts.remove(h);
     process::with_stack(|s| s.retain(|&c| c != h));
     match p.sim.detach(&att) {
-        Ok(true) => p.driver.unregister_gpu(p.sim.uuid_bytes(device)),
+        Ok(true) => p.driver.unregister_gpu(p.sim.uuid_bytes(att.gpu)),
         Ok(false) => {}
         Err(e) => note(Err(sim_err(e))),
     }
@@ -212,7 +210,7 @@ pub fn check(p: &Process, h: u64) -> Result<(), CUresult> {
 
 /// The current context's device.
 pub fn current_device(p: &Process) -> Result<usize, CUresult> {
-    Ok(p.lock().current()?.1.device)
+    Ok(p.lock().current()?.1.att.gpu)
 }
 
 /// `cuCtxSynchronize`: waits for all work of the current context.
@@ -223,15 +221,4 @@ pub fn synchronize(p: &Process) -> Result<(), CUresult> {
     }
     crate::stream::wait_callbacks(p);
     Ok(())
-}
-
-/// The attachment of context `h` (current context when `h` is 0).
-pub fn attachment(p: &Process, h: u64) -> Result<(usize, Attachment), CUresult> {
-    let inner = p.lock();
-    let c = if h == 0 {
-        inner.current()?.1
-    } else {
-        inner.contexts.get(h)?
-    };
-    Ok((c.device, c.att))
 }

@@ -54,7 +54,7 @@ pub fn launch(
             st.capture_tail = Some(node);
             return Ok(());
         }
-        let device = inner.contexts.get(ctx)?.device;
+        let device = inner.contexts.get(ctx)?.att.gpu;
         crate::module::duration(p, &mut inner, f, device, &shape)?
     };
     stream::submit(p, stream, ItemKind::Kernel, ns).map(|_| ())

@@ -28,8 +28,7 @@ fn charge(
     if size == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let c = inner.contexts.get(ctx)?;
-    let (device, att) = (c.device, c.att);
+    let att = inner.contexts.get(ctx)?.att;
     let charged = p.sim.round_allocation(size);
     p.sim.alloc(&att, charged).map_err(sim_err)?;
     let dptr = match addr {
@@ -44,13 +43,12 @@ fn charge(
     };
     let rm = p
         .driver
-        .alloc_memory(device, NV01_MEMORY_LOCAL_USER, charged);
+        .alloc_memory(att.gpu, NV01_MEMORY_LOCAL_USER, charged);
     inner.allocations.insert(
         dptr,
         Allocation {
             ctx,
             att,
-            device,
             size,
             charged,
             kind,
@@ -69,7 +67,7 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         .remove(&dptr)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let charged = p.sim.free(&a.att, a.charged).map_err(sim_err);
-    p.driver.free(a.device, a.rm);
+    p.driver.free(a.att.gpu, a.rm);
     match a.kind {
         AllocKind::Managed => {
             // SAFETY: managed allocations are host mappings made by
@@ -147,7 +145,7 @@ pub fn free(p: &Process, dptr: u64) -> Result<(), CUresult> {
 
 /// `cuMemGetInfo_v2`: (free, total) of the current context's device.
 pub fn info(p: &Process) -> Result<(u64, u64), CUresult> {
-    let device = p.lock().current()?.1.device;
+    let device = p.lock().current()?.1.att.gpu;
     let m = p.sim.memory_info(device).map_err(sim_err)?;
     Ok((m.free, m.total))
 }
@@ -167,7 +165,7 @@ pub fn lookup(p: &Process, dptr: u64) -> Option<(u64, u64, usize, u64, bool)> {
     if let Some((&base, a)) = inner.allocations.range(..=dptr).next_back()
         && dptr < base + a.size
     {
-        return Some((base, a.size, a.device, a.ctx, a.kind == AllocKind::Managed));
+        return Some((base, a.size, a.att.gpu, a.ctx, a.kind == AllocKind::Managed));
     }
     let (&base, m) = inner.mappings.range(..=dptr).next_back()?;
     let ph = inner.physical.get(m.physical).ok()?;
@@ -181,7 +179,7 @@ pub fn host_alloc(p: &Process, size: u64, flags: u32) -> Result<*mut u8, CUresul
     }
     let len = usize::try_from(size).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
     let mut inner = p.lock();
-    let device = inner.current()?.1.device;
+    let device = inner.current()?.1.att.gpu;
     let ptr = sys::map(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let rm = p.driver.alloc_memory(device, NV01_MEMORY_SYSTEM, size);
     inner.host.insert(
@@ -218,7 +216,7 @@ pub fn host_register(p: &Process, ptr: usize, size: u64, flags: u32) -> Result<(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut inner = p.lock();
-    let device = inner.current()?.1.device;
+    let device = inner.current()?.1.att.gpu;
     if inner.host.contains_key(&ptr) {
         return Err(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
     }
@@ -270,7 +268,7 @@ pub fn host_flags(p: &Process, ptr: usize) -> Result<u32, CUresult> {
 /// The pool a stream-ordered allocation on `stream` uses.
 fn stream_pool(inner: &mut Inner, stream: u64) -> Result<(u64, u64), CUresult> {
     let (ctx, _) = inner.stream_mut(stream)?;
-    let device = inner.contexts.get(ctx)?.device;
+    let device = inner.contexts.get(ctx)?.att.gpu;
     let default = inner.default_pool(device);
     Ok((ctx, inner.device_pools[device].unwrap_or(default)))
 }
@@ -289,7 +287,7 @@ pub fn alloc_from_pool(p: &Process, size: u64, pool: u64, stream: u64) -> Result
     let device = inner.pools.get(pool)?.device;
     // The allocation is charged to the pool's device through a context on
     // it: the stream's if it matches, else the device's primary context.
-    let ctx = if inner.contexts.get(ctx)?.device == device {
+    let ctx = if inner.contexts.get(ctx)?.att.gpu == device {
         ctx
     } else {
         inner.primary[device]

@@ -160,9 +160,7 @@ pub struct StreamState {
 
 /// A context.
 pub struct Context {
-    /// Device ordinal.
-    pub device: usize,
-    /// The process's channel on that device.
+    /// The process's channel on its device (`att.gpu` is the ordinal).
     pub att: Attachment,
     /// `CU_CTX_*` flags.
     pub flags: u32,
@@ -301,10 +299,8 @@ pub struct Allocation {
     /// Context it belongs to.
     pub ctx: u64,
     /// The channel it is charged to (kept so the charge can be returned
-    /// after the context is gone).
+    /// after the context is gone); `att.gpu` is its device.
     pub att: Attachment,
-    /// Device.
-    pub device: usize,
     /// Requested size.
     pub size: u64,
     /// Bytes charged to the device (rounded up).
@@ -363,7 +359,7 @@ pub struct Array {
     /// Context it belongs to.
     pub ctx: u64,
     /// Device memory allocation backing it (its charge).
-    pub alloc: Option<(usize, Attachment, u64, u32)>,
+    pub alloc: Option<(Attachment, u64, u32)>,
     /// Descriptor as created.
     pub desc: crate::abi::CudaArray3dDescriptor,
     /// Mipmapped array it is a level of.
@@ -374,8 +370,8 @@ pub struct Array {
 pub struct Mipmapped {
     /// Context it belongs to.
     pub ctx: u64,
-    /// Device, attachment, bytes charged, RM handle.
-    pub alloc: (usize, Attachment, u64, u32),
+    /// Attachment, bytes charged, RM handle.
+    pub alloc: (Attachment, u64, u32),
     /// Level-0 descriptor.
     pub desc: crate::abi::CudaArray3dDescriptor,
     /// Number of levels.

@@ -35,7 +35,7 @@ pub fn create(
     let mut inner = p.lock();
     let (ctx, c) = inner.current()?;
     // Charge through a context on the target device.
-    let (ctx, att) = if c.device == device {
+    let (ctx, att) = if c.att.gpu == device {
         (ctx, c.att)
     } else {
         let h = inner.primary[device]
