@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::files::copy_replacing;
 use crate::setup::Tools;
 use crate::sh::{self, workspace_root};
 
@@ -28,10 +29,10 @@ fn programs_dir() -> PathBuf {
 /// Builds the programs and writes `out_dir/tessera.bpf.o` and
 /// `out_dir/tessera-guard.bpf.o`.
 ///
-/// The programs always build with the release profile: the verifier
-/// rejects the unoptimised code of a debug build. `_release` is accepted
-/// for symmetry with the other artifacts.
-pub fn build(tools: &Tools, _release: bool, out_dir: &Path) -> Result<()> {
+/// The programs always build with the release profile, whatever the
+/// profile of the other artifacts: the verifier rejects the unoptimised
+/// code of a debug build.
+pub fn build(tools: &Tools, out_dir: &Path) -> Result<()> {
     let dir = programs_dir();
     let target_dir = dir.join("target");
     let mut cmd = tools.nightly_command("cargo");
@@ -51,11 +52,7 @@ pub fn build(tools: &Tools, _release: bool, out_dir: &Path) -> Result<()> {
     for (bin, object) in OBJECTS {
         let built = target_dir.join(TARGET).join("release").join(bin);
         let dest = out_dir.join(object);
-        let tmp = dest.with_extension("o.tmp");
-        fs::copy(&built, &tmp)
-            .with_context(|| format!("cannot copy {} to {}", built.display(), tmp.display()))?;
-        fs::rename(&tmp, &dest)
-            .with_context(|| format!("cannot rename {} to {}", tmp.display(), dest.display()))?;
+        copy_replacing(&built, &dest)?;
         eprintln!("ebpf object: {}", dest.display());
     }
     Ok(())

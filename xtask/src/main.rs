@@ -14,6 +14,7 @@ mod build;
 mod bundle;
 mod demo;
 mod ebpf;
+mod files;
 mod setup;
 mod sh;
 mod test;

@@ -16,6 +16,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use crate::files::replace_symlink;
 use crate::sh::{self, workspace_root};
 
 /// The bpf-linker release line that works with aya 0.14 and LLVM 21–23.
@@ -389,16 +390,6 @@ fn install_bpf_linker(llvm: &LlvmLib) -> Result<()> {
         linker.display()
     );
     Ok(())
-}
-
-fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
-    match fs::remove_file(link) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", link.display())),
-    }
-    std::os::unix::fs::symlink(target, link)
-        .with_context(|| format!("cannot link {} -> {}", link.display(), target.display()))
 }
 
 fn install_packages() -> Result<()> {
