@@ -6,7 +6,8 @@
 //! lib/   libtessera.so                       (the in-container interposer)
 //! sim/   libcuda.so.1, libnvidia-ml.so.1     (the simulated GPU node's driver
 //!        libcuda.so, libnvidia-ml.so          libraries, plus link-time names)
-//! ebpf/  tessera.bpf.o                       (eBPF programs)
+//! ebpf/  tessera.bpf.o                       (eBPF observers)
+//!        tessera-guard.bpf.o                 (the per-pod device guard)
 //! ```
 
 use std::path::{Path, PathBuf};
