@@ -24,6 +24,10 @@ use tessera_agent::ebpf::{
 
 const MIB: u64 = 1 << 20;
 const CLIENT: u32 = 0xc1d0_0001;
+/// A second client of the same process, as NVML opens besides CUDA's.
+const NVML_CLIENT: u32 = 0xc1d0_0002;
+/// A client that allocates no video memory.
+const IDLE_CLIENT: u32 = 0xc1d0_0003;
 const PARENT: u32 = 0xcaf0_0000;
 const UUID: [u8; 16] = *b"\x5e\x1a\x00\x00\x00\x00\x40\x00\x80\x00\x00\x00\x51\x51\x00\x07";
 
@@ -91,8 +95,12 @@ fn mem_params(size: u64) -> Box<[u8; 128]> {
 }
 
 fn nvos64(h_new: u32, class: u32, params: &[u8; 128], flags: u32) -> Nvos64 {
+    nvos64_in(CLIENT, h_new, class, params, flags)
+}
+
+fn nvos64_in(h_root: u32, h_new: u32, class: u32, params: &[u8; 128], flags: u32) -> Nvos64 {
     Nvos64 {
-        h_root: CLIENT,
+        h_root,
         h_parent: PARENT,
         h_new,
         h_class: class,
@@ -172,6 +180,19 @@ fn child_side() {
                 reg[..16].copy_from_slice(&UUID);
                 sys::ioctl(&uvm, 37, &mut reg);
             }
+        }
+        "two-clients" => {
+            // CUDA's client: 1 MiB and 2 MiB.
+            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x300, 0x40, &p1, 0));
+            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x301, 0x40, &p2, 0));
+            // A live handle again: the driver refuses it, so not counted.
+            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x301, 0x40, &p4, 0));
+            // NVML's client: 4 MiB, under a handle CUDA's also uses.
+            let mut nvml = nvos64_in(NVML_CLIENT, 0x300, 0x40, &p3, 0);
+            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvml);
+            // nvmlShutdown frees NVML's client; then an idle one goes.
+            free(&ctl, NVML_CLIENT, NVML_CLIENT);
+            free(&ctl, IDLE_CLIENT, IDLE_CLIENT);
         }
         "client-free" => {
             sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x200, 0x40, &p5, 0));
@@ -277,4 +298,21 @@ fn freeing_the_client_frees_everything() {
     assert_eq!((p.allocs, p.client_frees), (1, 1), "{p:?}");
     assert_eq!(p.live(), 0);
     assert_eq!(snap.rm_bytes_of(cgroup_id), 0);
+}
+
+#[test]
+fn freeing_one_client_leaves_the_others() {
+    child_side();
+    let test = "freeing_one_client_leaves_the_others";
+    if let Some(why) = skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let (pid, cgroup_id, snap) = scenario(test, "two-clients", 595);
+    let p = snap.rm_procs.get(&pid).copied().unwrap();
+    // Tracked: CUDA's 1 + 2 MiB and NVML's 4 MiB; the repeated live
+    // handle not. Freeing NVML's client takes its 4 MiB only.
+    assert_eq!((p.allocs, p.frees, p.client_frees), (3, 0, 2), "{p:?}");
+    assert_eq!(p.live(), 3 * MIB);
+    assert_eq!(snap.rm_bytes_of(cgroup_id), 3 * MIB);
 }

@@ -25,6 +25,8 @@ pub const EVENTS: &str = "EVENTS";
 pub const GPU_USE: &str = "GPU_USE";
 /// `LruHashMap<rm::RmObjectKey, rm::RmObject>`: live video-memory objects.
 pub const RM_OBJECTS: &str = "RM_OBJECTS";
+/// `LruHashMap<rm::RmClientKey, rm::RmClient>`: video memory per RM client.
+pub const RM_CLIENTS: &str = "RM_CLIENTS";
 /// `HashMap<u32 tgid, rm::RmProcess>`: video-memory estimate per process.
 pub const RM_PROCS: &str = "RM_PROCS";
 

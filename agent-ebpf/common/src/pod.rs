@@ -6,7 +6,7 @@ use crate::dev::WatchedDevice;
 use crate::events::BypassEvent;
 use crate::guard::{DevRange, GuardPolicy};
 use crate::keys::{IoctlKey, OpenKey};
-use crate::rm::{RmLayout, RmObject, RmObjectKey, RmProcess};
+use crate::rm::{RmClient, RmClientKey, RmLayout, RmObject, RmObjectKey, RmProcess};
 use crate::uvm::{GpuUse, GpuUseKey};
 
 // SAFETY: `#[repr(C)]`, only integer fields (and arrays of them), no
@@ -35,6 +35,10 @@ unsafe impl aya::Pod for RmObjectKey {}
 unsafe impl aya::Pod for RmObject {}
 // SAFETY: as above.
 unsafe impl aya::Pod for RmProcess {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RmClientKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RmClient {}
 // SAFETY: as above.
 unsafe impl aya::Pod for DevRange {}
 // SAFETY: as above.

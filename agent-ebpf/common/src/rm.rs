@@ -147,9 +147,37 @@ pub struct RmObjectKey {
 pub struct RmObject {
     /// Requested bytes.
     pub bytes: u64,
-    /// `RmProcess::start_ns` of the process that allocated it, so a free
-    /// by a later process that reuses the tgid does not match it.
-    pub start_ns: u64,
+    /// [`RmClient::since_ns`] of the client that allocated it, so a free
+    /// after its client was freed (and the handle reused), or by a later
+    /// process that reuses the tgid, does not match it.
+    pub client_ns: u64,
+}
+
+/// Key of `RM_CLIENTS`: one RM client (`hRoot`) of one process. A process
+/// can hold several: NVML opens its own besides CUDA's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RmClientKey {
+    /// Process (thread group) id.
+    pub tgid: u32,
+    /// Client handle.
+    pub h_root: u32,
+}
+
+/// Value of `RM_CLIENTS`: the video memory one client holds. Created at
+/// the client's first tracked allocation; freeing the client subtracts
+/// its bytes from its process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RmClient {
+    /// [`RmProcess::start_ns`] of its process (a client left by an earlier
+    /// process with the same tgid does not match).
+    pub proc_ns: u64,
+    /// `bpf_ktime_get_ns` at its creation: tells this client from an
+    /// earlier one with the same handle.
+    pub since_ns: u64,
+    /// Requested bytes of its live video-memory objects (wrapping).
+    pub bytes: u64,
 }
 
 /// Value of `RM_PROCS` (key: tgid): one process's estimate. Updated with
@@ -169,9 +197,8 @@ pub struct RmProcess {
     pub allocs: u64,
     /// Frees that matched one of them.
     pub frees: u64,
-    /// Frees of a whole RM client (which releases everything it held;
-    /// `live_bytes` is reset then, assuming one client per process as
-    /// libcuda uses).
+    /// Frees of a whole RM client (which releases everything it held:
+    /// that client's bytes leave `live_bytes`, other clients' stay).
     pub client_frees: u64,
 }
 
@@ -208,6 +235,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<FreeParams>(), 16);
         assert_eq!(core::mem::size_of::<RmObjectKey>(), 16);
         assert_eq!(core::mem::size_of::<RmObject>(), 16);
+        assert_eq!(core::mem::size_of::<RmClientKey>(), 8);
+        assert_eq!(core::mem::size_of::<RmClient>(), 24);
         assert_eq!(core::mem::size_of::<RmProcess>(), 48);
     }
 

@@ -7,7 +7,7 @@ use aya_ebpf::{
 use tessera_ebpf_common::{
     dev::WatchedDevice,
     keys::{IoctlKey, OpenKey},
-    rm::{RmObject, RmObjectKey, RmProcess},
+    rm::{RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
     stats,
     uvm::{GpuUse, GpuUseKey},
 };
@@ -52,6 +52,10 @@ pub static GPU_USE: HashMap<GpuUseKey, GpuUse> = HashMap::with_max_entries(4096,
 /// Live video-memory objects (LRU: objects of exited processes age out).
 #[map(name = "RM_OBJECTS")]
 pub static RM_OBJECTS: LruHashMap<RmObjectKey, RmObject> = LruHashMap::with_max_entries(65536, 0);
+
+/// Video memory per RM client (LRU: clients of exited processes age out).
+#[map(name = "RM_CLIENTS")]
+pub static RM_CLIENTS: LruHashMap<RmClientKey, RmClient> = LruHashMap::with_max_entries(16384, 0);
 
 /// Video-memory estimate per process; removed when the process exits.
 #[map(name = "RM_PROCS")]

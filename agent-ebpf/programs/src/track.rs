@@ -5,11 +5,11 @@
 //! `tessera_ebpf_common::rm`).
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_ANY, BPF_NOEXIST},
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated::bpf_ktime_get_ns},
 };
 use tessera_ebpf_common::{
-    rm::{AllocHead, FreeParams, RmObject, RmObjectKey, RmProcess},
+    rm::{AllocHead, FreeParams, RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
     stats,
     uvm::{GpuUse, GpuUseKey},
 };
@@ -17,8 +17,12 @@ use tessera_ebpf_common::{
 use crate::{
     config,
     counters::stat,
-    maps::{GPU_USE, RM_OBJECTS, RM_PROCS},
+    maps::{GPU_USE, RM_CLIENTS, RM_OBJECTS, RM_PROCS},
 };
+
+/// `EEXIST`: what an insert with `BPF_NOEXIST` of an existing key returns
+/// (negated).
+const EEXIST: i32 = 17;
 
 /// Reads a `T` from user memory at `addr`.
 #[inline(always)]
@@ -74,6 +78,56 @@ pub fn uvm_register(cgroup_id: u64, params: u64) {
     }
 }
 
+/// The estimate of process `tgid`, created at its first tracked allocation.
+#[inline(always)]
+fn process(tgid: u32, cgroup_id: u64) -> Option<*mut RmProcess> {
+    if let Some(p) = RM_PROCS.get_ptr_mut(tgid) {
+        return Some(p);
+    }
+    let fresh = RmProcess {
+        cgroup_id,
+        // SAFETY: the helper has no preconditions.
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        ..RmProcess::default()
+    };
+    // Another thread may have inserted it meanwhile; either way it exists.
+    let _ = RM_PROCS.insert(tgid, fresh, u64::from(BPF_NOEXIST));
+    RM_PROCS.get_ptr_mut(tgid)
+}
+
+/// Client `key` of the process started at `proc_ns`, if it is known.
+#[inline(always)]
+fn live_client(key: &RmClientKey, proc_ns: u64) -> Option<*mut RmClient> {
+    let client = RM_CLIENTS.get_ptr_mut(key)?;
+    // SAFETY: a live map value; proc_ns is written once, at insertion.
+    (unsafe { (*client).proc_ns } == proc_ns).then_some(client)
+}
+
+/// Client `key` of the process started at `proc_ns`, created at its first
+/// tracked allocation (replacing one an earlier process with the same
+/// tgid left).
+#[inline(always)]
+fn client(key: &RmClientKey, proc_ns: u64) -> Option<*mut RmClient> {
+    if let Some(client) = live_client(key, proc_ns) {
+        return Some(client);
+    }
+    let fresh = RmClient {
+        proc_ns,
+        // SAFETY: the helper has no preconditions.
+        since_ns: unsafe { bpf_ktime_get_ns() },
+        bytes: 0,
+    };
+    // Absent: only one of racing threads creates it. Left by an earlier
+    // process: replaced.
+    let flags = if RM_CLIENTS.get_ptr(key).is_some() {
+        BPF_ANY
+    } else {
+        BPF_NOEXIST
+    };
+    let _ = RM_CLIENTS.insert(key, fresh, u64::from(flags));
+    live_client(key, proc_ns)
+}
+
 /// `NV_ESC_RM_ALLOC` with a parameter block of `size` bytes at `params`.
 #[inline(always)]
 pub fn rm_alloc(cgroup_id: u64, params: u64, size: u32) {
@@ -106,36 +160,49 @@ pub fn rm_alloc(cgroup_id: u64, params: u64, size: u32) {
         return;
     };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if RM_PROCS.get_ptr_mut(tgid).is_none() {
-        let fresh = RmProcess {
-            cgroup_id,
-            // SAFETY: the helper has no preconditions.
-            start_ns: unsafe { bpf_ktime_get_ns() },
-            ..RmProcess::default()
-        };
-        let _ = RM_PROCS.insert(tgid, fresh, u64::from(BPF_NOEXIST));
-    }
-    let Some(process) = RM_PROCS.get_ptr_mut(tgid) else {
+    let Some(process) = process(tgid, cgroup_id) else {
         stat(stats::TRACK_DROPPED);
         return;
     };
     // SAFETY: a live map value; start_ns is written once, at insertion.
-    let start_ns = unsafe { (*process).start_ns };
+    let proc_ns = unsafe { (*process).start_ns };
+    let client_key = RmClientKey {
+        tgid,
+        h_root: head.h_root,
+    };
+    let Some(client) = client(&client_key, proc_ns) else {
+        stat(stats::TRACK_DROPPED);
+        return;
+    };
+    // SAFETY: as above, since_ns is written once.
+    let client_ns = unsafe { (*client).since_ns };
     let key = RmObjectKey {
         tgid,
         h_root: head.h_root,
         h_object: head.h_object_new,
         reserved: 0,
     };
-    if RM_OBJECTS
-        .insert(key, RmObject { bytes, start_ns }, 0)
-        .is_err()
-    {
-        stat(stats::TRACK_DROPPED);
-        return;
+    // SAFETY: the value is copied out at once.
+    let flags = match unsafe { RM_OBJECTS.get(key) }.map(|o| o.client_ns) {
+        // The handle is live in this client: the driver refuses to
+        // allocate it again, so this does not count.
+        Some(ns) if ns == client_ns => return,
+        // Left by a freed client or an earlier process: replaced.
+        Some(_) => BPF_ANY,
+        None => BPF_NOEXIST,
+    };
+    match RM_OBJECTS.insert(key, RmObject { bytes, client_ns }, u64::from(flags)) {
+        Ok(()) => {}
+        // A racing thread allocated the same handle: counted once.
+        Err(e) if e == -EEXIST => return,
+        Err(_) => {
+            stat(stats::TRACK_DROPPED);
+            return;
+        }
     }
-    // SAFETY: field pointers inside a live map value.
+    // SAFETY: field pointers inside live map values.
     unsafe {
+        add(&raw mut (*client).bytes, bytes);
         add(&raw mut (*process).live_bytes, bytes);
         add(&raw mut (*process).allocs, 1);
     }
@@ -156,12 +223,25 @@ pub fn rm_free(params: u64, size: u32) {
     let Some(process) = RM_PROCS.get_ptr_mut(tgid) else {
         return;
     };
+    // SAFETY: a live map value; start_ns is written once, at insertion.
+    let proc_ns = unsafe { (*process).start_ns };
+    let client_key = RmClientKey {
+        tgid,
+        h_root: free.h_root,
+    };
+    let client = live_client(&client_key, proc_ns);
     if free.h_object_old == free.h_root {
-        // The whole client goes, with everything it held.
-        // SAFETY: field pointers inside a live map value.
+        // The whole client goes, with everything it held; the process's
+        // other clients (NVML's besides CUDA's) keep theirs.
+        // SAFETY: field pointers inside live map values; the client's
+        // bytes are read before its entry is removed.
         unsafe {
-            core::ptr::write_volatile(&raw mut (*process).live_bytes, 0);
             add(&raw mut (*process).client_frees, 1);
+            if let Some(client) = client {
+                let bytes = core::ptr::read_volatile(&raw const (*client).bytes);
+                let _ = RM_CLIENTS.remove(client_key);
+                add(&raw mut (*process).live_bytes, bytes.wrapping_neg());
+            }
         }
         return;
     }
@@ -176,12 +256,17 @@ pub fn rm_free(params: u64, size: u32) {
         return;
     };
     let _ = RM_OBJECTS.remove(key);
-    // SAFETY: field pointers inside a live map value.
+    let Some(client) = client else {
+        return;
+    };
+    // SAFETY: field pointers inside live map values.
     unsafe {
-        if object.start_ns != (*process).start_ns {
+        if object.client_ns != (*client).since_ns {
             return;
         }
-        add(&raw mut (*process).live_bytes, object.bytes.wrapping_neg());
+        let minus = object.bytes.wrapping_neg();
+        add(&raw mut (*client).bytes, minus);
+        add(&raw mut (*process).live_bytes, minus);
         add(&raw mut (*process).frees, 1);
     }
 }
