@@ -5,10 +5,9 @@
 //! level halving every non-zero dimension (never below 1). Levels belong to
 //! their mipmapped array and cost nothing on their own.
 
-use gpusim::nvrm::NV01_MEMORY_LOCAL_USER;
-
 use crate::abi::CudaArray3dDescriptor;
-use crate::process::{Array, Inner, Mipmapped, Process, sim_err};
+use crate::charge::Charge;
+use crate::process::{Array, Inner, Mipmapped, Process};
 use crate::status::*;
 
 /// Bytes per channel of a `CUarray_format`, for the formats supported.
@@ -59,18 +58,10 @@ pub fn mipmapped_bytes(d: &CudaArray3dDescriptor, levels: u32) -> Result<u64, CU
     })
 }
 
-/// Channel, bytes charged and RM handle of an array's memory.
-type ArrayCharge = (gpusim::Attachment, u64, u32);
-
 /// Charges `bytes` to the current context; returns it and the charge.
-fn charge(p: &Process, inner: &Inner, bytes: u64) -> Result<(u64, ArrayCharge), CUresult> {
+fn charge(p: &Process, inner: &Inner, bytes: u64) -> Result<(u64, Charge), CUresult> {
     let (ctx, c) = inner.current()?;
-    let charged = p.sim.round_allocation(bytes);
-    p.sim.alloc(&c.att, charged).map_err(sim_err)?;
-    let rm = p
-        .driver
-        .alloc_memory(c.att.gpu, NV01_MEMORY_LOCAL_USER, charged);
-    Ok((ctx, (c.att, charged, rm)))
+    Ok((ctx, p.charge(&c.att, bytes)?))
 }
 
 /// `cuArrayCreate_v2` / `cuArray3DCreate_v2`.
@@ -93,9 +84,8 @@ pub fn destroy(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
     let a = inner.arrays.remove(h)?;
-    if let Some((att, charged, rm)) = a.alloc {
-        p.driver.free(att.gpu, rm);
-        p.sim.free(&att, charged).map_err(sim_err)?;
+    if let Some(c) = a.alloc {
+        p.uncharge(&c)?;
     }
     Ok(())
 }
@@ -134,9 +124,7 @@ pub fn destroy_mipmapped_in(p: &Process, inner: &mut Inner, h: u64) -> Result<()
     for a in m.level_arrays.into_iter().flatten() {
         let _ = inner.arrays.remove(a);
     }
-    let (att, charged, rm) = m.alloc;
-    p.driver.free(att.gpu, rm);
-    p.sim.free(&att, charged).map_err(sim_err)
+    p.uncharge(&m.alloc)
 }
 
 /// `cuMipmappedArrayGetLevel`.

@@ -88,8 +88,7 @@ fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
         .collect();
     for ph in physical {
         if let Ok(phys) = inner.physical.remove(ph) {
-            note(p.sim.free(&att, phys.size).map_err(sim_err));
-            p.driver.free(phys.device, phys.rm);
+            note(p.uncharge(&phys.charge));
         }
     }
     let streams: Vec<u64> = inner

@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod array;
+pub mod charge;
 pub mod context;
 pub mod device;
 pub mod exports;

@@ -7,7 +7,7 @@
 //! memory (so the host can touch it) charged to the current device.
 //! Stream-ordered allocations take effect immediately.
 
-use gpusim::nvrm::{NV01_MEMORY_LOCAL_USER, NV01_MEMORY_SYSTEM};
+use gpusim::nvrm::NV01_MEMORY_SYSTEM;
 
 use crate::process::{AllocKind, Allocation, HostAlloc, Inner, Pool, Process, sim_err};
 use crate::status::*;
@@ -17,7 +17,7 @@ use crate::sys;
 pub const PITCH_ALIGN: u64 = 512;
 
 /// Charges and records a device allocation for context `ctx`.
-fn charge(
+fn allocate(
     p: &Process,
     inner: &mut Inner,
     ctx: u64,
@@ -29,30 +29,24 @@ fn charge(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let att = inner.contexts.get(ctx)?.att;
-    let charged = p.sim.round_allocation(size);
-    p.sim.alloc(&att, charged).map_err(sim_err)?;
+    let charge = p.charge(&att, size)?;
     let dptr = match addr {
         Some(a) => a,
         None => match inner.va.alloc(size, 1) {
             Some(a) => a,
             None => {
-                let _ = p.sim.free(&att, charged);
+                let _ = p.uncharge(&charge);
                 return Err(CUDA_ERROR_OUT_OF_MEMORY);
             }
         },
     };
-    let rm = p
-        .driver
-        .alloc_memory(att.gpu, NV01_MEMORY_LOCAL_USER, charged);
     inner.allocations.insert(
         dptr,
         Allocation {
             ctx,
-            att,
             size,
-            charged,
+            charge,
             kind,
-            rm,
         },
     );
     Ok(dptr)
@@ -66,8 +60,7 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         .allocations
         .remove(&dptr)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let charged = p.sim.free(&a.att, a.charged).map_err(sim_err);
-    p.driver.free(a.att.gpu, a.rm);
+    let charged = p.uncharge(&a.charge);
     match a.kind {
         AllocKind::Managed => {
             // SAFETY: managed allocations are host mappings made by
@@ -77,7 +70,7 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         }
         AllocKind::Pool(pool) => {
             if let Ok(pl) = inner.pools.get_mut(pool) {
-                pl.used = pl.used.saturating_sub(a.charged);
+                pl.used = pl.used.saturating_sub(a.charge.bytes);
             }
             inner.va.free(dptr, a.size);
         }
@@ -90,7 +83,7 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
 pub fn alloc(p: &Process, size: u64) -> Result<u64, CUresult> {
     let mut inner = p.lock();
     let (ctx, _) = inner.current()?;
-    charge(p, &mut inner, ctx, size, AllocKind::Linear, None)
+    allocate(p, &mut inner, ctx, size, AllocKind::Linear, None)
 }
 
 /// `cuMemAllocPitch_v2`: returns (pointer, pitch).
@@ -107,7 +100,7 @@ pub fn alloc_pitch(
     let size = pitch.checked_mul(height).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let mut inner = p.lock();
     let (ctx, _) = inner.current()?;
-    let dptr = charge(p, &mut inner, ctx, size, AllocKind::Pitch, None)?;
+    let dptr = allocate(p, &mut inner, ctx, size, AllocKind::Pitch, None)?;
     Ok((dptr, pitch))
 }
 
@@ -120,7 +113,7 @@ pub fn alloc_managed(p: &Process, size: u64, flags: u32) -> Result<u64, CUresult
     let mut inner = p.lock();
     let (ctx, _) = inner.current()?;
     let host = sys::map(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-    charge(
+    allocate(
         p,
         &mut inner,
         ctx,
@@ -165,11 +158,17 @@ pub fn lookup(p: &Process, dptr: u64) -> Option<(u64, u64, usize, u64, bool)> {
     if let Some((&base, a)) = inner.allocations.range(..=dptr).next_back()
         && dptr < base + a.size
     {
-        return Some((base, a.size, a.att.gpu, a.ctx, a.kind == AllocKind::Managed));
+        return Some((
+            base,
+            a.size,
+            a.charge.att.gpu,
+            a.ctx,
+            a.kind == AllocKind::Managed,
+        ));
     }
     let (&base, m) = inner.mappings.range(..=dptr).next_back()?;
     let ph = inner.physical.get(m.physical).ok()?;
-    (dptr < base + m.size).then_some((base, m.size, ph.device, ph.ctx, false))
+    (dptr < base + m.size).then_some((base, m.size, ph.charge.att.gpu, ph.ctx, false))
 }
 
 /// `cuMemAllocHost_v2` / `cuMemHostAlloc`.
@@ -304,8 +303,8 @@ fn pool_alloc(
     pool: u64,
     size: u64,
 ) -> Result<u64, CUresult> {
-    let dptr = charge(p, inner, ctx, size, AllocKind::Pool(pool), None)?;
-    let charged = inner.allocations[&dptr].charged;
+    let dptr = allocate(p, inner, ctx, size, AllocKind::Pool(pool), None)?;
+    let charged = inner.allocations[&dptr].charge.bytes;
     let pl = inner.pools.get_mut(pool)?;
     pl.used += charged;
     pl.used_high = pl.used_high.max(pl.used);

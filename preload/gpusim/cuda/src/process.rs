@@ -15,6 +15,7 @@ use gpusim::cost::{KernelCost, LaunchShape};
 use gpusim::ioctl::Driver;
 use gpusim::{Attachment, Sim, SimError};
 
+use crate::charge::Charge;
 use crate::handles::{Kind, Registry};
 use crate::status::*;
 
@@ -298,17 +299,13 @@ pub enum AllocKind {
 pub struct Allocation {
     /// Context it belongs to.
     pub ctx: u64,
-    /// The channel it is charged to (kept so the charge can be returned
-    /// after the context is gone); `att.gpu` is its device.
-    pub att: Attachment,
     /// Requested size.
     pub size: u64,
-    /// Bytes charged to the device (rounded up).
-    pub charged: u64,
+    /// Its charge (kept so it can be returned after the context is gone);
+    /// `charge.att.gpu` is its device.
+    pub charge: Charge,
     /// How it was made.
     pub kind: AllocKind,
-    /// RM object handle in the stand-in ioctl traffic.
-    pub rm: u32,
 }
 
 /// A pinned host allocation.
@@ -327,22 +324,18 @@ pub struct HostAlloc {
 
 /// A VMM physical allocation (`cuMemCreate`).
 pub struct Physical {
-    /// Context that created it.
+    /// Context it is charged through (one on its device).
     pub ctx: u64,
-    /// Device.
-    pub device: usize,
     /// Size.
     pub size: u64,
-    /// RM object handle.
-    pub rm: u32,
+    /// Its charge; `charge.att.gpu` is its device.
+    pub charge: Charge,
     /// Mappings referring to it.
     pub mappings: u32,
     /// Handle references: 1 from `cuMemCreate`, one more per
     /// `cuMemRetainAllocationHandle`, one less per `cuMemRelease`. The
     /// memory is freed when no reference and no mapping is left.
     pub refs: u32,
-    /// The properties it was created with (kind, location).
-    pub location: i32,
 }
 
 /// A mapping of physical memory into a reserved range.
@@ -358,8 +351,9 @@ pub struct Mapping {
 pub struct Array {
     /// Context it belongs to.
     pub ctx: u64,
-    /// Device memory allocation backing it (its charge).
-    pub alloc: Option<(Attachment, u64, u32)>,
+    /// The device memory backing it (levels of a mipmapped array have
+    /// none of their own).
+    pub alloc: Option<Charge>,
     /// Descriptor as created.
     pub desc: crate::abi::CudaArray3dDescriptor,
     /// Mipmapped array it is a level of.
@@ -370,8 +364,8 @@ pub struct Array {
 pub struct Mipmapped {
     /// Context it belongs to.
     pub ctx: u64,
-    /// Attachment, bytes charged, RM handle.
-    pub alloc: (Attachment, u64, u32),
+    /// The device memory backing all its levels.
+    pub alloc: Charge,
     /// Level-0 descriptor.
     pub desc: crate::abi::CudaArray3dDescriptor,
     /// Number of levels.

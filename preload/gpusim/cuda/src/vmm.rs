@@ -5,10 +5,8 @@
 //! released and unmapped everywhere, as the driver defers the free of a
 //! released handle that is still mapped.
 
-use gpusim::nvrm::NV01_MEMORY_LOCAL_USER;
-
 use crate::abi::{CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE};
-use crate::process::{Inner, Mapping, Physical, Process, sim_err};
+use crate::process::{Inner, Mapping, Physical, Process};
 use crate::status::*;
 
 /// Allocation granularity of the node (`cuMemGetAllocationGranularity`).
@@ -43,27 +41,24 @@ pub fn create(
             .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         (h, inner.contexts.get(h)?.att)
     };
-    p.sim.alloc(&att, size).map_err(sim_err)?;
-    let rm = p.driver.alloc_memory(device, NV01_MEMORY_LOCAL_USER, size);
+    // A multiple of the granularity: charged as it is.
+    let charge = p.charge(&att, size)?;
     Ok(inner.physical.insert(Physical {
         ctx,
-        device,
         size,
-        rm,
+        charge,
         mappings: 0,
         refs: 1,
-        location: device as i32,
     }))
 }
 
 fn maybe_free(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     let ph = inner.physical.get(h)?;
     if ph.refs == 0 && ph.mappings == 0 {
+        // Its context is alive: a context's teardown takes its physical
+        // allocations with it.
         let ph = inner.physical.remove(h)?;
-        if let Ok(c) = inner.contexts.get(ph.ctx) {
-            p.sim.free(&c.att, ph.size).map_err(sim_err)?;
-        }
-        p.driver.free(ph.device, ph.rm);
+        p.uncharge(&ph.charge)?;
     }
     Ok(())
 }
@@ -101,7 +96,7 @@ pub fn retain_handle(p: &Process, addr: u64) -> Result<u64, CUresult> {
 pub fn properties(p: &Process, h: u64) -> Result<(i32, i32), CUresult> {
     let inner = p.lock();
     let ph = inner.physical.get(h)?;
-    Ok((CU_MEM_LOCATION_TYPE_DEVICE, ph.location))
+    Ok((CU_MEM_LOCATION_TYPE_DEVICE, ph.charge.att.gpu as i32))
 }
 
 /// `cuMemAddressReserve`.
