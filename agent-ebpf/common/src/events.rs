@@ -45,30 +45,10 @@ impl BypassEvent {
         if b.len() < BYPASS_EVENT_SIZE {
             return None;
         }
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
-            u64::from_ne_bytes(a)
-        };
-        let u32_at = |o: usize| {
-            let mut a = [0u8; 4];
-            a.copy_from_slice(&b[o..o + 4]);
-            u32::from_ne_bytes(a)
-        };
-        let mut comm = [0u8; 16];
-        comm.copy_from_slice(&b[48..64]);
-        Some(Self {
-            ktime_ns: u64_at(0),
-            cgroup_id: u64_at(8),
-            watched_cgroup_id: u64_at(16),
-            pid: u32_at(24),
-            tgid: u32_at(28),
-            dev: u32_at(32),
-            kind: u32_at(36),
-            nr: u32_at(40),
-            flags: u32_at(44),
-            comm,
-        })
+        // SAFETY: `b` holds at least `size_of::<Self>()` bytes, read
+        // without assuming alignment; `Self` is `#[repr(C)]` of integers
+        // with no padding, so any bytes are a valid value.
+        Some(unsafe { b.as_ptr().cast::<Self>().read_unaligned() })
     }
 
     /// The thread name up to its first NUL.

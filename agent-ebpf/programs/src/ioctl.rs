@@ -1,7 +1,7 @@
 //! Counting one ioctl on a device, shared by the three attach modes; then
 //! the bypass check and what the ioctl's parameters tell.
 
-use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_probe_read_user};
+use aya_ebpf::helpers::bpf_get_current_cgroup_id;
 use tessera_ebpf_common::{
     dev::class,
     events::kind,
@@ -17,6 +17,7 @@ use crate::{
     counters::{bump, stat},
     maps::{IOCTL_COUNTS, WATCHED_DEVS},
     track,
+    user::read_user,
 };
 
 /// Counts `cmd` on the device `rdev` if that device is watched; `arg` is the
@@ -30,8 +31,7 @@ pub fn record(rdev: u32, cmd: u32, arg: u64) {
     };
     let mut xfer = None;
     let (nr, nr_flags) = decode(watched.decode, cmd, || {
-        // SAFETY: bpf_probe_read_user is fault-tolerant.
-        let x: Xfer = unsafe { bpf_probe_read_user(arg as *const Xfer) }.ok()?;
+        let x: Xfer = read_user(arg)?;
         xfer = Some(x);
         Some(x.cmd)
     });

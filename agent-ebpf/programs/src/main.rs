@@ -37,6 +37,7 @@ mod maps;
 mod raw_tracepoint;
 mod tracepoint;
 mod track;
+mod user;
 
 /// GPL-compatible, as helpers such as `bpf_probe_read_kernel` require.
 /// Matches the crate's licence (GPL-2.0 OR MIT).

@@ -6,7 +6,7 @@
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST},
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated::bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, generated::bpf_ktime_get_ns},
 };
 use tessera_ebpf_common::{
     rm::{AllocHead, FreeParams, RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
@@ -18,19 +18,12 @@ use crate::{
     config,
     counters::stat,
     maps::{GPU_USE, RM_CLIENTS, RM_OBJECTS, RM_PROCS},
+    user::read_user,
 };
 
 /// `EEXIST`: what an insert with `BPF_NOEXIST` of an existing key returns
 /// (negated).
 const EEXIST: i32 = 17;
-
-/// Reads a `T` from user memory at `addr`.
-#[inline(always)]
-fn read_user<T>(addr: u64) -> Option<T> {
-    // SAFETY: bpf_probe_read_user is fault-tolerant: any address is
-    // allowed and an unreadable one returns an error.
-    unsafe { bpf_probe_read_user(addr as *const T) }.ok()
-}
 
 /// Adds `v` to the u64 at `p` with one BPF atomic add: the target has no
 /// atomic read-modify-write in `core` (no CAS), so this is the instruction
