@@ -36,7 +36,9 @@ pub fn launch(
     stream: u64,
 ) -> Result<(), CUresult> {
     check_shape(&shape)?;
-    let ns = {
+    // Everything is resolved under one lock, which is released before the
+    // submission (it may wait for room in the queue).
+    let (att, ns) = {
         let mut inner = p.lock();
         let f = crate::module::resolve(&inner, f)?;
         let (ctx, st) = inner.stream_mut(stream)?;
@@ -54,10 +56,11 @@ pub fn launch(
             st.capture_tail = Some(node);
             return Ok(());
         }
-        let device = inner.contexts.get(ctx)?.att.gpu;
-        crate::module::duration(p, &mut inner, f, device, &shape)?
+        let att = inner.contexts.get(ctx)?.att;
+        let ns = crate::module::duration(p, &mut inner, f, att.gpu, &shape)?;
+        (att, ns)
     };
-    stream::submit(p, stream, ItemKind::Kernel, ns).map(|_| ())
+    stream::submit_on(p, stream, att, ItemKind::Kernel, ns).map(|_| ())
 }
 
 /// A copy or memset of `bytes` on `stream`; `sync` waits for it (and for

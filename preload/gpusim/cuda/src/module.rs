@@ -119,8 +119,8 @@ pub fn resolve(inner: &Inner, f: u64) -> Result<u64, CUresult> {
     }
 }
 
-/// Duration of launching `f` with `shape` on `device`, caching the
-/// function's cost there.
+/// Duration of launching function `f` (already [`resolve`]d) with
+/// `shape` on `device`, caching the function's cost there.
 pub fn duration(
     p: &Process,
     inner: &mut Inner,
@@ -128,7 +128,6 @@ pub fn duration(
     device: usize,
     shape: &LaunchShape,
 ) -> Result<u64, CUresult> {
-    let f = resolve(inner, f)?;
     let func = inner.functions.get_mut(f)?;
     let cost = match func.costs.get(device).copied().flatten() {
         Some(c) => c,

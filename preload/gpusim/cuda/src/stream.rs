@@ -11,7 +11,7 @@ use gpusim::layout::ItemKind;
 use gpusim::sim::Attachment;
 
 use crate::abi::CU_EVENT_DISABLE_TIMING;
-use crate::process::{Event, Process, Stream, StreamState, sim_err};
+use crate::process::{Event, Inner, Process, Stream, StreamState, sim_err};
 use crate::status::*;
 
 /// Submits `kind` work of `ns` on `stream`, recording it as the stream's
@@ -22,20 +22,40 @@ pub fn submit(
     kind: ItemKind,
     ns: u64,
 ) -> Result<(Attachment, u64), CUresult> {
-    let att = {
-        let mut inner = p.lock();
-        let (ctx, st) = inner.stream_mut(stream)?;
-        if st.capture.is_some() {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        }
-        inner.contexts.get(ctx)?.att
-    };
+    let att = channel(&mut p.lock(), stream)?;
+    submit_on(p, stream, att, kind, ns)
+}
+
+/// The channel work submitted on `stream` goes to. Fails while the stream
+/// is capturing.
+pub fn channel(inner: &mut Inner, stream: u64) -> Result<Attachment, CUresult> {
+    let (ctx, st) = inner.stream_mut(stream)?;
+    if st.capture.is_some() {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    Ok(inner.contexts.get(ctx)?.att)
+}
+
+/// Submits work on `att`, `stream`'s [`channel`], and records it as the
+/// stream's last item. The process lock is not held while the submission
+/// waits for room in the queue.
+pub fn submit_on(
+    p: &Process,
+    stream: u64,
+    att: Attachment,
+    kind: ItemKind,
+    ns: u64,
+) -> Result<(Attachment, u64), CUresult> {
     let seq = p.sim.submit(&att, kind, ns).map_err(sim_err)?;
-    let mut inner = p.lock();
+    note_submitted(&mut p.lock(), stream, seq);
+    Ok((att, seq))
+}
+
+/// Records item `seq` as `stream`'s last (if the stream still exists).
+fn note_submitted(inner: &mut Inner, stream: u64, seq: u64) {
     if let Ok((_, st)) = inner.stream_mut(stream) {
         st.last_seq = Some(st.last_seq.map_or(seq, |s| s.max(seq)));
     }
-    Ok((att, seq))
 }
 
 /// The stream's channel and last item.
@@ -217,11 +237,7 @@ pub fn record(p: &Process, event: u64, stream: u64) -> Result<(), CUresult> {
     let (att, slot) = {
         let mut inner = p.lock();
         inner.events.get(event)?;
-        let (ctx, st) = inner.stream_mut(stream)?;
-        if st.capture.is_some() {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        }
-        let att = inner.contexts.get(ctx)?.att;
+        let att = channel(&mut inner, stream)?;
         let old = inner.events.get(event)?.slot;
         let slot = match old {
             Some((a, s)) if a == att => Some(s),
@@ -248,9 +264,7 @@ pub fn record(p: &Process, event: u64, stream: u64) -> Result<(), CUresult> {
         None => p.sim.submit(&att, ItemKind::Marker, 0).map_err(sim_err)?,
     };
     let mut inner = p.lock();
-    if let Ok((_, st)) = inner.stream_mut(stream) {
-        st.last_seq = Some(st.last_seq.map_or(seq, |s| s.max(seq)));
-    }
+    note_submitted(&mut inner, stream, seq);
     let e = inner.events.get_mut(event)?;
     e.recorded = Some((att, seq));
     e.time_ns = None;
