@@ -17,10 +17,13 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let artifacts = build::run(&build::Args {
-        release: true,
-        no_ebpf: args.preload_only,
-    })?;
+    let artifacts = build::run(
+        &build::Args {
+            release: true,
+            no_ebpf: args.preload_only,
+        },
+        None,
+    )?;
     sh::run(
         sh::cargo()
             .args(["bench", "-p", "tessera-preload", "--bench", "interpose"])

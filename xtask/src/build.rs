@@ -5,9 +5,10 @@ use std::fs;
 use anyhow::{Context, Result};
 
 use crate::artifacts::Artifacts;
+use crate::ebpf;
 use crate::files::{copy_replacing, replace_symlink};
+use crate::setup::{self, Tools};
 use crate::sh::{self, workspace_root};
-use crate::{ebpf, setup};
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
@@ -19,8 +20,10 @@ pub struct Args {
     pub no_ebpf: bool,
 }
 
-/// Builds everything and returns where the artifacts are.
-pub fn run(args: &Args) -> Result<Artifacts> {
+/// Builds everything and returns where the artifacts are. The eBPF build
+/// uses `tools` when given (e.g. from `setup::run`), else checks them with
+/// `setup::ensure`.
+pub fn run(args: &Args, tools: Option<&Tools>) -> Result<Artifacts> {
     let profile = if args.release { "release" } else { "debug" };
     let mut cmd = sh::cargo();
     cmd.args(["build", "--workspace", "--bins", "--lib"]);
@@ -55,8 +58,15 @@ pub fn run(args: &Args) -> Result<Artifacts> {
     replace_symlink("libnvidia-ml.so.1", &out.sim().join("libnvidia-ml.so"))?;
 
     if !args.no_ebpf {
-        let tools = setup::ensure()?;
-        ebpf::build(&tools, &out.ebpf())?;
+        let ensured;
+        let tools = match tools {
+            Some(tools) => tools,
+            None => {
+                ensured = setup::ensure()?;
+                &ensured
+            }
+        };
+        ebpf::build(tools, &out.ebpf())?;
     }
     eprintln!("artifacts in {}", out.path().display());
     Ok(out)

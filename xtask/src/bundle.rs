@@ -17,10 +17,13 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let artifacts = build::run(&build::Args {
-        release: true,
-        no_ebpf: true,
-    })?;
+    let artifacts = build::run(
+        &build::Args {
+            release: true,
+            no_ebpf: true,
+        },
+        None,
+    )?;
     let out = args
         .out
         .clone()

@@ -97,10 +97,13 @@ fn limits(uuid: [u8; 16], memory_mib: u64, rate: Option<u64>) -> GpuLimits {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let artifacts = build::run(&build::Args {
-        release: args.release,
-        no_ebpf: true,
-    })?;
+    let artifacts = build::run(
+        &build::Args {
+            release: args.release,
+            no_ebpf: true,
+        },
+        None,
+    )?;
     let dir = tempfile::Builder::new()
         .prefix("tessera-demo-")
         .tempdir()

@@ -31,11 +31,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Install nightly rust-src, bpf-linker and the Debian packages the tests need.
+    /// Install the nightly toolchain, bpf-linker and the Debian and Python packages the tests need.
+    ///
+    /// Installs a nightly with rust-src, rustfmt and clippy; bpf-linker
+    /// built against that nightly's LLVM (under target/tools/); as root,
+    /// the Debian packages strace, gcc and libc6-dev; and, where python3
+    /// is present, the Helm SDK the chart tests use (pip). Set
+    /// TESSERA_NIGHTLY to use a given nightly; build and test read it too.
     Setup(setup::Args),
     /// Build every artifact into target/tessera/<profile>/.
+    ///
+    /// The eBPF objects need the nightly and bpf-linker that `setup`
+    /// installs (TESSERA_NIGHTLY picks the nightly, as for setup).
     Build(build::Args),
     /// Set up, build, check formatting and lints, and run all tests.
+    ///
+    /// TESSERA_NIGHTLY picks the nightly, as for setup.
     Test(test::Args),
     /// Run workloads on a simulated GPU node under Tessera's limits.
     Demo(demo::Args),
@@ -48,11 +59,36 @@ enum Command {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Setup(args) => setup::run(&args),
-        Command::Build(args) => build::run(&args).map(|_| ()),
+        Command::Setup(args) => setup::run(&args).map(|_| ()),
+        Command::Build(args) => build::run(&args, None).map(|_| ()),
         Command::Test(args) => test::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::GpuBundle(args) => bundle::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_nightly_is_chosen_by_environment_only() {
+        // A setup-only flag would not reach build and test, which read
+        // TESSERA_NIGHTLY alone.
+        assert!(Cli::try_parse_from(["xtask", "setup", "--nightly", "nightly"]).is_err());
+        let help = Cli::command()
+            .find_subcommand_mut("setup")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains(crate::setup::NIGHTLY_ENV), "{help}");
     }
 }

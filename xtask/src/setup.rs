@@ -9,6 +9,11 @@
 //!
 //! Every step checks first and prints what it found or did, so a second run
 //! is a fast no-op. [`ensure`] is the cheap check the other commands call.
+//!
+//! The nightly is chosen the same way by setup and by [`ensure`] (build,
+//! test): `TESSERA_NIGHTLY` if set, else an installed `nightly`, else the
+//! newest installed dated nightly (setup installs `nightly` when there is
+//! none).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,19 +40,22 @@ const COMPONENTS: [(&str, &str); 3] = [
 /// gcc and libc6-dev link bpf-linker and build the tests' C clients (e.g.
 /// `agent/tests/ebpf_gpusim`).
 const PACKAGES: [&str; 3] = ["strace", "gcc", "libc6-dev"];
-/// Environment variable naming the nightly toolchain to use.
+/// Environment variable naming the nightly toolchain to use; setup, build
+/// and test all read it.
 pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
-    /// Nightly toolchain for the eBPF programs (default: an installed
-    /// `nightly`, else the newest installed dated nightly, else install
-    /// `nightly`).
-    #[arg(long, env = NIGHTLY_ENV)]
-    pub nightly: Option<String>,
-    /// Do not install Debian packages.
+    /// Do not install Debian or Python packages.
     #[arg(long)]
     pub no_packages: bool,
+}
+
+/// The nightly named by [`NIGHTLY_ENV`], if any.
+fn requested_nightly() -> Option<String> {
+    std::env::var(NIGHTLY_ENV)
+        .ok()
+        .filter(|name| !name.is_empty())
 }
 
 /// What the eBPF build needs, found by [`ensure`].
@@ -93,13 +101,10 @@ impl Tools {
     }
 }
 
-/// `cargo xtask setup`.
-pub fn run(args: &Args) -> Result<()> {
-    let requested = args
-        .nightly
-        .clone()
-        .or_else(|| std::env::var(NIGHTLY_ENV).ok());
-    let nightly = install_nightly(requested.as_deref())?;
+/// `cargo xtask setup`; returns the tools it installed or found, as
+/// [`ensure`] would.
+pub fn run(args: &Args) -> Result<Tools> {
+    let nightly = install_nightly(requested_nightly().as_deref())?;
     let sysroot = sysroot(&nightly)?;
     install_components(&nightly, &sysroot)?;
     let llvm = LlvmLib::find(&sysroot)?;
@@ -110,7 +115,10 @@ pub fn run(args: &Args) -> Result<()> {
         install_packages()?;
         install_python_packages()?;
     }
-    Ok(())
+    Ok(Tools {
+        nightly,
+        bpf_linker: llvm.linker_path(),
+    })
 }
 
 /// Python packages the tests use: the Helm 4 SDK, which renders and lints
@@ -147,8 +155,7 @@ fn install_python_packages() -> Result<()> {
 
 /// Checks that setup is done and returns the tools; installs nothing.
 pub fn ensure() -> Result<Tools> {
-    let requested = std::env::var(NIGHTLY_ENV).ok();
-    let nightly = match requested {
+    let nightly = match requested_nightly() {
         Some(name) => name,
         None => find_nightly()?.context(
             "no nightly rust toolchain is installed: run `cargo xtask setup` \
@@ -185,7 +192,7 @@ pub fn ensure() -> Result<Tools> {
 fn install_nightly(requested: Option<&str>) -> Result<String> {
     let name = match requested {
         Some(name) if sysroot(name).is_ok() => {
-            eprintln!("ok: toolchain `{name}` (from {NIGHTLY_ENV} / --nightly) already present");
+            eprintln!("ok: toolchain `{name}` (from {NIGHTLY_ENV}) already present");
             return Ok(name.to_owned());
         }
         Some(name) => name.to_owned(),

@@ -13,8 +13,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    setup::run(&setup::Args::default())?;
-    let tools = setup::ensure()?;
+    let tools = setup::run(&setup::Args::default())?;
 
     sh::run(sh::cargo().args(["fmt", "--all", "--", "--check"]))?;
     ebpf::fmt_check(&tools)?;
@@ -28,7 +27,7 @@ pub fn run(args: &Args) -> Result<()> {
     ]))?;
     ebpf::clippy(&tools)?;
 
-    let artifacts = build::run(&build::Args::default())?;
+    let artifacts = build::run(&build::Args::default(), Some(&tools))?;
 
     let mut cmd = sh::cargo();
     cmd.args(["test", "--workspace"])
