@@ -158,7 +158,7 @@ fn main() {
         match Observer::start(&config) {
             Ok(mut observer) => {
                 rows.push(run(mode.name(), iters, Some(&observer)));
-                let counted = observer.stats().unwrap().ioctls_counted;
+                let counted = observer.snapshot().unwrap().ioctls_counted();
                 assert!(
                     counted >= u64::from(iters),
                     "{mode}: only {counted} ioctls counted"

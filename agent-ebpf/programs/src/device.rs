@@ -20,11 +20,11 @@
 use aya_ebpf::{
     helpers::bpf_get_current_cgroup_id, macros::cgroup_device, programs::DeviceContext,
 };
-use tessera_ebpf_common::{dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey, stats};
+use tessera_ebpf_common::{dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey};
 
 use crate::{
     bypass,
-    counters::{bump, stat},
+    counters::bump,
     maps::{OPEN_COUNTS, WATCHED_DEVS},
 };
 
@@ -49,7 +49,6 @@ fn count(ctx: &DeviceContext) -> Option<OpenKey> {
         access: dev.access_type >> 16,
     };
     bump(&OPEN_COUNTS, &key);
-    stat(stats::OPEN_COUNTED);
     Some(key)
 }
 

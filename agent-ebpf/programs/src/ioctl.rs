@@ -8,13 +8,12 @@ use tessera_ebpf_common::{
     ioctl::{Xfer, decode, flags, ioc_size},
     keys::IoctlKey,
     rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_FREE},
-    stats,
     uvm::UVM_REGISTER_GPU,
 };
 
 use crate::{
     bypass,
-    counters::{bump, stat},
+    counters::bump,
     maps::{IOCTL_COUNTS, WATCHED_DEVS},
     track,
     user::read_user,
@@ -45,7 +44,6 @@ pub fn record(rdev: u32, cmd: u32, arg: u64) {
         reserved: 0,
     };
     bump(&IOCTL_COUNTS, &key);
-    stat(stats::IOCTL_COUNTED);
     bypass::check(cgroup_id, rdev, kind::IOCTL, nr, nr_flags);
 
     // The parameter block: XFER names it, else the command's size field.

@@ -15,12 +15,9 @@ use tessera_ebpf_common::{
 pub struct ProgramStats {
     /// ioctls whose fd did not resolve to an inode.
     pub fd_unresolved: u64,
-    /// Counts lost to a full map.
+    /// Counts lost to a full map (ioctls and opens; what was counted is
+    /// [`Snapshot::ioctls_counted`] and [`Snapshot::opens_counted`]).
     pub count_dropped: u64,
-    /// ioctls counted.
-    pub ioctls_counted: u64,
-    /// Opens counted.
-    pub opens_counted: u64,
     /// Bypass events sent.
     pub bypass_reported: u64,
     /// Bypass events lost to a full ring buffer.
@@ -40,8 +37,6 @@ impl ProgramStats {
         Self {
             fd_unresolved: at(stats::FD_UNRESOLVED),
             count_dropped: at(stats::COUNT_DROPPED),
-            ioctls_counted: at(stats::IOCTL_COUNTED),
-            opens_counted: at(stats::OPEN_COUNTED),
             bypass_reported: at(stats::BYPASS_REPORTED),
             events_dropped: at(stats::EVENT_DROPPED),
             rm_allocs_tracked: at(stats::RM_ALLOC_TRACKED),
@@ -68,6 +63,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// ioctls counted, all cgroups and devices (not those a full map lost,
+    /// which are in `stats.count_dropped`).
+    pub fn ioctls_counted(&self) -> u64 {
+        self.ioctls.values().sum()
+    }
+
+    /// Opens counted, all cgroups and devices.
+    pub fn opens_counted(&self) -> u64 {
+        self.opens.values().sum()
+    }
+
     /// ioctls from cgroup `cgroup_id` on device `kdev`, all numbers.
     pub fn ioctls_on(&self, cgroup_id: u64, kdev: u32) -> u64 {
         self.ioctls
@@ -159,6 +165,8 @@ mod tests {
         assert_eq!(s.ioctls_nr(7, 3, 2, 1), 0);
         assert_eq!(s.ioctls_on(9, 3), 0);
         assert_eq!(s.opens_of(7, 3), 3);
+        assert_eq!(s.ioctls_counted(), 1109);
+        assert_eq!(s.opens_counted(), 3);
     }
 
     #[test]
@@ -203,7 +211,7 @@ mod tests {
     fn stats_tolerate_short_arrays() {
         let s = ProgramStats::from_sums(&[1, 2]);
         assert_eq!(
-            (s.fd_unresolved, s.count_dropped, s.ioctls_counted),
+            (s.fd_unresolved, s.count_dropped, s.bypass_reported),
             (1, 2, 0)
         );
     }
