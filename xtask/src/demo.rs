@@ -80,10 +80,30 @@ struct Container {
     ops: String,
     region: PathBuf,
     control: Mapped<ControlRegion>,
-    child: Child,
+    workload: Workload,
     output: Arc<Mutex<Vec<String>>>,
     peak: u64,
     last_launches: u64,
+}
+
+/// A running workload process; dropping it kills and reaps it, so an
+/// error or Ctrl-C leaves no workload behind (greedy-c would hold its
+/// memory forever).
+struct Workload {
+    child: Child,
+}
+
+impl Workload {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn limits(uuid: [u8; 16], memory_mib: u64, rate: Option<u64>) -> GpuLimits {
@@ -131,8 +151,10 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
     let sim_dir = artifacts.join("sim");
     let workload = dir.join("workload");
     let src = workspace_root().join("preload/gpusim/tests/c/workload.c");
+    // The flags of the simulator tests' build of the same file
+    // (preload/gpusim/tests/support/mod.rs), so a warning fails here too.
     let out = Command::new("cc")
-        .args(["-O1", "-o"])
+        .args(["-O1", "-Wall", "-Werror", "-Wno-unused-function", "-o"])
         .arg(&workload)
         .arg(&src)
         .arg(format!("-L{}", sim_dir.display()))
@@ -192,7 +214,7 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
             },
         )?;
         create_usage(&region)?;
-        let mut child = Command::new(&workload)
+        let child = Command::new(&workload)
             .args(ops.split_whitespace())
             .env("GPUSIM_NODE", &node)
             .env("GPUSIM_STATE", &state)
@@ -203,13 +225,16 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("cannot start {name}"))?;
+        let mut workload = Workload { child };
         let output = Arc::new(Mutex::new(Vec::new()));
         for stream in [
-            child
+            workload
+                .child
                 .stdout
                 .take()
                 .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
+            workload
+                .child
                 .stderr
                 .take()
                 .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
@@ -232,18 +257,14 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
             ops,
             region,
             control,
-            child,
+            workload,
             output,
             peak: 0,
             last_launches: 0,
         });
     }
-    let result = watch(args, &sim, &mut containers, stop);
-    for c in &mut containers {
-        let _ = c.child.kill();
-        let _ = c.child.wait();
-    }
-    result
+    // Dropping `containers` (also on an error above) stops the workloads.
+    watch(args, &sim, &mut containers, stop)
 }
 
 fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Result<()> {
@@ -302,7 +323,7 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
             let launches = usage.buckets[0].launches;
             let per_s = (launches - c.last_launches) as f64 / dt;
             c.last_launches = launches;
-            let pid = c.child.id() as i32;
+            let pid = c.workload.pid();
             let sm: u32 = sim
                 .process_samples(c.gpu, since)?
                 .iter()
@@ -398,4 +419,21 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
     }
     println!("  every container stayed within its memory limit at every sample");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_workload_is_killed_and_reaped() {
+        let workload = Workload {
+            child: Command::new("sleep").arg("1000").spawn().unwrap(),
+        };
+        let proc_dir = PathBuf::from(format!("/proc/{}", workload.pid()));
+        assert!(proc_dir.exists());
+        drop(workload);
+        // Reaped, not a zombie: the pid is gone from /proc.
+        assert!(!proc_dir.exists(), "{} is still there", proc_dir.display());
+    }
 }
