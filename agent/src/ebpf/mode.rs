@@ -59,6 +59,16 @@ pub enum ModeRequest {
     Only(AttachMode),
 }
 
+impl ModeRequest {
+    /// Whether `mode` is among the modes this request may try.
+    pub fn may_try(self, mode: AttachMode) -> bool {
+        match self {
+            Self::Auto => true,
+            Self::Only(only) => only == mode,
+        }
+    }
+}
+
 /// An unknown mode name.
 #[derive(Debug, thiserror::Error)]
 #[error("unknown ebpf attach mode {0:?}: expected auto, kprobe, tracepoint or raw-tracepoint")]
@@ -95,6 +105,17 @@ impl KernelFacts {
     pub fn probe() -> Self {
         let kallsyms = std::fs::read_to_string(KALLSYMS).unwrap_or_default();
         Self::from_parts(Path::new(KPROBE_PMU).exists(), &kallsyms)
+    }
+
+    /// The facts `request` needs: [`KernelFacts::probe`] where a kprobe may
+    /// be tried, else none (the kprobe facts matter to nothing else, and
+    /// `/proc/kallsyms` is large).
+    pub fn probe_for(request: ModeRequest) -> Self {
+        if request.may_try(AttachMode::Kprobe) {
+            Self::probe()
+        } else {
+            Self::default()
+        }
     }
 
     /// Facts from a kprobe-PMU flag and `/proc/kallsyms` text.
@@ -209,6 +230,15 @@ ffffffff81000000 T _stext
             &KernelFacts::default(),
         );
         assert_eq!(p.candidates, [AttachMode::Kprobe]);
+    }
+
+    #[test]
+    fn kernel_facts_are_read_only_where_a_kprobe_may_be_tried() {
+        assert!(ModeRequest::Auto.may_try(AttachMode::Kprobe));
+        assert!(ModeRequest::Only(AttachMode::Kprobe).may_try(AttachMode::Kprobe));
+        let tp = ModeRequest::Only(AttachMode::Tracepoint);
+        assert!(!tp.may_try(AttachMode::Kprobe));
+        assert_eq!(KernelFacts::probe_for(tp), KernelFacts::default());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use aya::{
     util::KernelVersion,
 };
 use tessera_ebpf_common::{
-    config::{KernelOffsets, ProgramConfig},
+    config::ProgramConfig,
     dev::WatchedDevice,
     keys::{IoctlKey, OpenKey},
     names,
@@ -97,8 +97,6 @@ pub struct ObserverConfig {
     pub mode: ModeRequest,
     /// Devices to count.
     pub devices: Vec<Device>,
-    /// Struct offsets; `None` reads them from the running kernel's BTF.
-    pub offsets: Option<KernelOffsets>,
     /// NVIDIA driver major version, for the parameter layouts the
     /// memory estimate decodes; `None`: the running module's, else the
     /// newest known (see [`driver`]).
@@ -106,13 +104,12 @@ pub struct ObserverConfig {
 }
 
 impl ObserverConfig {
-    /// Auto mode, kernel offsets, the given object and devices.
+    /// Auto mode, the given object and devices.
     pub fn new(object: impl Into<PathBuf>, devices: Vec<Device>) -> Self {
         Self {
             object: object.into(),
             mode: ModeRequest::Auto,
             devices,
-            offsets: None,
             driver_major: None,
         }
     }
@@ -161,17 +158,9 @@ impl Observer {
     /// process-exit hook and the ioctl program in the first mode that
     /// works.
     pub fn start(config: &ObserverConfig) -> Result<Self, ObserverError> {
-        let (offsets, btf) = match config.offsets {
-            Some(offsets) => (offsets, Btf::from_kernel().ok()),
-            None => {
-                let btf = Btf::from_kernel().map_err(ObserverError::Offsets)?;
-                let offsets = btf.kernel_offsets().map_err(ObserverError::Offsets)?;
-                (offsets, Some(btf))
-            }
-        };
-        let exit_group_dead_offset = btf
-            .and_then(|btf| btf.member_offset(EXIT_RECORD.0, EXIT_RECORD.1).ok())
-            .unwrap_or(0);
+        let btf = Btf::from_kernel().map_err(ObserverError::Offsets)?;
+        let offsets = btf.kernel_offsets().map_err(ObserverError::Offsets)?;
+        let exit_group_dead_offset = btf.member_offset(EXIT_RECORD.0, EXIT_RECORD.1).unwrap_or(0);
         if exit_group_dead_offset == 0 {
             tracing::info!(
                 "no group_dead in the process-exit record: a process counts as gone when its leader exits"
@@ -188,7 +177,7 @@ impl Observer {
             exit_group_dead_offset,
             rm,
         };
-        let facts = KernelFacts::probe();
+        let facts = KernelFacts::probe_for(config.mode);
         let plan = mode::plan(config.mode, &facts);
         let mut tried = Vec::new();
         for (mode, why) in &plan.skipped {
