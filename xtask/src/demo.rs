@@ -43,7 +43,14 @@ pub struct Args {
     pub release: bool,
 }
 
-const NODE: &str = r#"
+/// Memory each CUDA context costs: the simulated node charges it, and
+/// every container's limit counts it.
+const CONTEXT_OVERHEAD_MIB: u64 = 500;
+
+/// The simulated node's description.
+fn node_toml() -> String {
+    format!(
+        r#"
 driver_version = "595.45.04"
 
 [[gpu]]
@@ -61,14 +68,16 @@ numa_node = 1
 nvlink_peers = [0]
 
 [cost]
-context_overhead_mib = 500
+context_overhead_mib = {CONTEXT_OVERHEAD_MIB}
 [cost.functions.matmul]
 fixed_ns = 2000000
 [cost.functions.infer]
 fixed_ns = 2000000
 [cost.functions.batch]
 fixed_ns = 1000000
-"#;
+"#
+    )
+}
 
 const MIB: u64 = 1 << 20;
 
@@ -109,7 +118,7 @@ impl Drop for Workload {
 fn limits(uuid: [u8; 16], memory_mib: u64, rate: Option<u64>) -> GpuLimits {
     GpuLimits {
         memory_limit: memory_mib * MIB,
-        context_overhead: 500 * MIB,
+        context_overhead: CONTEXT_OVERHEAD_MIB * MIB,
         launch_rate: rate.unwrap_or(tessera_region::UNLIMITED),
         launch_burst: rate.map_or(0, |r| (r / 100).max(1)),
         uuid,
@@ -142,7 +151,7 @@ pub fn run(args: &Args) -> Result<()> {
 
 fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<()> {
     let node = dir.join("node.toml");
-    std::fs::write(&node, NODE)?;
+    std::fs::write(&node, node_toml())?;
     let state = dir.join("gpusim.state");
     let sim = Sim::open(&Config {
         node_path: Some(node.clone()),
@@ -424,6 +433,16 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_charges_the_overhead_the_limits_count() {
+        let node = gpusim::NodeDescription::parse(&node_toml(), Path::new("demo")).unwrap();
+        assert_eq!(node.cost.context_overhead_mib, CONTEXT_OVERHEAD_MIB);
+        assert_eq!(
+            limits([0; 16], 1, None).context_overhead,
+            CONTEXT_OVERHEAD_MIB * MIB
+        );
+    }
 
     #[test]
     fn a_dropped_workload_is_killed_and_reaped() {
