@@ -28,6 +28,7 @@ use gpusim::state::Config;
 use tessera_region::control::{ControlSpec, GpuLimits};
 use tessera_region::file::{Mapped, create_control, create_usage};
 use tessera_region::layout::ControlRegion;
+use tessera_region::rate::launch_cost;
 use tessera_region::reader::read_usage;
 
 use crate::build;
@@ -81,10 +82,127 @@ fixed_ns = 1000000
 
 const MIB: u64 = 1 << 20;
 
-struct Container {
+/// What one container is and runs.
+struct Plan {
     name: &'static str,
+    /// Index of its GPU on the node (the workload's `dev`).
     gpu: usize,
     memory_mib: u64,
+    /// Launch limit in warps/s; `None` is unlimited.
+    rate: Option<u64>,
+    /// The launch limit set halfway through.
+    raise_to: Option<u64>,
+    work: Work,
+}
+
+/// A container's workload.
+enum Work {
+    /// Allocates `alloc_mib` (if any), then launches `kernel` in
+    /// `blocks` × `threads` until the end.
+    Kernels {
+        alloc_mib: Option<u64>,
+        kernel: &'static str,
+        blocks: u64,
+        threads: u64,
+    },
+    /// Allocates `chunk_mib` chunks until one is refused (expected: out of
+    /// memory at the limit), then holds them.
+    UntilOom { chunk_mib: u64 },
+}
+
+impl Plan {
+    /// The workload's operations (see `preload/gpusim/tests/c/workload.c`);
+    /// kernels run for `ms`.
+    fn ops(&self, ms: u64) -> String {
+        let dev = self.gpu;
+        match self.work {
+            Work::Kernels {
+                alloc_mib,
+                kernel,
+                blocks,
+                threads,
+            } => {
+                let alloc = alloc_mib.map_or(String::new(), |mib| format!(" alloc {mib}"));
+                format!("dev {dev}{alloc} ready run {kernel} {blocks} {threads} {ms}")
+            }
+            Work::UntilOom { chunk_mib } => {
+                format!("dev {dev} ready alloc-until-oom {chunk_mib} meminfo hold")
+            }
+        }
+    }
+
+    /// Warps each launch costs against the launch limit.
+    fn warps_per_launch(&self) -> Option<u64> {
+        match self.work {
+            Work::Kernels {
+                blocks, threads, ..
+            } => Some(launch_cost(blocks, threads)),
+            Work::UntilOom { .. } => None,
+        }
+    }
+
+    fn expects_oom(&self) -> bool {
+        matches!(self.work, Work::UntilOom { .. })
+    }
+}
+
+/// The four containers of the table on top.
+fn plans() -> [Plan; 4] {
+    [
+        Plan {
+            name: "train-a",
+            gpu: 0,
+            memory_mib: 20_000,
+            rate: None,
+            raise_to: None,
+            work: Work::Kernels {
+                alloc_mib: Some(16_000),
+                kernel: "matmul",
+                blocks: 528,
+                threads: 256,
+            },
+        },
+        Plan {
+            name: "serve-b",
+            gpu: 0,
+            memory_mib: 8_000,
+            rate: Some(4_000),
+            raise_to: None,
+            work: Work::Kernels {
+                alloc_mib: Some(6_000),
+                kernel: "infer",
+                blocks: 16,
+                threads: 128,
+            },
+        },
+        Plan {
+            name: "greedy-c",
+            gpu: 1,
+            memory_mib: 4_000,
+            rate: None,
+            raise_to: None,
+            work: Work::UntilOom { chunk_mib: 500 },
+        },
+        Plan {
+            name: "batch-d",
+            gpu: 1,
+            memory_mib: 8_000,
+            rate: Some(2_000),
+            raise_to: Some(8_000),
+            work: Work::Kernels {
+                alloc_mib: None,
+                kernel: "batch",
+                blocks: 8,
+                threads: 128,
+            },
+        },
+    ]
+}
+
+/// A started container.
+struct Container {
+    plan: Plan,
+    /// Its launch limit now (the plan's, or `raise_to` once raised).
     rate: Option<u64>,
     ops: String,
     region: PathBuf,
@@ -93,6 +211,27 @@ struct Container {
     output: Arc<Mutex<Vec<String>>>,
     peak: u64,
     last_launches: u64,
+}
+
+impl Container {
+    /// Writes the plan's limits with the current rate to the control region.
+    fn write_limits(&self, sim: &Sim) -> Result<()> {
+        self.control
+            .write(&control_spec(sim, &self.plan, self.rate))?;
+        Ok(())
+    }
+
+    /// Lines the workload printed so far.
+    fn output(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.output.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn control_spec(sim: &Sim, plan: &Plan, rate: Option<u64>) -> ControlSpec {
+    ControlSpec {
+        flags: 0,
+        gpus: vec![limits(sim.uuid_bytes(plan.gpu), plan.memory_mib, rate)],
+    }
 }
 
 /// A running workload process; dropping it kills and reaps it, so an
@@ -180,48 +319,14 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
     }
     // The workloads outlive the view, so no sample sees them wind down.
     let ms = (args.seconds + 10) * 1000;
-    let plan: [(&str, usize, u64, Option<u64>, String); 4] = [
-        (
-            "train-a",
-            0,
-            20_000,
-            None,
-            format!("dev 0 alloc 16000 ready run matmul 528 256 {ms}"),
-        ),
-        (
-            "serve-b",
-            0,
-            8_000,
-            Some(4_000),
-            format!("dev 0 alloc 6000 ready run infer 16 128 {ms}"),
-        ),
-        (
-            "greedy-c",
-            1,
-            4_000,
-            None,
-            "dev 1 ready alloc-until-oom 500 meminfo hold".into(),
-        ),
-        (
-            "batch-d",
-            1,
-            8_000,
-            Some(2_000),
-            format!("dev 1 ready run batch 8 128 {ms}"),
-        ),
-    ];
     let lib = artifacts.join("lib/libtessera.so");
     let mut containers = Vec::new();
-    for (name, gpu, memory_mib, rate, ops) in plan {
+    for plan in plans() {
+        let name = plan.name;
+        let ops = plan.ops(ms);
         let region = dir.join("regions").join(name);
         std::fs::create_dir_all(&region)?;
-        let control = create_control(
-            &region,
-            &ControlSpec {
-                flags: 0,
-                gpus: vec![limits(sim.uuid_bytes(gpu), memory_mib, rate)],
-            },
-        )?;
+        let control = create_control(&region, &control_spec(&sim, &plan, plan.rate))?;
         create_usage(&region)?;
         let child = Command::new(&workload)
             .args(ops.split_whitespace())
@@ -259,10 +364,8 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
             });
         }
         containers.push(Container {
-            name,
-            gpu,
-            memory_mib,
-            rate,
+            rate: plan.rate,
+            plan,
             ops,
             region,
             control,
@@ -280,14 +383,25 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
     let tty = std::io::stdout().is_terminal();
     let start = Instant::now();
     let mut last = Instant::now();
-    let mut raised = false;
-    let mut raised_at = 0u64;
-    let mut rate_error: Vec<(usize, f64)> = Vec::new();
+    let mut raised_at: Option<u64> = None;
+    // Relative error of each rate-limited per-second sample.
+    let mut rate_errors: Vec<f64> = Vec::new();
     let mut tick = 0u64;
     println!(
-        "tessera demo: 4 containers on a simulated 2-GPU node for {} s (Ctrl-C stops)\n",
+        "tessera demo: {} containers on a simulated 2-GPU node for {} s (Ctrl-C stops)\n",
+        cs.len(),
         args.seconds
     );
+    let raised_note: String = cs
+        .iter()
+        .filter_map(|c| {
+            let to = c.plan.raise_to?;
+            Some(format!(
+                "   ({}'s rate raised to {to} warps/s)",
+                c.plan.name
+            ))
+        })
+        .collect();
     while start.elapsed() < Duration::from_secs(args.seconds) && !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
         if last.elapsed() < Duration::from_secs(1) {
@@ -296,15 +410,14 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
         let dt = last.elapsed().as_secs_f64();
         last = Instant::now();
         tick += 1;
-        if !raised && start.elapsed() >= Duration::from_secs(args.seconds / 2) {
-            let c = &mut cs[3];
-            c.rate = Some(8_000);
-            c.control.write(&ControlSpec {
-                flags: 0,
-                gpus: vec![limits(sim.uuid_bytes(c.gpu), c.memory_mib, c.rate)],
-            })?;
-            raised = true;
-            raised_at = tick;
+        if raised_at.is_none() && start.elapsed() >= Duration::from_secs(args.seconds / 2) {
+            for c in cs.iter_mut() {
+                if let Some(to) = c.plan.raise_to {
+                    c.rate = Some(to);
+                    c.write_limits(sim)?;
+                }
+            }
+            raised_at = Some(tick);
         }
         let mut lines = Vec::new();
         lines.push(format!(
@@ -318,15 +431,16 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
             "notes"
         ));
         let since = gpusim::realtime_ns() / 1000 - 1_000_000;
-        for (i, c) in cs.iter_mut().enumerate() {
+        for c in cs.iter_mut() {
+            let plan = &c.plan;
             let usage = read_usage(&std::fs::read(c.region.join("usage"))?)?;
             let used = usage.used[0];
             c.peak = c.peak.max(used);
-            if used > c.memory_mib * MIB {
+            if used > plan.memory_mib * MIB {
                 bail!(
                     "{}: {used} bytes used over its {} MiB limit",
-                    c.name,
-                    c.memory_mib
+                    plan.name,
+                    plan.memory_mib
                 );
             }
             let launches = usage.buckets[0].launches;
@@ -334,27 +448,20 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
             c.last_launches = launches;
             let pid = c.workload.pid();
             let sm: u32 = sim
-                .process_samples(c.gpu, since)?
+                .process_samples(plan.gpu, since)?
                 .iter()
                 .filter(|s| s.pid == pid)
                 .map(|s| s.sm_percent)
                 .sum();
-            let warps_per_launch = match c.name {
-                "serve-b" => 64.0,
-                "batch-d" => 32.0,
-                _ => 1.0,
-            };
-            if let Some(r) = c.rate
-                && tick > 2
-                && !(raised && tick <= raised_at + 2)
+            let settled = tick > 2 && raised_at.is_none_or(|at| tick > at + 2);
+            if let (Some(rate), Some(warps)) = (c.rate, plan.warps_per_launch())
+                && settled
             {
-                let expected = r as f64 / warps_per_launch;
-                rate_error.push((i, (per_s - expected) / expected));
+                let expected = rate as f64 / warps as f64;
+                rate_errors.push((per_s - expected) / expected);
             }
             let notes = c
-                .output
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .output()
                 .iter()
                 .filter(|l| {
                     l.starts_with("allocs") || l.starts_with("error") || l.starts_with("tessera")
@@ -364,10 +471,10 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
                 .join("; ");
             lines.push(format!(
                 "{:<9} {:>3} {:>8} ({:>6}) {:>10.1} {:>14} {:>5}  {}",
-                c.name,
-                c.gpu,
+                plan.name,
+                plan.gpu,
                 used / MIB,
-                c.memory_mib,
+                plan.memory_mib,
                 per_s,
                 c.rate.map_or("none".into(), |r| r.to_string()),
                 sm,
@@ -380,8 +487,8 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
         println!(
             "t = {:>3} s{}",
             start.elapsed().as_secs(),
-            if raised {
-                "   (batch-d's rate raised to 8000 warps/s)"
+            if raised_at.is_some() {
+                raised_note.as_str()
             } else {
                 ""
             }
@@ -399,28 +506,29 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
     for c in cs.iter() {
         println!(
             "  {:<9} peak memory {:>6} MiB of {:>6} MiB ({})",
-            c.name,
+            c.plan.name,
             c.peak / MIB,
-            c.memory_mib,
+            c.plan.memory_mib,
             c.ops
         );
     }
-    let refused = cs[2]
-        .output
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .any(|l| l.contains("CUDA_ERROR_OUT_OF_MEMORY"));
-    println!(
-        "  greedy-c's allocation beyond its limit was {}",
-        if refused {
-            "refused with CUDA_ERROR_OUT_OF_MEMORY"
-        } else {
-            "not attempted yet"
-        }
-    );
-    if !rate_error.is_empty() {
-        let worst = rate_error.iter().map(|(_, e)| e.abs()).fold(0.0, f64::max);
+    for c in cs.iter().filter(|c| c.plan.expects_oom()) {
+        let refused = c
+            .output()
+            .iter()
+            .any(|l| l.contains("CUDA_ERROR_OUT_OF_MEMORY"));
+        println!(
+            "  {}'s allocation beyond its limit was {}",
+            c.plan.name,
+            if refused {
+                "refused with CUDA_ERROR_OUT_OF_MEMORY"
+            } else {
+                "not attempted yet"
+            }
+        );
+    }
+    if !rate_errors.is_empty() {
+        let worst = rate_errors.iter().map(|e| e.abs()).fold(0.0, f64::max);
         println!(
             "  rate-limited containers stayed within {:.1}% of their launch limits (per-second samples, after the first 2 s and around the change)",
             worst * 100.0
@@ -433,6 +541,29 @@ fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plans_give_the_workloads_and_launch_costs_of_the_table() {
+        let plans = plans();
+        let ops: Vec<String> = plans.iter().map(|p| p.ops(16_000)).collect();
+        assert_eq!(
+            ops,
+            [
+                "dev 0 alloc 16000 ready run matmul 528 256 16000",
+                "dev 0 alloc 6000 ready run infer 16 128 16000",
+                "dev 1 ready alloc-until-oom 500 meminfo hold",
+                "dev 1 ready run batch 8 128 16000",
+            ]
+        );
+        let warps: Vec<Option<u64>> = plans.iter().map(Plan::warps_per_launch).collect();
+        assert_eq!(warps, [Some(528 * 8), Some(64), None, Some(32)]);
+        let oom: Vec<&str> = plans
+            .iter()
+            .filter(|p| p.expects_oom())
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(oom, ["greedy-c"]);
+    }
 
     #[test]
     fn the_node_charges_the_overhead_the_limits_count() {
