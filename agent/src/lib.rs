@@ -7,7 +7,8 @@
 //!   bypass events, GPU use, memory estimates) and the per-pod device
 //!   guard, with attach-mode probing;
 //! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
-//!   and runtimes Kubernetes nodes use.
+//!   and runtimes Kubernetes nodes use;
+//! - [`error_chain`]: an error and its causes on one line.
 //!
 //! The device plugin, the region manager and the compute controller arrive
 //! in later changes (see `design.md`).
@@ -16,4 +17,5 @@
 
 pub mod cgroup;
 pub mod ebpf;
+pub mod error_chain;
 pub mod gpu;

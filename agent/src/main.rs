@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use tessera_agent::cgroup::CgroupMap;
 use tessera_agent::ebpf::args::EbpfArgs;
 use tessera_agent::ebpf::{Observer, cgroup::cgroup2_root};
+use tessera_agent::error_chain::with_causes;
 use tessera_agent::gpu::{GpuArgs, Inventory};
 
 /// The Tessera node agent: one per GPU node.
@@ -101,26 +102,6 @@ fn inventory(cli: &Cli, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The error and its causes on one line, leaving out a cause whose text
-/// the previous message already quotes (nvml-wrapper repeats its
-/// libloading error).
-fn chain(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    let mut last = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if last.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-        last = text;
-    }
-    out
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
@@ -130,7 +111,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tessera-agent: error: {}", chain(&e));
+            eprintln!("tessera-agent: error: {}", with_causes(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -169,16 +169,16 @@ impl AsFd for BypassEvents {
 impl Observer {
     /// Marks process `tgid` as registered with the preload.
     pub fn register_tgid(&mut self, tgid: u32) -> Result<(), ObserverError> {
-        self.u32_set(names::REGISTERED)?
+        self.set::<u32>(names::REGISTERED)?
             .insert(tgid, 0, 0)
-            .map_err(|source| map_err(names::REGISTERED, source))
+            .map_err(ObserverError::map(names::REGISTERED))
     }
 
     /// Forgets process `tgid`'s registration (absent is fine).
     pub fn unregister_tgid(&mut self, tgid: u32) -> Result<(), ObserverError> {
         remove_absent_ok(
             names::REGISTERED,
-            self.u32_set(names::REGISTERED)?.remove(&tgid),
+            self.set::<u32>(names::REGISTERED)?.remove(&tgid),
         )
     }
 
@@ -193,16 +193,16 @@ impl Observer {
     /// Requires registration from the processes of cgroup `cgroup_id` and
     /// its subtree (a GPU pod's cgroup).
     pub fn watch_cgroup(&mut self, cgroup_id: u64) -> Result<(), ObserverError> {
-        self.u64_set(names::WATCHED_CGROUPS)?
+        self.set::<u64>(names::WATCHED_CGROUPS)?
             .insert(cgroup_id, 0, 0)
-            .map_err(|source| map_err(names::WATCHED_CGROUPS, source))
+            .map_err(ObserverError::map(names::WATCHED_CGROUPS))
     }
 
     /// Stops watching cgroup `cgroup_id` (absent is fine).
     pub fn unwatch_cgroup(&mut self, cgroup_id: u64) -> Result<(), ObserverError> {
         remove_absent_ok(
             names::WATCHED_CGROUPS,
-            self.u64_set(names::WATCHED_CGROUPS)?.remove(&cgroup_id),
+            self.set::<u64>(names::WATCHED_CGROUPS)?.remove(&cgroup_id),
         )
     }
 
@@ -228,35 +228,21 @@ impl Observer {
             .ebpf
             .take_map(name)
             .ok_or(ObserverError::Missing(name))?;
-        let ring = RingBuf::try_from(map).map_err(|source| map_err(name, source))?;
+        let ring = RingBuf::try_from(map).map_err(ObserverError::map(name))?;
         Ok(BypassEvents { ring, malformed: 0 })
     }
 
-    fn u32_set(
+    /// Hash map `name` used as a set: keys `K`, values 0.
+    fn set<K: aya::Pod>(
         &mut self,
         name: &'static str,
-    ) -> Result<HashMap<&mut MapData, u32, u32>, ObserverError> {
+    ) -> Result<HashMap<&mut MapData, K, u32>, ObserverError> {
         let map = self
             .ebpf
             .map_mut(name)
             .ok_or(ObserverError::Missing(name))?;
-        HashMap::try_from(map).map_err(|source| map_err(name, source))
+        HashMap::try_from(map).map_err(ObserverError::map(name))
     }
-
-    fn u64_set(
-        &mut self,
-        name: &'static str,
-    ) -> Result<HashMap<&mut MapData, u64, u32>, ObserverError> {
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or(ObserverError::Missing(name))?;
-        HashMap::try_from(map).map_err(|source| map_err(name, source))
-    }
-}
-
-fn map_err(map: &'static str, source: aya::maps::MapError) -> ObserverError {
-    ObserverError::Map { map, source }
 }
 
 fn remove_absent_ok(
@@ -265,7 +251,7 @@ fn remove_absent_ok(
 ) -> Result<(), ObserverError> {
     match result {
         Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-        Err(source) => Err(map_err(map, source)),
+        Err(source) => Err(ObserverError::map(map)(source)),
     }
 }
 

@@ -9,8 +9,8 @@
 //!   stand-ins such as `/dev/null` for tests and the simulator);
 //! - [`mode`]: kprobe, syscall tracepoint or raw tracepoint, probed and
 //!   tried in order;
-//! - [`observer`]: load, attach, read the per-CPU counts, GPU use and
-//!   memory estimates ([`counts`]);
+//! - [`observer`]: load, attach ([`load`]), read the per-CPU counts, GPU
+//!   use and memory estimates ([`counts`]);
 //! - [`bypass`]: preload registration, watched (GPU pod) cgroups, and the
 //!   ring buffer of processes that skip the preload;
 //! - [`driver`]: the NVIDIA driver version, for parameter layouts;
@@ -32,6 +32,7 @@ pub mod counts;
 pub mod devices;
 pub mod driver;
 pub mod guard;
+mod load;
 pub mod mode;
 pub mod mounts;
 pub mod observer;

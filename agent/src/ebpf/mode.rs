@@ -11,6 +11,8 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
+use tessera_ebpf_common::names;
+
 /// The NVIDIA frontend's ioctl handler.
 pub const NVIDIA_IOCTL_FN: &str = "nvidia_unlocked_ioctl";
 /// The UVM driver's ioctl handler.
@@ -32,6 +34,15 @@ pub enum AttachMode {
 impl AttachMode {
     /// Every mode, in the order `auto` tries them.
     pub const AUTO_ORDER: [Self; 3] = [Self::Kprobe, Self::Tracepoint, Self::RawTracepoint];
+
+    /// The ioctl program this mode attaches.
+    pub fn program(self) -> &'static str {
+        match self {
+            Self::Kprobe => names::PROG_IOCTL_KPROBE,
+            Self::Tracepoint => names::PROG_IOCTL_TRACEPOINT,
+            Self::RawTracepoint => names::PROG_IOCTL_RAW_TRACEPOINT,
+        }
+    }
 
     /// The configuration name.
     pub fn name(self) -> &'static str {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
     maps::{HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap},
-    programs::{CgroupAttachMode, CgroupDevice, KProbe, ProgramError, RawTracePoint, TracePoint},
+    programs::{CgroupAttachMode, CgroupDevice, ProgramError},
     util::KernelVersion,
 };
 use tessera_ebpf_common::{
@@ -25,8 +25,10 @@ use super::btf::{Btf, BtfError};
 use super::counts::{ProgramStats, Snapshot};
 use super::devices::Device;
 use super::driver;
+use super::load;
 use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
 use super::mounts;
+use crate::error_chain::with_causes;
 
 /// The kernel struct holding the `sched_process_exit` record, and its
 /// member that says the whole process is gone (6.16+).
@@ -86,6 +88,21 @@ pub enum ObserverError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl ObserverError {
+    /// [`ObserverError::Program`] of program `name`, for `map_err`.
+    pub fn program(name: &'static str) -> impl Fn(ProgramError) -> Self + Copy {
+        move |source| Self::Program {
+            program: name,
+            source,
+        }
+    }
+
+    /// [`ObserverError::Map`] of map `name`, for `map_err`.
+    pub fn map(name: &'static str) -> impl Fn(MapError) -> Self + Copy {
+        move |source| Self::Map { map: name, source }
+    }
 }
 
 /// What to load and how.
@@ -189,7 +206,7 @@ impl Observer {
         match mounts::ensure_tracefs() {
             Ok(true) => tracing::info!(path = mounts::TRACEFS, "mounted tracefs"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(error = %error_chain(&e), "tracefs unavailable"),
+            Err(e) => tracing::warn!(error = %with_causes(&e), "tracefs unavailable"),
         }
 
         let mut ebpf = EbpfLoader::new()
@@ -200,16 +217,16 @@ impl Observer {
                 source: Box::new(source),
             })?;
         set_devices(&mut ebpf, &config.devices)?;
-        let exit_hook = match attach_exit_hook(&mut ebpf) {
+        let exit_hook = match load::attach_exit_hook(&mut ebpf) {
             Ok(()) => true,
             Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "exited processes will not be forgotten (registrations, reports, memory estimates)");
+                tracing::warn!(error = %with_causes(&e), "exited processes will not be forgotten (registrations, reports, memory estimates)");
                 false
             }
         };
 
         for mode in plan.candidates {
-            match attach(&mut ebpf, mode, &facts) {
+            match load::attach_ioctl(&mut ebpf, mode, &facts) {
                 Ok(()) => {
                     tracing::info!(%mode, devices = config.devices.len(), "ebpf ioctl observer attached");
                     return Ok(Self {
@@ -220,7 +237,7 @@ impl Observer {
                     });
                 }
                 Err(e) => {
-                    let why = error_chain(&e);
+                    let why = with_causes(&e);
                     tracing::warn!(%mode, error = %why, "ebpf attach mode failed, trying the next");
                     tried.push(format!("{mode}: {why}"));
                 }
@@ -240,19 +257,12 @@ impl Observer {
     /// statistics enabled (`aya::sys::enable_stats`), its run count and
     /// time, which the overhead benchmark reads.
     pub fn ioctl_program_info(&self) -> Result<aya::programs::ProgramInfo, ObserverError> {
-        let name = match self.mode {
-            AttachMode::Kprobe => names::PROG_IOCTL_KPROBE,
-            AttachMode::Tracepoint => names::PROG_IOCTL_TRACEPOINT,
-            AttachMode::RawTracepoint => names::PROG_IOCTL_RAW_TRACEPOINT,
-        };
+        let name = self.mode.program();
         let program = self
             .ebpf
             .program(name)
             .ok_or(ObserverError::Missing(name))?;
-        program.info().map_err(|source| ObserverError::Program {
-            program: name,
-            source,
-        })
+        program.info().map_err(ObserverError::program(name))
     }
 
     /// Whether the process-exit hook is attached (exited processes are
@@ -278,10 +288,10 @@ impl Observer {
             }) => {
                 let kernel = KernelVersion::current()
                     .map_or_else(|e| format!("unknown ({e})"), |v| v.to_string());
-                let refused = ObserverError::Program { program, source };
+                let refused = ObserverError::program(program)(source);
                 tracing::warn!(
                     %kernel,
-                    error = %error_chain(&refused),
+                    error = %with_causes(&refused),
                     "this kernel refuses the open audit that reports bypasses; counting opens only"
                 );
                 self.audit_opens_with(cgroup, OpenAudit::CountOnly)
@@ -309,15 +319,11 @@ impl Observer {
             source,
         })?;
         let name = audit.program();
-        let program: &mut CgroupDevice = program(&mut self.ebpf, name)?;
-        let err = |source| ObserverError::Program {
-            program: name,
-            source,
-        };
-        program.load().map_err(err)?;
         // aya attaches through a bpf link (5.7+), which takes no flags and
         // always coexists with other programs; `Single` passes flags 0.
-        program.attach(dir, CgroupAttachMode::Single).map_err(err)?;
+        load::load_attach(&mut self.ebpf, name, |p: &mut CgroupDevice| {
+            p.attach(dir, CgroupAttachMode::Single).map(drop)
+        })?;
         tracing::info!(cgroup = %cgroup.display(), program = name, "ebpf open audit attached");
         self.open_audit = Some(cgroup.to_owned());
         Ok(audit)
@@ -342,7 +348,7 @@ impl Observer {
     /// Reads the programs' own counters.
     pub fn stats(&self) -> Result<ProgramStats, ObserverError> {
         let name = names::STATS;
-        let err = |source| ObserverError::Map { map: name, source };
+        let err = ObserverError::map(name);
         let map = self.ebpf.map(name).ok_or(ObserverError::Missing(name))?;
         let array = PerCpuArray::<&MapData, u64>::try_from(map).map_err(err)?;
         let mut sums = Vec::new();
@@ -353,87 +359,9 @@ impl Observer {
     }
 }
 
-pub(super) fn program<'a, T>(
-    ebpf: &'a mut Ebpf,
-    name: &'static str,
-) -> Result<&'a mut T, ObserverError>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
-{
-    let program = ebpf.program_mut(name).ok_or(ObserverError::Missing(name))?;
-    program.try_into().map_err(|source| ObserverError::Program {
-        program: name,
-        source,
-    })
-}
-
-/// Loads and attaches the ioctl program for `mode`.
-fn attach(ebpf: &mut Ebpf, mode: AttachMode, facts: &KernelFacts) -> Result<(), ObserverError> {
-    match mode {
-        AttachMode::Tracepoint => {
-            let name = names::PROG_IOCTL_TRACEPOINT;
-            let err = |source| ObserverError::Program {
-                program: name,
-                source,
-            };
-            let p: &mut TracePoint = program(ebpf, name)?;
-            p.load().map_err(err)?;
-            if let Err(e) = p.attach("syscalls", "sys_enter_ioctl") {
-                let _ = p.unload();
-                return Err(err(e));
-            }
-        }
-        AttachMode::RawTracepoint => {
-            let name = names::PROG_IOCTL_RAW_TRACEPOINT;
-            let err = |source| ObserverError::Program {
-                program: name,
-                source,
-            };
-            let p: &mut RawTracePoint = program(ebpf, name)?;
-            p.load().map_err(err)?;
-            if let Err(e) = p.attach("sys_enter") {
-                let _ = p.unload();
-                return Err(err(e));
-            }
-        }
-        AttachMode::Kprobe => {
-            let name = names::PROG_IOCTL_KPROBE;
-            let err = |source| ObserverError::Program {
-                program: name,
-                source,
-            };
-            let p: &mut KProbe = program(ebpf, name)?;
-            p.load().map_err(err)?;
-            if let Err(e) = p.attach(mode::NVIDIA_IOCTL_FN, 0) {
-                let _ = p.unload();
-                return Err(err(e));
-            }
-            if facts.uvm_ioctl
-                && let Err(e) = p.attach(mode::UVM_IOCTL_FN, 0)
-            {
-                tracing::warn!(error = %e, function = mode::UVM_IOCTL_FN, "uvm ioctls will not be counted");
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Loads and attaches the process-exit hook.
-fn attach_exit_hook(ebpf: &mut Ebpf) -> Result<(), ObserverError> {
-    let name = names::PROG_PROCESS_EXIT;
-    let err = |source| ObserverError::Program {
-        program: name,
-        source,
-    };
-    let p: &mut TracePoint = program(ebpf, name)?;
-    p.load().map_err(err)?;
-    p.attach("sched", "sched_process_exit").map_err(err)?;
-    Ok(())
-}
-
 fn set_devices(ebpf: &mut Ebpf, devices: &[Device]) -> Result<(), ObserverError> {
     let name = names::WATCHED_DEVICES;
-    let err = |source| ObserverError::Map { map: name, source };
+    let err = ObserverError::map(name);
     let map = ebpf.map_mut(name).ok_or(ObserverError::Missing(name))?;
     let mut watched = HashMap::<&mut MapData, u32, WatchedDevice>::try_from(map).map_err(err)?;
     let wanted: HashSet<u32> = devices.iter().map(Device::kdev).collect();
@@ -457,7 +385,7 @@ fn per_cpu_sums<K: aya::Pod + Ord>(
     ebpf: &Ebpf,
     name: &'static str,
 ) -> Result<std::collections::BTreeMap<K, u64>, ObserverError> {
-    let err = |source| ObserverError::Map { map: name, source };
+    let err = ObserverError::map(name);
     let map = ebpf.map(name).ok_or(ObserverError::Missing(name))?;
     let counts = PerCpuHashMap::<&MapData, K, u64>::try_from(map).map_err(err)?;
     let mut out = std::collections::BTreeMap::new();
@@ -473,20 +401,8 @@ pub(super) fn entries<K: aya::Pod + Ord, V: aya::Pod>(
     ebpf: &Ebpf,
     name: &'static str,
 ) -> Result<std::collections::BTreeMap<K, V>, ObserverError> {
-    let err = |source| ObserverError::Map { map: name, source };
+    let err = ObserverError::map(name);
     let map = ebpf.map(name).ok_or(ObserverError::Missing(name))?;
     let map = HashMap::<&MapData, K, V>::try_from(map).map_err(err)?;
     map.iter().map(|item| item.map_err(err)).collect()
-}
-
-/// An error and its sources on one line, for logs.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
