@@ -11,6 +11,7 @@
 //! - [`timeline`]: per-GPU queues, time slicing and activity history;
 //! - [`cost`]: how long kernels and copies take;
 //! - [`ioctl`] / [`nvrm`]: real NVIDIA ioctls on stand-in devices;
+//! - [`pci`]: PCI bus ids as CUDA and NVML parse and print them;
 //! - [`sim`]: the operations a process performs (attach, allocate, submit,
 //!   wait, query).
 
@@ -19,6 +20,7 @@ pub mod ioctl;
 pub mod layout;
 pub mod node;
 pub mod nvrm;
+pub mod pci;
 pub mod procfs;
 pub mod sim;
 pub mod state;

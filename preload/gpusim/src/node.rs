@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::layout::{MAX_GPUS, QUEUE_CAPACITY};
+use crate::pci::PciAddress;
 
 /// Why a node description was rejected.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +116,8 @@ pub struct GpuDescription {
     /// index when absent.
     #[serde(default)]
     pub uuid: Option<String>,
-    /// PCI bus id (`0000:bb:dd.f`); derived from the index when absent.
+    /// PCI bus id (`0000:bb:dd.f`, or any form [`PciAddress::parse`]
+    /// accepts); derived from the index when absent.
     #[serde(default)]
     pub pci_bus_id: Option<String>,
     /// PCI device id (upper 16 bits) and vendor id 0x10de (lower 16 bits).
@@ -395,13 +397,15 @@ impl NodeDescription {
                 return Err(bad(f("uuid"), format!("{uuid} is used by another GPU")));
             }
             uuids.push(uuid);
-            let bus = self.pci_bus_id(i);
-            if parse_pci_bus_id(&bus).is_none() {
+            if let Some(text) = &g.pci_bus_id
+                && PciAddress::parse(text).is_none()
+            {
                 return Err(bad(
                     f("pci_bus_id"),
-                    format!("is {bus:?}; accepted: dddd:bb:dd.f (hex)"),
+                    format!("is {text:?}; accepted: dddd:bb:dd.f, dddd:bb:dd or bb:dd.f (hex)"),
                 ));
             }
+            let bus = self.pci_address(i);
             if buses.contains(&bus) {
                 return Err(bad(
                     f("pci_bus_id"),
@@ -506,12 +510,16 @@ impl NodeDescription {
             .unwrap_or_else(|| format!("GPU-5e1a0000-0000-4000-8000-{:012x}", 0x5151_0000 + index))
     }
 
-    /// The PCI bus id of GPU `index` (given or derived).
-    pub fn pci_bus_id(&self, index: usize) -> String {
-        self.gpu[index]
-            .pci_bus_id
-            .clone()
-            .unwrap_or_else(|| format!("00000000:{:02x}:00.0", 0x18 + index * 0x08))
+    /// The PCI address of GPU `index`: given (as validated; a malformed
+    /// one reads as all zeros) or derived from the index (bus 0x18, 0x20, …).
+    pub fn pci_address(&self, index: usize) -> PciAddress {
+        match &self.gpu[index].pci_bus_id {
+            Some(text) => PciAddress::parse(text).unwrap_or_default(),
+            None => PciAddress {
+                bus: 0x18 + index as u32 * 0x08,
+                ..PciAddress::default()
+            },
+        }
     }
 
     /// The driver's major version, e.g. 595.
@@ -564,23 +572,6 @@ fn valid_uuid(uuid: &str) -> bool {
             .iter()
             .zip([8, 4, 4, 4, 12])
             .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
-}
-
-/// Parses `domain:bus:device.function` (domain of 4 or 8 hex digits).
-pub fn parse_pci_bus_id(s: &str) -> Option<(u32, u32, u32, u32)> {
-    let (domain, rest) = s.split_once(':')?;
-    let (bus, rest) = rest.split_once(':')?;
-    let (dev, func) = rest.split_once('.')?;
-    if !(domain.len() == 4 || domain.len() == 8)
-        || bus.len() != 2
-        || dev.len() != 2
-        || func.len() != 1
-    {
-        return None;
-    }
-    let h = |x: &str| u32::from_str_radix(x, 16).ok();
-    let (d, b, v, f) = (h(domain)?, h(bus)?, h(dev)?, h(func)?);
-    (v < 32 && f < 8).then_some((d, b, v, f))
 }
 
 #[cfg(test)]
@@ -692,9 +683,29 @@ mod tests {
 
     #[test]
     fn pci_bus_ids_parse() {
-        assert_eq!(parse_pci_bus_id("00000000:18:00.0"), Some((0, 0x18, 0, 0)));
-        assert_eq!(parse_pci_bus_id("0000:3b:1f.7"), Some((0, 0x3b, 0x1f, 7)));
-        assert_eq!(parse_pci_bus_id("0000:3b:20.0"), None);
-        assert_eq!(parse_pci_bus_id("garbage"), None);
+        let t = |a: Option<PciAddress>| a.map(|a| (a.domain, a.bus, a.device, a.function));
+        assert_eq!(
+            t(PciAddress::parse("00000000:18:00.0")),
+            Some((0, 0x18, 0, 0))
+        );
+        assert_eq!(
+            t(PciAddress::parse("0000:3b:1f.7")),
+            Some((0, 0x3b, 0x1f, 7))
+        );
+        assert_eq!(t(PciAddress::parse("0000:3b:20.0")), None);
+        assert_eq!(t(PciAddress::parse("garbage")), None);
+    }
+
+    #[test]
+    fn bus_ids_are_derived_or_given_in_any_form() {
+        let mut n = NodeDescription::default_node();
+        assert_eq!(n.pci_address(1).to_string(), "0000:20:00.0");
+        n.gpu[0].pci_bus_id = Some("5e:00.0".into());
+        n.validate(Path::new("node.toml")).unwrap();
+        assert_eq!(n.pci_address(0).nvml(), "00000000:5E:00.0");
+        // The same address spelt another way is still a duplicate.
+        n.gpu[1].pci_bus_id = Some("0000:5E:00".into());
+        let e = n.validate(Path::new("node.toml")).unwrap_err().to_string();
+        assert!(e.contains("gpu[1].pci_bus_id"), "{e}");
     }
 }

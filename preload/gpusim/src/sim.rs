@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::layout::{ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
 use crate::node::{NodeDescription, uuid_bytes};
+use crate::pci::PciAddress;
 use crate::state::{Config, GpuGuard, State, StateError};
 use crate::timeline::{self, Params};
 use crate::{procfs, sys};
@@ -135,6 +136,7 @@ pub struct Sim {
     window_ns: u64,
     pid: i32,
     start_time: u64,
+    pci: Vec<PciAddress>,
 }
 
 static TOKENS: AtomicU64 = AtomicU64::new(1);
@@ -154,7 +156,11 @@ impl Sim {
             queue_depth: s.queue_depth,
         };
         let window_ns = s.utilization_window_ms * 1_000_000;
+        let pci = (0..state.gpu_count())
+            .map(|i| state.node().pci_address(i))
+            .collect();
         Ok(Self {
+            pci,
             state,
             params,
             window_ns,
@@ -581,6 +587,17 @@ impl Sim {
         g.xid_next = 1;
         self.state.gpu(gpu).lost.store(0, Ordering::Release);
         Ok(())
+    }
+
+    /// The PCI address of `gpu` (parsed once, at open). Panics if `gpu` is
+    /// out of range.
+    pub fn pci_address(&self, gpu: usize) -> PciAddress {
+        self.pci[gpu]
+    }
+
+    /// The GPU at PCI address `a`, if any.
+    pub fn gpu_at(&self, a: PciAddress) -> Option<usize> {
+        self.pci.iter().position(|&p| p == a)
     }
 
     /// The UUID bytes of `gpu`.

@@ -40,6 +40,35 @@ fn both_loading_paths_work() {
 }
 
 #[test]
+fn devices_are_found_by_every_documented_bus_id_form() {
+    let node = Node::new(&support::SMALL_NODE.replace(
+        "sm_count = 100",
+        "sm_count = 100\npci_bus_id = \"0000:3b:00.0\"",
+    ));
+    // domain:bus:device.function, domain:bus:device, bus:device.function
+    // (the last was refused), then a malformed id and an absent device.
+    let out = node.run(
+        Link::Direct,
+        "bybus 0000:3B:00.0 bybus 0000:3b:00 bybus 3b:00.0 bybus 3b bybus 5e:00.0",
+    );
+    let answers: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().skip(1).collect())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            vec!["CUDA_SUCCESS", "0"],
+            vec!["CUDA_SUCCESS", "0"],
+            vec!["CUDA_SUCCESS", "0"],
+            vec!["CUDA_ERROR_INVALID_VALUE", "-1"],
+            vec!["CUDA_ERROR_INVALID_DEVICE", "-1"],
+        ],
+        "{out}"
+    );
+}
+
+#[test]
 fn allocation_beyond_capacity_fails_with_out_of_memory() {
     let node = Node::small();
     // 4096 MiB - 300 MiB context = 3796 MiB: seven 512 MiB chunks fit.

@@ -1,6 +1,6 @@
 //! Device enumeration and attributes, from the node description.
 
-use gpusim::node::parse_pci_bus_id;
+use gpusim::pci::PciAddress;
 
 use crate::abi::attr;
 use crate::process::Process;
@@ -11,7 +11,7 @@ pub fn attribute(p: &Process, dev: i32, a: i32) -> Result<i32, CUresult> {
     let d = p.device(dev)?;
     let node = p.sim.node();
     let g = &node.gpu[d];
-    let (domain, bus, slot, _) = parse_pci_bus_id(&node.pci_bus_id(d)).unwrap_or((0, 0, 0, 0));
+    let pci = p.sim.pci_address(d);
     let [major, minor] = g.compute_capability;
     Ok(match a {
         attr::MAX_THREADS_PER_BLOCK => 1024,
@@ -34,9 +34,9 @@ pub fn attribute(p: &Process, dev: i32, a: i32) -> Result<i32, CUresult> {
         attr::COMPUTE_MODE => 0,
         attr::CONCURRENT_KERNELS => 1,
         attr::ECC_ENABLED => 1,
-        attr::PCI_BUS_ID => bus as i32,
-        attr::PCI_DEVICE_ID => slot as i32,
-        attr::PCI_DOMAIN_ID => domain as i32,
+        attr::PCI_BUS_ID => pci.bus as i32,
+        attr::PCI_DEVICE_ID => pci.device as i32,
+        attr::PCI_DOMAIN_ID => pci.domain as i32,
         attr::MEMORY_CLOCK_RATE => 2_619_000,
         attr::GLOBAL_MEMORY_BUS_WIDTH => 5120,
         attr::L2_CACHE_SIZE => 50 * 1024 * 1024,
@@ -72,12 +72,12 @@ pub fn can_access_peer(p: &Process, dev: i32, peer: i32) -> Result<bool, CUresul
     Ok(d != q && p.sim.node().gpu[d].nvlink_peers.contains(&(q as u32)))
 }
 
-/// `cuDeviceGetByPCIBusId`.
+/// `cuDeviceGetByPCIBusId`: any documented form (`domain:bus:device.function`,
+/// `domain:bus:device`, `bus:device.function`).
 pub fn by_pci_bus_id(p: &Process, id: &str) -> Result<i32, CUresult> {
-    let want = parse_pci_bus_id(id.trim()).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let node = p.sim.node();
-    (0..node.gpu.len())
-        .find(|&i| parse_pci_bus_id(&node.pci_bus_id(i)) == Some(want))
+    let want = PciAddress::parse(id).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    p.sim
+        .gpu_at(want)
         .map(|i| i as i32)
         .ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
@@ -85,7 +85,5 @@ pub fn by_pci_bus_id(p: &Process, id: &str) -> Result<i32, CUresult> {
 /// `cuDeviceGetPCIBusId` text (`dddd:bb:dd.f`).
 pub fn pci_bus_id(p: &Process, dev: i32) -> Result<String, CUresult> {
     let d = p.device(dev)?;
-    let (domain, bus, slot, func) =
-        parse_pci_bus_id(&p.sim.node().pci_bus_id(d)).ok_or(CUDA_ERROR_UNKNOWN)?;
-    Ok(format!("{domain:04x}:{bus:02x}:{slot:02x}.{func:x}"))
+    Ok(p.sim.pci_address(d).to_string())
 }

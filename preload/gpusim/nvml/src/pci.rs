@@ -2,50 +2,38 @@
 //!
 //! The bus id comes from the node description (`pci_bus_id`, or the one
 //! derived from the index). As NVML does, `busId` is printed with an
-//! 8-digit domain and `busIdLegacy` with a 4-digit one, upper-case hex.
+//! 8-digit domain and `busIdLegacy` with a 4-digit one, upper-case hex
+//! (see [`gpusim::pci`]).
 //! The subsystem id repeats the device id (an NVIDIA-branded board; the
 //! node description has no field for it).
 
 use std::ffi::c_char;
 
 use gpusim::NodeDescription;
-use gpusim::node::parse_pci_bus_id;
+use gpusim::pci::PciAddress;
 
 use crate::abi::{PCI_BUS_ID_BUFFER_SIZE, PCI_BUS_ID_LEGACY_BUFFER_SIZE, PciInfo};
 
-/// `(domain, bus, device, function)` of GPU `gpu`.
-pub fn address(node: &NodeDescription, gpu: usize) -> (u32, u32, u32, u32) {
-    // Validated when the node description was loaded.
-    parse_pci_bus_id(&node.pci_bus_id(gpu)).unwrap_or((0, 0, 0, 0))
-}
-
-/// The bus id as `nvmlDeviceGetPciInfo` reports it (`00000000:18:00.0`).
-pub fn bus_id(node: &NodeDescription, gpu: usize) -> String {
-    let (d, b, v, f) = address(node, gpu);
-    format!("{d:08X}:{b:02X}:{v:02X}.{f:X}")
-}
-
 /// The `nvmlPciInfo_t` of GPU `gpu`.
 pub fn info(node: &NodeDescription, gpu: usize) -> PciInfo {
-    let (d, b, v, f) = address(node, gpu);
+    let a = node.pci_address(gpu);
     let id = node.gpu[gpu].pci_device_id;
     PciInfo {
-        bus_id_legacy: c_chars(&format!("{:04X}:{b:02X}:{v:02X}.{f:X}", d & 0xffff)),
-        domain: d,
-        bus: b,
-        device: v,
+        bus_id_legacy: c_chars(&a.nvml_legacy()),
+        domain: a.domain,
+        bus: a.bus,
+        device: a.device,
         pci_device_id: id,
         pci_sub_system_id: id,
-        bus_id: c_chars(&bus_id(node, gpu)),
+        bus_id: c_chars(&a.nvml()),
     }
 }
 
 /// The GPU whose bus id `text` names. Accepts what NVML accepts: any case,
-/// a 4- or 8-digit domain, or no domain (`18:00.0`).
+/// any domain width, no domain (`18:00.0`) or no function (`0:18:00`).
 pub fn find(node: &NodeDescription, text: &str) -> Option<usize> {
-    let text = text.trim();
-    let wanted = parse_pci_bus_id(text).or_else(|| parse_pci_bus_id(&format!("0000:{text}")))?;
-    (0..node.gpu.len()).find(|&i| address(node, i) == wanted)
+    let wanted = PciAddress::parse(text)?;
+    (0..node.gpu.len()).find(|&i| node.pci_address(i) == wanted)
 }
 
 /// `s` as a NUL-terminated C char array (truncated to fit).

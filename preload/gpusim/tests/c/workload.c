@@ -36,6 +36,7 @@
  *   churn MIB N             N rounds: allocate MIB; on failure free the
  *                           oldest object          -> "churn <ok> <oom>"
  *   totalmem                cuDeviceTotalMem_v2    -> "totalmem <bytes>"
+ *   bybus ID                cuDeviceGetByPCIBusId  -> "bybus <rc> <device>"
  *   graph NAME G B K N      capture K launches into a graph, launch it N
  *                           times, sync             -> "graph <n>"
  * Any failing call prints "error <op> <CUDA_ERROR_NAME>" and exits 1.
@@ -71,6 +72,7 @@ typedef struct {
     X(cuInit, (unsigned))                                                              \
     X(cuGetErrorName, (CUresult, const char **))                                      \
     X(cuDeviceGet, (CUdevice *, int))                                                  \
+    X(cuDeviceGetByPCIBusId, (CUdevice *, const char *))                               \
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                               \
     X(cuCtxSetCurrent, (CUcontext))                                                    \
     X(cuCtxSynchronize, (void))                                                        \
@@ -194,6 +196,7 @@ static void load(void) {}
 #define CALL_cuInit cuInit
 #define CALL_cuGetErrorName cuGetErrorName
 #define CALL_cuDeviceGet cuDeviceGet
+#define CALL_cuDeviceGetByPCIBusId cuDeviceGetByPCIBusId
 #define CALL_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain
 #define CALL_cuCtxSetCurrent cuCtxSetCurrent
 #define CALL_cuCtxSynchronize cuCtxSynchronize
@@ -390,6 +393,10 @@ int main(int argc, char **argv) {
             size_t t;
             CHECK(op, CALL(cuDeviceTotalMem)(&t, 0));
             printf("totalmem %zu\n", t);
+        } else if (!strcmp(op, "bybus")) {
+            CUdevice d = -1;
+            CUresult rc = CALL(cuDeviceGetByPCIBusId)(&d, ARG());
+            printf("bybus %s %d\n", name_of(rc), d);
         } else if (!strcmp(op, "graph")) {
             CUfunction f = function(ARG());
             unsigned g = atoi(ARG()), b = atoi(ARG());

@@ -3,7 +3,6 @@
 use std::fmt::Write as _;
 
 use anyhow::{Context, Result};
-use gpusim::node::parse_pci_bus_id;
 use gpusim::state::Config;
 use gpusim::{Sim, SimError};
 use serde::Serialize;
@@ -64,14 +63,6 @@ fn cuda_version(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-/// The bus id as NVML prints it (`00000000:3B:00.0`).
-fn bus_id(text: &str) -> String {
-    match parse_pci_bus_id(text) {
-        Some((d, b, v, f)) => format!("{d:08X}:{b:02X}:{v:02X}.{f:X}"),
-        None => text.to_string(),
-    }
-}
-
 fn process_name(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim_end().to_string())
@@ -91,7 +82,8 @@ fn collect(sim: &Sim) -> Result<Report, SimError> {
             index: i,
             name: g.model.clone(),
             uuid: node.uuid(i),
-            bus_id: bus_id(&node.pci_bus_id(i)),
+            // As NVML prints it.
+            bus_id: sim.pci_address(i).nvml(),
             memory_used_mib: mem.used >> 20,
             memory_total_mib: mem.total >> 20,
             utilization_gpu_percent: util.gpu,
@@ -185,7 +177,9 @@ mod tests {
     fn versions_and_bus_ids_are_formatted_like_nvidia_smi() {
         assert_eq!(cuda_version(12080), "12.8");
         assert_eq!(cuda_version(11040), "11.4");
-        assert_eq!(bus_id("0000:3b:00.0"), "00000000:3B:00.0");
-        assert_eq!(bus_id("weird"), "weird");
+        // Bus ids come from gpusim::pci (an unparsable one cannot pass the
+        // node description's validation).
+        let a = gpusim::pci::PciAddress::parse("0000:3b:00.0").unwrap();
+        assert_eq!(a.nvml(), "00000000:3B:00.0");
     }
 }
