@@ -23,7 +23,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use tessera_agent::ebpf::{AttachMode, DeviceSpec, ModeRequest, Observer, ObserverConfig, cgroup};
+use tessera_agent::cgroup;
+use tessera_agent::ebpf::{AttachMode, DeviceSpec, ModeRequest, Observer, ObserverConfig};
 
 const ROUNDS: usize = 7;
 

@@ -8,7 +8,8 @@
 //!   guard, with attach-mode probing;
 //! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
 //!   and runtimes Kubernetes nodes use;
-//! - [`error_chain`]: an error and its causes on one line.
+//! - [`error_chain`]: an error and its causes on one line;
+//! - [`mountinfo`]: this process's mounts.
 //!
 //! The device plugin, the region manager and the compute controller arrive
 //! in later changes (see `design.md`).
@@ -19,3 +20,4 @@ pub mod cgroup;
 pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
+pub mod mountinfo;

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use tessera_agent::cgroup::CgroupMap;
+use tessera_agent::cgroup::{CgroupMap, cgroup2_root};
+use tessera_agent::ebpf::Observer;
 use tessera_agent::ebpf::args::EbpfArgs;
-use tessera_agent::ebpf::{Observer, cgroup::cgroup2_root};
 use tessera_agent::error_chain::with_causes;
 use tessera_agent::gpu::{GpuArgs, Inventory};
 

@@ -81,7 +81,7 @@ fn unregistered_process_is_reported_once_and_registered_one_not() {
     }
     let pod = TestCgroup::new("bypass-pod");
     let container = pod.child("ctr");
-    let container_id = tessera_agent::ebpf::cgroup::cgroup_id(&container).unwrap();
+    let container_id = tessera_agent::cgroup::cgroup_id(&container).unwrap();
     let elsewhere = TestCgroup::new("bypass-other");
     let mut observer = observer(ModeRequest::Auto);
     let mut events = observer.bypass_events().unwrap();
@@ -160,7 +160,7 @@ fn first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode() {
     }
     let pod = TestCgroup::new("bypass-raw");
     let deep = pod.child("ctr/sub/deeper");
-    let deep_id = tessera_agent::ebpf::cgroup::cgroup_id(&deep).unwrap();
+    let deep_id = tessera_agent::cgroup::cgroup_id(&deep).unwrap();
     let mut observer = observer(ModeRequest::Only(AttachMode::RawTracepoint));
     let mut events = observer.bypass_events().unwrap();
     observer.watch_cgroup(pod.id()).unwrap();
@@ -201,7 +201,7 @@ fn count_only_open_audit_counts_and_leaves_the_report_to_the_first_ioctl() {
     }
     let pod = TestCgroup::new("bypass-count-only");
     let container = pod.child("ctr");
-    let container_id = tessera_agent::ebpf::cgroup::cgroup_id(&container).unwrap();
+    let container_id = tessera_agent::cgroup::cgroup_id(&container).unwrap();
     let mut observer = observer(ModeRequest::Only(AttachMode::Tracepoint));
     let mut events = observer.bypass_events().unwrap();
     // The program older kernels fall back to.

@@ -19,8 +19,9 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use support::{Child, TestCgroup, answer, answer_in, artifact, child_role, skip_reason};
+use tessera_agent::cgroup;
 use tessera_agent::ebpf::{
-    GuardDevices, Guards, cgroup,
+    GuardDevices, Guards,
     devices::{Device, DeviceSpec as Spec},
 };
 

@@ -9,13 +9,13 @@
 //!   QoS class; paths under `kubepods` that match no known pattern are
 //!   reported as unknown with the reason, never guessed;
 //! - [`walk`]: builds the id → pod/container map from the v2 tree, and
-//!   says when a hybrid host keeps the pods out of the v2 tree altogether.
-//!
-//! Where cgroup v2 is mounted and a directory's id are in
-//! [`crate::ebpf::cgroup`].
+//!   says when a hybrid host keeps the pods out of the v2 tree altogether;
+//! - [`v2`]: where cgroup v2 is mounted and a directory's id.
 
 pub mod path;
+pub mod v2;
 pub mod walk;
 
 pub use path::{Classified, ContainerRef, Driver, PodRef, QosClass, Runtime, classify};
+pub use v2::{CgroupError, cgroup_id, cgroup2_root};
 pub use walk::{CgroupEntry, CgroupMap, WalkError};

@@ -12,10 +12,10 @@
 //! [`CgroupMap::notes`] says so when it happens.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::path::{Classified, ContainerRef, PodRef, classify};
+use super::v2::cgroup_id;
 
 /// How deep below the root the walk goes (kubepods/QoS/pod/container is 4;
 /// prefixes and nested container cgroups add a few).
@@ -69,11 +69,7 @@ impl CgroupMap {
             source,
         })?;
         let mut kubepods_seen = false;
-        let mut stack: Vec<(PathBuf, usize)> = entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| (e.path(), 1))
-            .collect();
+        let mut stack: Vec<(PathBuf, usize)> = subdirs(entries).map(|d| (d, 1)).collect();
         while let Some((dir, depth)) = stack.pop() {
             let Ok(rel) = dir.strip_prefix(root) else {
                 continue;
@@ -89,8 +85,7 @@ impl CgroupMap {
                 Classified::QosLevel { .. } => kubepods_seen = true,
                 Classified::Pod(_) | Classified::Container { .. } => {
                     kubepods_seen = true;
-                    if let Ok(meta) = std::fs::metadata(&dir) {
-                        let id = meta.ino();
+                    if let Ok(id) = cgroup_id(&dir) {
                         map.by_id.insert(
                             id,
                             CgroupEntry {
@@ -105,12 +100,7 @@ impl CgroupMap {
             if depth < MAX_DEPTH
                 && let Ok(children) = std::fs::read_dir(&dir)
             {
-                stack.extend(
-                    children
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| (e.path(), depth + 1)),
-                );
+                stack.extend(subdirs(children).map(|d| (d, depth + 1)));
             }
         }
         map.unknown.sort();
@@ -146,6 +136,14 @@ impl CgroupMap {
     }
 }
 
+/// The directories among `entries` (unreadable entries skipped).
+fn subdirs(entries: std::fs::ReadDir) -> impl Iterator<Item = PathBuf> {
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+}
+
 /// On a hybrid host (v2 root named `unified` inside the v1 mount), a note
 /// when kubepods exists in a v1 hierarchy but not in v2.
 fn hybrid_note(v2_root: &Path) -> Option<String> {
@@ -175,6 +173,8 @@ fn hybrid_note(v2_root: &Path) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt;
+
     use super::*;
 
     const UID: &str = "7b2f3c1e-9d4a-4e5b-8c6d-0f1a2b3c4d5e";

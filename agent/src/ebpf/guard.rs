@@ -40,10 +40,10 @@ use tessera_ebpf_common::{
     names,
 };
 
-use super::cgroup;
 use super::devices::{Device, NVIDIA_MAJOR};
 use super::mounts;
 use crate::cgroup::path::{Classified, classify, valid_uid};
+use crate::cgroup::v2 as cgroup;
 
 /// Largest GPU minor of the NVIDIA frontend.
 pub const GPU_MINOR_MAX: u32 = 247;

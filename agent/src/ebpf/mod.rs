@@ -15,7 +15,6 @@
 //!   ring buffer of processes that skip the preload;
 //! - [`driver`]: the NVIDIA driver version, for parameter layouts;
 //! - [`guard`]: the per-pod cgroup device guard, pinned in bpffs;
-//! - [`cgroup`]: where cgroup v2 is mounted and what a cgroup's id is;
 //! - [`mounts`]: tracefs and bpffs when the host has not mounted them.
 //!
 //! Opens are counted by an audit-only cgroup device program rather than a
@@ -27,7 +26,6 @@
 pub mod args;
 pub mod btf;
 pub mod bypass;
-pub mod cgroup;
 pub mod counts;
 pub mod devices;
 pub mod driver;

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::mount::{MountFlags, mount};
 
+use crate::mountinfo;
+
 /// Where tracefs is expected; aya also looks at the debugfs location.
 pub const TRACEFS: &str = "/sys/kernel/tracing";
 const TRACEFS_IN_DEBUGFS: &str = "/sys/kernel/debug/tracing";
@@ -62,14 +64,9 @@ fn mount_fs(fs: &'static str, path: &Path) -> Result<(), MountError> {
 }
 
 fn is_mount_of(path: &Path, fs: &str) -> bool {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    text.lines().any(|line| {
-        let Some((left, right)) = line.split_once(" - ") else {
-            return false;
-        };
-        right.split_whitespace().next() == Some(fs)
-            && left.split_whitespace().nth(4).map(Path::new) == Some(path)
+    mountinfo::read().is_ok_and(|mounts| {
+        mounts
+            .iter()
+            .any(|m| m.fs_type == fs && m.mount_point == path)
     })
 }

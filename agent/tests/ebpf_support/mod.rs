@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tessera_agent::ebpf::cgroup;
+use tessera_agent::cgroup;
 
 const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 

@@ -8,6 +8,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::mountinfo;
+
 /// Errors finding cgroups.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
@@ -36,51 +38,20 @@ pub enum CgroupError {
 
 /// The mount point of the cgroup v2 hierarchy of this mount namespace.
 pub fn cgroup2_root() -> Result<PathBuf, CgroupError> {
-    let path = Path::new("/proc/self/mountinfo");
-    let text = std::fs::read_to_string(path).map_err(|source| CgroupError::MountInfo {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text =
+        std::fs::read_to_string(mountinfo::SELF).map_err(|source| CgroupError::MountInfo {
+            path: PathBuf::from(mountinfo::SELF),
+            source,
+        })?;
     cgroup2_mount(&text).ok_or(CgroupError::NotMounted)
 }
 
 /// The first cgroup2 mount in `mountinfo` text whose root is `/` (a mount
 /// of the whole hierarchy, not of a subtree).
-pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        let mut fields = left.split_whitespace();
-        let root = fields.nth(3)?;
-        let mount_point = fields.next()?;
-        (root == "/").then(|| PathBuf::from(unescape(mount_point)))
-    })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
-            let s = std::str::from_utf8(d).ok()?;
-            u8::from_str_radix(s, 8).ok()
-        });
-        match (bytes[i], octal) {
-            (b'\\', Some(b)) => {
-                out.push(b);
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+pub fn cgroup2_mount(text: &str) -> Option<PathBuf> {
+    mountinfo::parse(text)
+        .find(|m| m.fs_type == "cgroup2" && m.root == "/")
+        .map(|m| m.mount_point)
 }
 
 /// The id the eBPF programs report for tasks in cgroup directory `dir`.
