@@ -13,8 +13,10 @@
 //! - [`ioctl`] / [`nvrm`]: real NVIDIA ioctls on stand-in devices;
 //! - [`pci`]: PCI bus ids as CUDA and NVML parse and print them;
 //! - [`sim`]: the operations a process performs (attach, allocate, submit,
-//!   wait, query).
+//!   wait, query);
+//! - [`connect`]: what `cuInit` and `nvmlInit` open.
 
+pub mod connect;
 pub mod cost;
 pub mod ioctl;
 pub mod layout;

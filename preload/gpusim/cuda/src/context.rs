@@ -18,7 +18,7 @@ fn attach(p: &Process, device: usize) -> Result<Attachment, CUresult> {
             .driver
             .register_gpu(device, p.sim.uuid_bytes(device), numa)
         {
-            eprintln!("gpusim: {}", process::chain(&e));
+            eprintln!("gpusim: {}", gpusim::connect::chain(&e));
             let _ = p.sim.detach(&att);
             return Err(CUDA_ERROR_OPERATING_SYSTEM);
         }

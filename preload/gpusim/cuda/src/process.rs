@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use gpusim::connect::{ConnectError, Connection, chain};
 use gpusim::cost::{KernelCost, LaunchShape};
 use gpusim::ioctl::Driver;
 use gpusim::{Attachment, Sim, SimError};
@@ -48,15 +49,14 @@ pub fn init() -> Result<&'static Process, CUresult> {
     }
     PROCESS
         .get_or_init(|| {
-            let sim = Sim::from_env().map_err(|e| {
-                eprintln!("gpusim: cuInit failed: {}", chain(&e));
-                CUDA_ERROR_NOT_INITIALIZED
+            let Connection { sim, driver } = Connection::from_env().map_err(|e| {
+                let (cause, code): (&dyn std::error::Error, _) = match &e {
+                    ConnectError::Sim(e) => (e, CUDA_ERROR_NOT_INITIALIZED),
+                    ConnectError::Driver(e) => (e, CUDA_ERROR_NO_DEVICE),
+                };
+                eprintln!("gpusim: cuInit failed: {}", chain(cause));
+                code
             })?;
-            let driver = Driver::open(sim.node()).map_err(|e| {
-                eprintln!("gpusim: cuInit failed: {}", chain(&e));
-                CUDA_ERROR_NO_DEVICE
-            })?;
-            driver.check_version();
             crate::sys::at_fork_child(forked);
             let n = sim.gpu_count();
             Ok(Process {
@@ -89,18 +89,6 @@ pub fn get() -> Result<&'static Process, CUresult> {
         Some(Ok(p)) => Ok(p),
         _ => Err(CUDA_ERROR_NOT_INITIALIZED),
     }
-}
-
-/// An error and its causes, on one line.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Maps a simulator error to the code a driver would return.

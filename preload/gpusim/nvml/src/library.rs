@@ -9,35 +9,22 @@
 //! that may not be opened: `NVML_ERROR_NO_PERMISSION`) and prints one line
 //! to stderr naming the problem and its causes.
 
-use std::error::Error;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use gpusim::ioctl::{Driver, OpenError};
-use gpusim::{Sim, SimError};
+use gpusim::Sim;
+use gpusim::connect::{ConnectError, Connection, chain};
+use gpusim::ioctl::Driver;
 
 use crate::error::NvmlError;
 use crate::handle;
 
-/// Why `nvmlInit` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum InitError {
-    /// The node description or state file is unusable.
-    #[error("cannot open the simulated GPU node")]
-    Sim(#[source] SimError),
-    /// A stand-in driver device could not be opened.
-    #[error("cannot open the simulated driver")]
-    Driver(#[source] OpenError),
-}
-
-impl InitError {
-    /// The code `nvmlInit` returns for this failure.
-    pub fn code(&self) -> NvmlError {
-        match self {
-            Self::Driver(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
-                NvmlError::NoPermission
-            }
-            _ => NvmlError::DriverNotLoaded,
+/// The code `nvmlInit` returns when the node cannot be opened.
+pub fn init_code(e: &ConnectError) -> NvmlError {
+    match e {
+        ConnectError::Driver(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => {
+            NvmlError::NoPermission
         }
+        _ => NvmlError::DriverNotLoaded,
     }
 }
 
@@ -50,10 +37,8 @@ pub struct Context {
 }
 
 impl Context {
-    fn open() -> Result<Self, InitError> {
-        let sim = Sim::from_env().map_err(InitError::Sim)?;
-        let driver = Driver::open(sim.node()).map_err(InitError::Driver)?;
-        driver.check_version();
+    fn open() -> Result<Self, ConnectError> {
+        let Connection { sim, driver } = Connection::from_env()?;
         Ok(Self { sim, driver })
     }
 
@@ -107,7 +92,7 @@ pub fn init() -> Result<(), NvmlError> {
         }
         Err(e) => {
             eprintln!("libnvidia-ml (gpusim): {}", chain(&e));
-            Err(e.code())
+            Err(init_code(&e))
         }
     }
 }
@@ -130,16 +115,4 @@ pub fn shutdown() -> Result<(), NvmlError> {
 /// The initialised library, or `NVML_ERROR_UNINITIALIZED`.
 pub fn context() -> Result<Arc<Context>, NvmlError> {
     library().context.clone().ok_or(NvmlError::Uninitialized)
-}
-
-/// `error: cause: cause …` on one line.
-pub fn chain(e: &dyn Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s.replace('\n', " ")
 }
