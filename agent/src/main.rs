@@ -9,6 +9,10 @@ use tessera_agent::ebpf::Observer;
 use tessera_agent::ebpf::args::EbpfArgs;
 use tessera_agent::error_chain::with_causes;
 use tessera_agent::gpu::{GpuArgs, Inventory};
+use tessera_ebpf_common::{
+    dev::{kdev_major, kdev_minor},
+    uvm::format_uuid,
+};
 
 /// The Tessera node agent: one per GPU node.
 #[derive(Debug, Parser)]
@@ -59,7 +63,12 @@ fn observe(ebpf: &EbpfArgs, seconds: u64) -> Result<()> {
     ids.extend(snap.opens.keys().map(|k| k.cgroup_id));
     ids.sort_unstable();
     ids.dedup();
-    let dev = |d: u32| format!("{}:{}", d >> 20, d & 0xfffff);
+    let dev = |d: u32| format!("{}:{}", kdev_major(d), kdev_minor(d));
+    let uuid = |u: &[u8; 16]| {
+        let mut text = [0u8; 40];
+        let n = format_uuid(u, &mut text);
+        String::from_utf8_lossy(&text[..n]).into_owned()
+    };
     let rows: Vec<serde_json::Value> = ids
         .iter()
         .map(|&id| {
@@ -68,14 +77,19 @@ fn observe(ebpf: &EbpfArgs, seconds: u64) -> Result<()> {
             for (k, n) in snap.ioctls.iter().filter(|(k, _)| k.cgroup_id == id) {
                 *devices.entry(dev(k.dev)).or_default() += n;
             }
-            let opens: u64 = snap.opens.iter().filter(|(k, _)| k.cgroup_id == id).map(|(_, n)| n).sum();
+            let opens: u64 = snap
+                .opens
+                .iter()
+                .filter(|(k, _)| k.cgroup_id == id)
+                .map(|(_, n)| n)
+                .sum();
             serde_json::json!({
                 "cgroup_id": id,
                 "cgroup": entry.map(|e| e.path.clone()),
                 "pod_uid": cgroups.pod_of(id).map(|p| p.uid.clone()),
                 "ioctls_by_device": devices,
                 "opens": opens,
-                "gpus": snap.gpus_of(id).iter().map(|(u, _)| u.iter().map(|b| format!("{b:02x}")).collect::<String>()).collect::<Vec<_>>(),
+                "gpus": snap.gpus_of(id).iter().map(|(u, _)| uuid(u)).collect::<Vec<_>>(),
                 "video_memory_estimate": snap.rm_bytes_of(id),
             })
         })

@@ -198,9 +198,7 @@ impl DeviceSpec {
 
 /// Splits a user-space `dev_t` (glibc's encoding, as `stat` returns it).
 pub fn split_user_dev(dev: u64) -> (u32, u32) {
-    let major = ((dev >> 8) & 0xFFF) | ((dev >> 32) & !0xFFF);
-    let minor = (dev & 0xFF) | ((dev >> 12) & !0xFF);
-    (major as u32, minor as u32)
+    (libc::major(dev), libc::minor(dev))
 }
 
 /// The NVIDIA devices of this node, read from `proc` (normally `/proc`).
