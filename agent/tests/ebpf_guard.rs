@@ -255,3 +255,42 @@ fn guards_of_removed_pods_are_pruned_and_bad_paths_refused() {
     assert_eq!(pruned, vec![uid]);
     assert!(g.list_guards().unwrap().is_empty());
 }
+
+#[test]
+fn a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers() {
+    child_side();
+    let test = "a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers";
+    if let Some(why) = guard_skip() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let base = TestCgroup::new("guard-leftover");
+    let uid = pod_uid();
+    let pod = base.child(&format!("kubepods/pod{uid}"));
+    let container = base.child(&format!("kubepods/pod{uid}/{CID}"));
+    let pins = Pins::new("leftover");
+    let g = guards(&pins.0);
+    let tmp = pins.0.join(format!("new-{uid}"));
+    let unguarded = "null=ok zero=ok full=ok random=ok";
+
+    // A directory where the pin goes makes the rename fail.
+    std::fs::create_dir_all(pins.0.join(&uid)).unwrap();
+    let err = g.guard_pod(&pod, &[(1, 5)]).unwrap_err().to_string();
+    assert!(err.starts_with("cannot rename device guard pin"), "{err}");
+    assert!(!tmp.exists(), "the temporary pin is removed");
+    assert_eq!(probe(test, &container), unguarded, "and its link with it");
+    std::fs::remove_dir(pins.0.join(&uid)).unwrap();
+
+    // A temporary pin left by an agent stopped mid-replacement: enforcing,
+    // but not listed; prune removes it.
+    g.guard_pod(&pod, &[(1, 5)]).unwrap();
+    std::fs::rename(pins.0.join(&uid), &tmp).unwrap();
+    assert!(g.list_guards().unwrap().is_empty());
+    assert_eq!(
+        probe(test, &container),
+        "null=ok zero=ok full=EPERM random=ok"
+    );
+    assert!(g.prune().unwrap().is_empty(), "no pod was removed");
+    assert!(!tmp.exists());
+    assert_eq!(probe(test, &container), unguarded);
+}

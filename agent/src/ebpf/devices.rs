@@ -290,8 +290,9 @@ fn device_minor(information: &str) -> Option<u32> {
     })
 }
 
-/// The major of character device `name` in `/proc/devices`.
-fn char_major(proc_devices: &str, name: &str) -> Option<u32> {
+/// The major of character device `name` in the text of `/proc/devices`
+/// (e.g. `nvidia-uvm`, `nvidia-caps`: dynamic majors).
+pub fn char_major(proc_devices: &str, name: &str) -> Option<u32> {
     proc_devices
         .lines()
         .skip_while(|l| !l.starts_with("Character devices:"))

@@ -142,3 +142,11 @@ fn splits_user_dev_numbers() {
     assert_eq!(split_user_dev(makedev(511, 0x12345)), (511, 0x12345));
     assert_eq!(split_user_dev(makedev(4100, 7)), (4100, 7));
 }
+
+#[test]
+fn finds_character_majors() {
+    assert_eq!(char_major(PROC_DEVICES, "nvidia-uvm"), Some(234));
+    assert_eq!(char_major(PROC_DEVICES, "nvidia-caps"), Some(235));
+    assert_eq!(char_major(PROC_DEVICES, "nvidia-uvm-fake-block"), None);
+    assert_eq!(char_major(PROC_DEVICES, "sd"), None);
+}

@@ -40,10 +40,14 @@ use tessera_ebpf_common::{
     names,
 };
 
-use super::devices::{Device, NVIDIA_MAJOR};
+use super::devices::{CONTROL_MINOR, Device, MODESET_MINOR, NVIDIA_MAJOR};
 use super::mounts;
 use crate::cgroup::path::{Classified, classify, valid_uid};
 use crate::cgroup::v2 as cgroup;
+
+/// Prefix of a replacement's temporary pin (bpffs refuses names with
+/// dots, so not `.<uid>.new`).
+const TMP_PREFIX: &str = "new-";
 
 /// Largest GPU minor of the NVIDIA frontend.
 pub const GPU_MINOR_MAX: u32 = 247;
@@ -131,12 +135,13 @@ pub struct GuardDevices {
 impl GuardDevices {
     /// The NVIDIA devices: GPU minors 195:0..=247 (and every
     /// `nvidia-caps` minor) are guarded; 195:254..=255 (modeset, control)
-    /// and the `nvidia-uvm` major are always allowed.
+    /// and the `nvidia-uvm` major are always allowed. The dynamic majors
+    /// are in `/proc/devices` ([`super::devices::char_major`]).
     pub fn nvidia(uvm_major: Option<u32>, caps_major: Option<u32>) -> Self {
         let mut always = vec![DevRange {
             major: NVIDIA_MAJOR,
-            first_minor: 254,
-            last_minor: 255,
+            first_minor: MODESET_MINOR,
+            last_minor: CONTROL_MINOR,
         }];
         always.extend(uvm_major.map(DevRange::major));
         let mut guarded = vec![DevRange {
@@ -218,6 +223,19 @@ pub struct GuardInfo {
     /// The pod cgroup's id, `None` once the cgroup is gone (the kernel
     /// has detached the link).
     pub cgroup_id: Option<u64>,
+}
+
+impl GuardInfo {
+    /// The guard of pod `pod_uid` pinned at `pin`, from its link's info.
+    fn from_link(pod_uid: String, pin: PathBuf, link: &tessera_ebpf_sys::LinkInfo) -> Self {
+        Self {
+            pod_uid,
+            pin,
+            link_id: link.id,
+            program_id: link.prog_id,
+            cgroup_id: (link.cgroup_id != 0).then_some(link.cgroup_id),
+        }
+    }
 }
 
 /// The node's pod guards.
@@ -325,32 +343,30 @@ impl Guards {
             source,
         })?;
         let pin = self.pin_dir.join(&uid);
-        // bpffs refuses names with dots.
-        let tmp = self.pin_dir.join(format!("new-{uid}"));
+        let tmp = self.pin_dir.join(format!("{TMP_PREFIX}{uid}"));
         let _ = std::fs::remove_file(&tmp);
         tessera_ebpf_sys::obj_pin(link.as_fd(), &tmp).map_err(|source| GuardError::Io {
             action: "pin device guard at",
             path: tmp.clone(),
             source,
         })?;
-        std::fs::rename(&tmp, &pin).map_err(|source| GuardError::Io {
-            action: "rename device guard pin to",
-            path: pin.clone(),
-            source,
-        })?;
+        if let Err(source) = std::fs::rename(&tmp, &pin) {
+            // Else the temporary pin would hold the new link attached, out
+            // of sight of list_guards, unguard_pod and prune.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(GuardError::Io {
+                action: "rename device guard pin to",
+                path: pin,
+                source,
+            });
+        }
         let info = tessera_ebpf_sys::link_info(link.as_fd()).map_err(|source| GuardError::Io {
             action: "read link info of",
             path: pin.clone(),
             source,
         })?;
         tracing::info!(pod = %uid, cgroup = %pod_cgroup.display(), allowed = allowed.len(), "device guard attached");
-        Ok(GuardInfo {
-            pod_uid: uid,
-            pin,
-            link_id: info.id,
-            program_id: info.prog_id,
-            cgroup_id: (info.cgroup_id != 0).then_some(info.cgroup_id),
-        })
+        Ok(GuardInfo::from_link(uid, pin, &info))
     }
 
     /// Removes pod `uid`'s guard; returns whether there was one.
@@ -402,21 +418,19 @@ impl Guards {
                 tessera_ebpf_sys::obj_get(&pin).map_err(|e| io("open device guard pin", e))?;
             let info = tessera_ebpf_sys::link_info(link.as_fd())
                 .map_err(|e| io("read link info of", e))?;
-            out.push(GuardInfo {
-                pod_uid: name,
-                pin,
-                link_id: info.id,
-                program_id: info.prog_id,
-                cgroup_id: (info.cgroup_id != 0).then_some(info.cgroup_id),
-            });
+            out.push(GuardInfo::from_link(name, pin, &info));
         }
         out.sort_by(|a, b| a.pod_uid.cmp(&b.pod_uid));
         Ok(out)
     }
 
-    /// Removes the pins of guards whose pod cgroup is gone; returns their
-    /// pod UIDs.
+    /// Removes the pins of guards whose pod cgroup is gone, and temporary
+    /// pins a replacement left behind (`new-<uid>`: an agent stopped
+    /// between pinning and renaming); returns the UIDs of the pods whose
+    /// guards went. Not to be run while a [`Guards::guard_pod`] is under
+    /// way, whose temporary pin it would remove.
     pub fn prune(&self) -> Result<Vec<String>, GuardError> {
+        self.sweep_temporary_pins()?;
         let mut pruned = Vec::new();
         for guard in self.list_guards()? {
             if guard.cgroup_id.is_none() && self.unguard_pod(&guard.pod_uid)? {
@@ -424,6 +438,41 @@ impl Guards {
             }
         }
         Ok(pruned)
+    }
+
+    fn sweep_temporary_pins(&self) -> Result<(), GuardError> {
+        let entries = match std::fs::read_dir(&self.pin_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(GuardError::Io {
+                    action: "list device guard pins in",
+                    path: self.pin_dir.clone(),
+                    source,
+                });
+            }
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(uid) = name.strip_prefix(TMP_PREFIX) else {
+                continue;
+            };
+            if !valid_uid(uid) {
+                continue;
+            }
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(pod = %uid, "stale temporary device guard pin removed"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(GuardError::Io {
+                        action: "remove device guard pin",
+                        path: entry.path(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     fn ensure_pin_dir(&self) -> Result<(), GuardError> {
