@@ -116,6 +116,26 @@ impl Config {
                 .map_or_else(default_state_path, PathBuf::from),
         }
     }
+
+    /// The node description processes use: the one stored in an existing
+    /// state file, else the given file, else the default node. Creates no
+    /// state file (one left by an earlier boot is removed, as opening would).
+    pub fn effective_node(&self) -> Result<NodeDescription, StateError> {
+        let wanted = self.wanted_node()?;
+        Ok(match State::open_existing(self, wanted.as_ref())? {
+            Some(state) => state.node,
+            None => wanted.unwrap_or_else(NodeDescription::default_node),
+        })
+    }
+
+    /// The given node description, read and validated.
+    fn wanted_node(&self) -> Result<Option<NodeDescription>, StateError> {
+        Ok(self
+            .node_path
+            .as_deref()
+            .map(NodeDescription::from_file)
+            .transpose()?)
+    }
 }
 
 /// `/dev/shm/gpusim-<uid>.state`.
@@ -135,44 +155,14 @@ pub struct State {
 impl State {
     /// Opens the state file, creating it if needed.
     pub fn open(cfg: &Config) -> Result<Self, StateError> {
-        let wanted = cfg
-            .node_path
-            .as_deref()
-            .map(NodeDescription::from_file)
-            .transpose()?;
+        let wanted = cfg.wanted_node()?;
         let path = &cfg.state_path;
         for _ in 0..5 {
-            match OpenOptions::new().read(true).write(true).open(path) {
-                Ok(file) => {
-                    let state = match Self::attach(file, path) {
-                        Err(StateError::Stale { .. }) => {
-                            // Left by an earlier boot: nothing can be using
-                            // it. Replace it.
-                            let _ = fs::remove_file(path);
-                            continue;
-                        }
-                        other => other?,
-                    };
-                    if let (Some(w), Some(np)) = (&wanted, &cfg.node_path)
-                        && w.canonical() != state.node.canonical()
-                    {
-                        return Err(StateError::NodeMismatch {
-                            path: path.clone(),
-                            node: np.clone(),
-                        });
-                    }
-                    return Ok(state);
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            match Self::open_existing(cfg, wanted.as_ref())? {
+                Some(state) => return Ok(state),
+                None => {
                     let node = wanted.clone().unwrap_or_else(NodeDescription::default_node);
                     Self::create(path, &node)?;
-                }
-                Err(source) => {
-                    return Err(StateError::Io {
-                        action: "open",
-                        path: path.clone(),
-                        source,
-                    });
                 }
             }
         }
@@ -181,6 +171,44 @@ impl State {
             path: path.clone(),
             source: io::Error::other("it keeps disappearing while being opened"),
         })
+    }
+
+    /// Opens the state file if there is one, checking it was made for
+    /// `wanted` (the given description, if any). `None` when there is none
+    /// or only one left by an earlier boot, which is removed: nothing can be
+    /// using it.
+    fn open_existing(
+        cfg: &Config,
+        wanted: Option<&NodeDescription>,
+    ) -> Result<Option<Self>, StateError> {
+        let path = &cfg.state_path;
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(StateError::Io {
+                    action: "open",
+                    path: path.clone(),
+                    source,
+                });
+            }
+        };
+        let state = match Self::attach(file, path) {
+            Err(StateError::Stale { .. }) => {
+                let _ = fs::remove_file(path);
+                return Ok(None);
+            }
+            other => other?,
+        };
+        if let (Some(w), Some(np)) = (wanted, &cfg.node_path)
+            && w.canonical() != state.node.canonical()
+        {
+            return Err(StateError::NodeMismatch {
+                path: path.clone(),
+                node: np.clone(),
+            });
+        }
+        Ok(Some(state))
     }
 
     /// Writes a fresh state file for `node` and publishes it at `path`
@@ -482,4 +510,49 @@ pub fn boot_id() -> [u8; 36] {
         id[..n].copy_from_slice(&t[..n]);
     }
     id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_file(dir: &Path, name: &str, cuda_version: i32) -> PathBuf {
+        let path = dir.join(name);
+        let text = format!(
+            "cuda_version = {cuda_version}\n[[gpu]]\nmodel = \"x\"\nmemory_mib = 1024\nsm_count = 8\n"
+        );
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_effective_node_is_the_stored_one_once_a_state_file_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_path = dir.path().join("state");
+        let given = Config {
+            node_path: Some(node_file(dir.path(), "a.toml", 12040)),
+            state_path: state_path.clone(),
+        };
+        let none = Config {
+            node_path: None,
+            state_path: state_path.clone(),
+        };
+        assert_eq!(given.effective_node().unwrap().cuda_version, 12040);
+        assert_eq!(
+            none.effective_node().unwrap(),
+            NodeDescription::default_node()
+        );
+        assert!(!state_path.exists(), "nothing was created");
+
+        State::open(&given).unwrap();
+        assert_eq!(none.effective_node().unwrap().cuda_version, 12040);
+        let other = Config {
+            node_path: Some(node_file(dir.path(), "b.toml", 12050)),
+            state_path,
+        };
+        assert!(matches!(
+            other.effective_node(),
+            Err(StateError::NodeMismatch { .. })
+        ));
+    }
 }

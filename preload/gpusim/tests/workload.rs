@@ -69,6 +69,41 @@ fn devices_are_found_by_every_documented_bus_id_form() {
 }
 
 #[test]
+fn the_driver_version_is_the_same_before_and_after_cu_init() {
+    let node = Node::new(&format!("cuda_version = 12040\n{}", support::SMALL_NODE));
+    let exe = node.dir.path().join("driver_version");
+    let src = support::workspace().join("preload/gpusim/tests/c/driver_version.c");
+    let sim = support::sim_dir();
+    support::cc(&[
+        src.to_str().unwrap(),
+        "-o",
+        exe.to_str().unwrap(),
+        &format!("-L{}", sim.display()),
+        &format!("-Wl,-rpath,{}", sim.display()),
+        "-lcuda",
+    ]);
+    let run = |with_node: bool| {
+        let mut c = node.command(&exe);
+        if !with_node {
+            c.env_remove("GPUSIM_NODE");
+        }
+        let out = c.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{stdout}");
+        (
+            field(&stdout, "before")[0].to_string(),
+            field(&stdout, "after")[0].to_string(),
+        )
+    };
+    // No state file yet: the given description.
+    assert_eq!(run(true), ("12040".into(), "12040".into()));
+    // Once the state file exists it is the node, whatever GPUSIM_NODE says
+    // (before cuInit the default node's 12080 was reported).
+    assert!(node.state.exists());
+    assert_eq!(run(false), ("12040".into(), "12040".into()));
+}
+
+#[test]
 fn allocation_beyond_capacity_fails_with_out_of_memory() {
     let node = Node::small();
     // 4096 MiB - 300 MiB context = 3796 MiB: seven 512 MiB chunks fit.

@@ -20,12 +20,11 @@ cu_export! {
     fn cuDriverGetVersion(version: *mut c_int) {
         let v = match process::get() {
             Ok(p) => p.sim.node().cuda_version,
-            // Readable before cuInit: from the node description alone
-            // (no state file is created).
+            // Readable before cuInit: from the node cuInit would open (no
+            // state file is created); the default node's if that is unusable.
             Err(_) => gpusim::state::Config::from_env()
-                .node_path
-                .and_then(|n| gpusim::NodeDescription::from_file(&n).ok())
-                .unwrap_or_else(gpusim::NodeDescription::default_node)
+                .effective_node()
+                .unwrap_or_else(|_| gpusim::NodeDescription::default_node())
                 .cuda_version,
         };
         out(version, v)
