@@ -54,12 +54,7 @@ impl NvmlBackend {
                     index,
                     count: self.nvml.device_count().unwrap_or(0),
                 },
-                NvmlError::GpuLost => GpuError::Lost { index },
-                source => GpuError::Device {
-                    index,
-                    what: "handle",
-                    source,
-                },
+                source => device_error(index, "handle")(source),
             })
     }
 }
