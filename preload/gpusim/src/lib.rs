@@ -16,6 +16,7 @@
 //!   wait, query);
 //! - [`connect`]: what `cuInit` and `nvmlInit` open.
 
+pub mod clocks;
 pub mod connect;
 pub mod cost;
 pub mod ioctl;

@@ -41,6 +41,15 @@ pub fn self_start_time() -> u64 {
     stat(std::process::id() as i32).map_or(0, |s| s.start_time)
 }
 
+/// The command name of `pid` (`/proc/<pid>/comm`, without its newline).
+pub fn comm(pid: u32) -> Option<String> {
+    let mut name = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    if name.ends_with('\n') {
+        name.pop();
+    }
+    Some(name)
+}
+
 /// Whether `pid`, started at `start_time`, is still running.
 pub fn alive(pid: i32, start_time: u64) -> bool {
     match stat(pid) {
@@ -65,6 +74,16 @@ mod tests {
             })
         );
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn command_names_come_without_newline() {
+        let mine = fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(
+            comm(std::process::id()).unwrap(),
+            mine.trim_end_matches('\n')
+        );
+        assert_eq!(comm(u32::MAX), None);
     }
 
     #[test]

@@ -138,10 +138,9 @@ impl Config {
     }
 }
 
-/// `/dev/shm/gpusim-<uid>.state`.
+/// `/dev/shm/gpusim-<uid>.state` (the effective uid).
 pub fn default_state_path() -> PathBuf {
-    let uid = fs::metadata("/proc/self").map_or(0, |m| std::os::unix::fs::MetadataExt::uid(&m));
-    PathBuf::from(format!("/dev/shm/gpusim-{uid}.state"))
+    PathBuf::from(format!("/dev/shm/gpusim-{}.state", sys::euid()))
 }
 
 /// The mapped state file.
@@ -277,8 +276,7 @@ impl State {
         })?;
         // Its node description names devices this process opens and
         // ioctls, and its mutexes gate every call: only our own file will do.
-        let me = fs::metadata("/proc/self")
-            .map_or(u32::MAX, |m| std::os::unix::fs::MetadataExt::uid(&m));
+        let me = sys::euid();
         let (owner, mode) = (
             std::os::unix::fs::MetadataExt::uid(&meta),
             std::os::unix::fs::MetadataExt::mode(&meta),

@@ -182,6 +182,12 @@ pub unsafe fn ioctl(fd: RawFd, cmd: u64, arg: *mut libc::c_void) -> i32 {
     unsafe { libc::ioctl(fd, cmd as _, arg) }
 }
 
+/// This process's effective user id (the owner of the files it creates).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// This process's id.
 pub fn getpid() -> i32 {
     std::process::id() as i32

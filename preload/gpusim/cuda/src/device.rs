@@ -1,5 +1,6 @@
 //! Device enumeration and attributes, from the node description.
 
+use gpusim::clocks::{MAX_MEMORY_CLOCK_MHZ, MAX_SM_CLOCK_MHZ};
 use gpusim::pci::PciAddress;
 
 use crate::abi::attr;
@@ -24,7 +25,8 @@ pub fn attribute(p: &Process, dev: i32, a: i32) -> Result<i32, CUresult> {
         attr::WARP_SIZE => 32,
         attr::MAX_PITCH => i32::MAX,
         attr::MAX_REGISTERS_PER_BLOCK | attr::MAX_REGISTERS_PER_MULTIPROCESSOR => 65536,
-        attr::CLOCK_RATE => 1_980_000,
+        // kHz
+        attr::CLOCK_RATE => (MAX_SM_CLOCK_MHZ * 1000) as i32,
         attr::TEXTURE_ALIGNMENT => 512,
         attr::TEXTURE_PITCH_ALIGNMENT => 32,
         attr::GPU_OVERLAP => 1,
@@ -37,7 +39,7 @@ pub fn attribute(p: &Process, dev: i32, a: i32) -> Result<i32, CUresult> {
         attr::PCI_BUS_ID => pci.bus as i32,
         attr::PCI_DEVICE_ID => pci.device as i32,
         attr::PCI_DOMAIN_ID => pci.domain as i32,
-        attr::MEMORY_CLOCK_RATE => 2_619_000,
+        attr::MEMORY_CLOCK_RATE => (MAX_MEMORY_CLOCK_MHZ * 1000) as i32,
         attr::GLOBAL_MEMORY_BUS_WIDTH => 5120,
         attr::L2_CACHE_SIZE => 50 * 1024 * 1024,
         attr::MAX_THREADS_PER_MULTIPROCESSOR => g.max_threads_per_sm as i32,

@@ -1,13 +1,16 @@
 //! Values the simulator has no model for, made plausible: clocks,
 //! temperature, power and CUDA core counts.
 //!
-//! - Clocks are those of an H100 SXM: 1980 MHz graphics/SM, 2619 MHz memory,
-//!   1755 MHz video at most. The current graphics/SM clock is the maximum
+//! - Clocks are those of an H100 SXM ([`gpusim::clocks`]): 1980 MHz
+//!   graphics/SM, 2619 MHz memory, 1755 MHz video at most, the same as the
+//!   CUDA stand-in reports. The current graphics/SM clock is the maximum
 //!   while the GPU ran kernels in the utilisation window and 345 MHz
 //!   (idle) otherwise; memory and video clocks stay at their maximum.
 //! - Temperature rises linearly with utilisation from 30 °C (idle) to 75 °C.
 //! - Power rises linearly with utilisation from 70 W (idle) to 700 W.
 //! - CUDA cores are SMs times the cores per SM of the compute capability.
+
+use gpusim::clocks::{MAX_MEMORY_CLOCK_MHZ, MAX_SM_CLOCK_MHZ, MAX_VIDEO_CLOCK_MHZ};
 
 use crate::abi::{CLOCK_GRAPHICS, CLOCK_MEM, CLOCK_SM, CLOCK_VIDEO};
 
@@ -25,9 +28,9 @@ pub const FULL_POWER_MW: u32 = 700_000;
 /// Maximum clock of a clock domain (MHz), `None` for an unknown domain.
 pub fn max_clock(domain: u32) -> Option<u32> {
     match domain {
-        CLOCK_GRAPHICS | CLOCK_SM => Some(1980),
-        CLOCK_MEM => Some(2619),
-        CLOCK_VIDEO => Some(1755),
+        CLOCK_GRAPHICS | CLOCK_SM => Some(MAX_SM_CLOCK_MHZ),
+        CLOCK_MEM => Some(MAX_MEMORY_CLOCK_MHZ),
+        CLOCK_VIDEO => Some(MAX_VIDEO_CLOCK_MHZ),
         _ => None,
     }
 }

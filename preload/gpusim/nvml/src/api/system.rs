@@ -92,10 +92,8 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
 ) -> Return {
     entry(|| {
         context()?;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map_err(|_| NvmlError::NotFound)?;
-        let comm = comm.trim_end_matches('\n');
+        let comm = gpusim::procfs::comm(pid).ok_or(NvmlError::NotFound)?;
         // SAFETY: NVML contract: `name` is NULL or holds `length` bytes.
-        unsafe { ptr::put_str(name, length, comm) }
+        unsafe { ptr::put_str(name, length, &comm) }
     })
 }

@@ -64,9 +64,10 @@ fn cuda_version(v: i32) -> String {
 }
 
 fn process_name(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_else(|_| "?".into())
+    u32::try_from(pid)
+        .ok()
+        .and_then(gpusim::procfs::comm)
+        .unwrap_or_else(|| "?".into())
 }
 
 fn collect(sim: &Sim) -> Result<Report, SimError> {
