@@ -258,9 +258,9 @@ pub fn workload(link: Link) -> PathBuf {
     }
 }
 
-/// Compiles with the system C compiler.
+/// Compiles with the C compiler (`CC`, default `cc`), warnings as errors.
 pub fn cc(args: &[&str]) {
-    let out = Command::new("cc")
+    let out = Command::new(std::env::var_os("CC").unwrap_or("cc".into()))
         .args(["-O1", "-Wall", "-Werror", "-Wno-unused-function"])
         .args(args)
         .output()

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-pub use support::{Node, sim_dir};
+pub use support::{Node, cc, sim_dir};
 
 /// The C sources of the tests.
 pub fn c_dir() -> PathBuf {
@@ -26,26 +26,22 @@ impl Node {
     /// against the stand-in (with an rpath); otherwise it gets `-ldl`.
     pub fn compile(&self, source: &str, link: bool) -> PathBuf {
         let exe = self.dir.path().join(source.trim_end_matches(".c"));
-        let mut cc = Command::new(std::env::var_os("CC").unwrap_or("cc".into()));
-        cc.arg("-std=c99")
-            .arg("-Wall")
-            .arg("-o")
-            .arg(&exe)
-            .arg(c_dir().join(source));
+        let src = c_dir().join(source);
+        let sim = sim_dir();
+        let mut args = vec![
+            "-std=c99".to_string(),
+            "-o".into(),
+            exe.display().to_string(),
+            src.display().to_string(),
+        ];
         if link {
-            let sim = sim_dir();
-            cc.arg(format!("-L{}", sim.display()))
-                .arg(format!("-Wl,-rpath,{}", sim.display()))
-                .arg("-lnvidia-ml");
+            args.push(format!("-L{}", sim.display()));
+            args.push(format!("-Wl,-rpath,{}", sim.display()));
+            args.push("-lnvidia-ml".into());
         } else {
-            cc.arg("-ldl");
+            args.push("-ldl".into());
         }
-        let out = cc.output().expect("cannot run cc");
-        assert!(
-            out.status.success(),
-            "cc {source}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        cc(&args.iter().map(String::as_str).collect::<Vec<_>>());
         exe
     }
 }
