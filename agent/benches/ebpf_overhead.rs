@@ -17,28 +17,28 @@
     reason = "a benchmark binary: failing loudly is fine"
 )]
 
+#[path = "../tests/ebpf_support/mod.rs"]
+mod support;
+
 use std::fs::File;
 use std::io::IsTerminal;
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use support::{artifact_in, artifacts, device, or_skip, skip_if};
 use tessera_agent::cgroup;
-use tessera_agent::ebpf::{AttachMode, DeviceSpec, ModeRequest, Observer, ObserverConfig};
+use tessera_agent::ebpf::{AttachMode, ModeRequest, Observer, ObserverConfig};
 
 const ROUNDS: usize = 7;
 
-fn object() -> Option<PathBuf> {
+fn object() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("TESSERA_EBPF_OBJECT") {
-        return Some(path.into());
+        return Ok(path.into());
     }
-    let artifacts = std::env::var_os("TESSERA_ARTIFACTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tessera/debug")
-        });
-    let path = artifacts.join("ebpf/tessera.bpf.o");
-    path.is_file().then_some(path)
+    let dir = artifacts().unwrap_or_else(|_| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tessera/debug")
+    });
+    artifact_in(&dir, "ebpf/tessera.bpf.o")
 }
 
 /// (min, median) ns per call of `op` over `ROUNDS` rounds of `iters` calls.
@@ -127,22 +127,13 @@ fn own_cgroup_id() -> Option<u64> {
 }
 
 fn main() {
-    let euid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
-    if euid != 0 {
-        println!("skipped: not root");
-        return;
-    }
-    let Some(object) = object() else {
-        println!("skipped: no tessera.bpf.o (run `cargo xtask build`)");
-        return;
-    };
+    skip_if!(support::not_root());
+    let object = or_skip!(object());
     let iters: u32 = std::env::var("TESSERA_BENCH_ITERS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
-    let zero = DeviceSpec::path("/dev/zero").resolve().unwrap();
+    let zero = device("/dev/zero");
 
     // Run-time statistics for the program column; dropped at exit.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)

@@ -74,7 +74,7 @@ fn observe(ebpf: &EbpfArgs, seconds: u64) -> Result<()> {
         .map(|&id| {
             let entry = cgroups.get(id);
             let mut devices = std::collections::BTreeMap::<String, u64>::new();
-            for (k, n) in snap.ioctls.iter().filter(|(k, _)| k.cgroup_id == id) {
+            for (k, n) in snap.ioctls_of(id) {
                 *devices.entry(dev(k.dev)).or_default() += n;
             }
             let opens: u64 = snap

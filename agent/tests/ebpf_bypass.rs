@@ -13,20 +13,19 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{Child, TestCgroup, child_role, object, skip_reason, sys};
+use support::{Child, TestCgroup, child_role, device, object, skip_if, skip_reason, sys};
 use tessera_agent::ebpf::{
-    Access, AttachMode, Bypass, BypassEvents, DeviceSpec, ModeRequest, Observer, ObserverConfig,
-    OpenAudit,
+    Access, AttachMode, Bypass, BypassEvents, ModeRequest, Observer, ObserverConfig, OpenAudit,
 };
-use tessera_ebpf_common::{dev::kdev, keys::access};
+use tessera_ebpf_common::{dev::kdev, keys::access, rm::NV_ESC_RM_CONTROL};
 
 /// Opens of the device per child.
 const OPENS: usize = 3;
 /// Threads per child, each issuing [`IOCTLS`] ioctls.
 const THREADS: usize = 4;
 const IOCTLS: usize = 10;
-/// `_IOWR('F', 0x2A, 32)`: RM_CONTROL.
-const RM_CONTROL: u64 = 0xC020_462A;
+/// RM_CONTROL's encoding.
+const RM_CONTROL: u64 = sys::iowr(NV_ESC_RM_CONTROL, 32);
 
 /// The child: opens /dev/zero a few times and issues ioctls from several
 /// threads at once, all racing to be "first".
@@ -52,8 +51,7 @@ fn child_side() {
 }
 
 fn observer(mode: ModeRequest) -> Observer {
-    let zero = DeviceSpec::path("/dev/zero").resolve().unwrap();
-    let mut config = ObserverConfig::new(object().unwrap(), vec![zero]);
+    let mut config = ObserverConfig::new(object().unwrap(), vec![device("/dev/zero")]);
     config.mode = mode;
     Observer::start(&config).unwrap()
 }
@@ -75,10 +73,7 @@ fn collect(events: &mut BypassEvents) -> Vec<Bypass> {
 fn unregistered_process_is_reported_once_and_registered_one_not() {
     child_side();
     let name = "unregistered_process_is_reported_once_and_registered_one_not";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let pod = TestCgroup::new("bypass-pod");
     let container = pod.child("ctr");
     let container_id = tessera_agent::cgroup::cgroup_id(&container).unwrap();
@@ -154,10 +149,7 @@ fn unregistered_process_is_reported_once_and_registered_one_not() {
 fn first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode() {
     child_side();
     let name = "first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let pod = TestCgroup::new("bypass-raw");
     let deep = pod.child("ctr/sub/deeper");
     let deep_id = tessera_agent::cgroup::cgroup_id(&deep).unwrap();
@@ -195,10 +187,7 @@ fn first_ioctl_is_reported_from_a_nested_cgroup_in_raw_tracepoint_mode() {
 fn count_only_open_audit_counts_and_leaves_the_report_to_the_first_ioctl() {
     child_side();
     let name = "count_only_open_audit_counts_and_leaves_the_report_to_the_first_ioctl";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let pod = TestCgroup::new("bypass-count-only");
     let container = pod.child("ctr");
     let container_id = tessera_agent::cgroup::cgroup_id(&container).unwrap();

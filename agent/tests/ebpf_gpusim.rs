@@ -18,28 +18,24 @@
 #[path = "ebpf_support/mod.rs"]
 mod support;
 
+#[path = "../../preload/gpusim/tests/support/mod.rs"]
+mod sim;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use support::{TestCgroup, object, skip_reason};
-use tessera_agent::ebpf::{
-    Access, Bypass, Observer, ObserverConfig, Snapshot,
-    devices::{Device, DeviceSpec},
-};
+use support::{TestCgroup, artifact, devices, object, or_skip, skip_if, skip_reason};
+use tessera_agent::ebpf::{Access, Bypass, Observer, ObserverConfig};
 use tessera_ebpf_common::{
     dev::kdev,
     ioctl::flags,
-    keys::IoctlKey,
     rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_FREE},
     uvm::UVM_REGISTER_GPU,
 };
 
 const UUID: &str = "GPU-12345678-9abc-def0-0123-456789abcdef";
-const UUID_BYTES: [u8; 16] = [
-    0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
-];
 const NV_ESC_CHECK_VERSION_STR: u32 = 0xD2;
 const NV_ESC_REGISTER_FD: u32 = 0xC9;
 const MIB: u64 = 1 << 20;
@@ -59,20 +55,6 @@ uvm = "/dev/zero"
 gpu_devices = ["/dev/full"]
 "#
     )
-}
-
-fn sim_dir() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("TESSERA_ARTIFACTS")
-        .map(|d| Path::new(&d).join("sim"))
-        .ok_or("TESSERA_ARTIFACTS is not set")?;
-    if dir.join("libcuda.so.1").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "{}/libcuda.so.1 does not exist (run `cargo xtask build`)",
-            dir.display()
-        ))
-    }
 }
 
 /// Compiles the C client against the simulator's libcuda.
@@ -100,8 +82,7 @@ fn compile(dir: &Path, sim: &Path) -> Result<PathBuf, String> {
 /// The compiled client and the simulated node it runs on.
 struct SimNode {
     exe: PathBuf,
-    node: PathBuf,
-    state: PathBuf,
+    node: sim::Node,
 }
 
 /// What a client does: allocations, their size, frees.
@@ -119,14 +100,14 @@ struct Client {
 
 impl Client {
     fn start(sim: &SimNode, cgroup: &Path, work: Work, before_go: impl FnOnce(u32)) -> Self {
-        let mut child = Command::new(&sim.exe)
+        let mut child = sim
+            .node
+            .command(&sim.exe)
             .args([
                 work.allocs.to_string(),
                 work.bytes.to_string(),
                 work.frees.to_string(),
             ])
-            .env("GPUSIM_NODE", &sim.node)
-            .env("GPUSIM_STATE", &sim.state)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -159,57 +140,21 @@ impl Client {
     }
 }
 
-fn stand_ins() -> Vec<Device> {
-    ["control=/dev/null", "uvm=/dev/zero", "gpu=/dev/full"]
-        .iter()
-        .map(|s| s.parse::<DeviceSpec>().unwrap().resolve().unwrap())
-        .collect()
-}
-
-/// Every ioctl count of cgroup `id`, as (device, nr, flags) → count.
-fn ioctls_of(snap: &Snapshot, id: u64) -> Vec<(IoctlKey, u64)> {
-    snap.ioctls
-        .iter()
-        .filter(|(k, _)| k.cgroup_id == id)
-        .map(|(k, v)| (*k, *v))
-        .collect()
-}
-
 #[test]
 fn simulated_driver_calls_are_attributed_to_their_cgroups() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let sim_lib = match sim_dir() {
-        Ok(dir) => dir,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let exe = match compile(tmp.path(), &sim_lib) {
-        Ok(exe) => exe,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
-    let node = tmp.path().join("node.toml");
-    std::fs::write(&node, node_toml()).unwrap();
-    let sim = SimNode {
-        exe,
-        node,
-        state: tmp.path().join("state"),
-    };
+    skip_if!(skip_reason());
+    or_skip!(artifact("sim/libcuda.so.1"));
+    let node = sim::Node::new(&node_toml());
+    let exe = or_skip!(compile(node.dir.path(), &sim::sim_dir()));
+    let sim = SimNode { exe, node };
 
     let base = TestCgroup::new("gpusim");
     let a = TestCgroup::at(base.0.join("a"));
     let b = TestCgroup::at(base.0.join("b"));
     let (null, zero, full) = (kdev(1, 3), kdev(1, 5), kdev(1, 7));
 
-    let mut config = ObserverConfig::new(object().unwrap(), stand_ins());
+    let stand_ins = devices(&["control=/dev/null", "uvm=/dev/zero", "gpu=/dev/full"]);
+    let mut config = ObserverConfig::new(object().unwrap(), stand_ins);
     config.driver_major = Some(595);
     let mut observer = Observer::start(&config).unwrap();
     let mut events = observer.bypass_events().unwrap();
@@ -236,7 +181,7 @@ fn simulated_driver_calls_are_attributed_to_their_cgroups() {
 
     for (cg, allocs, frees) in [(&a, 3, 1), (&b, 1, 0)] {
         let id = cg.id();
-        let mine = ioctls_of(&snap, id);
+        let mine = snap.ioctls_of(id);
         let nr = |dev, nr, fl| snap.ioctls_nr(id, dev, nr, fl);
         assert_eq!(nr(null, NV_ESC_CHECK_VERSION_STR, 0), 1, "{mine:?}");
         assert_eq!(nr(null, NV_ESC_RM_ALLOC, 0), allocs, "{mine:?}");
@@ -248,7 +193,7 @@ fn simulated_driver_calls_are_attributed_to_their_cgroups() {
         assert_eq!(snap.opens_of(id, full), 1);
         let gpus = snap.gpus_of(id);
         assert_eq!(gpus.len(), 1, "{gpus:?}");
-        assert_eq!(gpus[0].0, UUID_BYTES);
+        assert_eq!(Some(gpus[0].0), gpusim::node::uuid_bytes(UUID));
         assert_eq!(gpus[0].1.registrations, 1);
     }
     assert_eq!(snap.gpus_of(a.id())[0].1.first_tgid, client_a.pid());

@@ -18,13 +18,14 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{Child, TestCgroup, answer, answer_in, artifact, child_role, skip_reason};
-use tessera_agent::cgroup;
-use tessera_agent::ebpf::{
-    GuardDevices, Guards,
-    devices::{Device, DeviceSpec as Spec},
+use support::{
+    Child, TestCgroup, answer, answer_in, artifact, child_role, device, devices, skip_if,
+    skip_reason,
 };
+use tessera_agent::cgroup;
+use tessera_agent::ebpf::{GuardDevices, Guards};
 
+const GUARD_OBJECT: &str = "ebpf/tessera-guard.bpf.o";
 const POD_ENV: &str = "TESSERA_TEST_GUARD_POD";
 const PINS_ENV: &str = "TESSERA_TEST_GUARD_PINS";
 const ALLOW_ENV: &str = "TESSERA_TEST_GUARD_ALLOW";
@@ -32,16 +33,10 @@ const CID: &str = "4f6c2b0e9a8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a291807f6e5d4c3b2a19
 /// The devices probed, by name.
 const PROBED: [&str; 4] = ["null", "zero", "full", "random"];
 
-fn stand_ins() -> Vec<Device> {
-    ["control=/dev/null", "gpu=/dev/zero", "gpu=/dev/full"]
-        .iter()
-        .map(|s| s.parse::<Spec>().unwrap().resolve().unwrap())
-        .collect()
-}
-
 fn guards(pins: &Path) -> Guards {
-    let object = artifact("tessera-guard.bpf.o").unwrap();
-    Guards::new(object, GuardDevices::from_devices(&stand_ins()))
+    let object = artifact(GUARD_OBJECT).unwrap();
+    let stand_ins = devices(&["control=/dev/null", "gpu=/dev/zero", "gpu=/dev/full"]);
+    Guards::new(object, GuardDevices::from_devices(&stand_ins))
         .unwrap()
         .with_pin_dir(pins)
 }
@@ -59,7 +54,7 @@ fn child_side() {
                 .split(',')
                 .filter(|s| !s.is_empty())
                 .map(|s| {
-                    let d = s.parse::<Spec>().unwrap().resolve().unwrap();
+                    let d = device(s);
                     (d.major, d.minor)
                 })
                 .collect();
@@ -124,7 +119,7 @@ fn apply(test: &str, pod: &Path, pins: &Path, allow: &str) -> u32 {
 }
 
 fn guard_skip() -> Option<String> {
-    skip_reason().or_else(|| artifact("tessera-guard.bpf.o").err())
+    skip_reason().or_else(|| artifact(GUARD_OBJECT).err())
 }
 
 fn pod_uid() -> String {
@@ -149,10 +144,7 @@ fn rand_tail() -> u64 {
 fn guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup() {
     child_side();
     let test = "guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup";
-    if let Some(why) = guard_skip() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(guard_skip());
     let base = TestCgroup::new("guard");
     let uid = pod_uid();
     let pod = base.child(&format!("kubepods/besteffort/pod{uid}"));
@@ -216,10 +208,7 @@ fn guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup() {
 #[test]
 fn guards_of_removed_pods_are_pruned_and_bad_paths_refused() {
     child_side();
-    if let Some(why) = guard_skip() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(guard_skip());
     let base = TestCgroup::new("guard-prune");
     let uid = pod_uid();
     let pod = base.child(&format!("kubepods/pod{uid}"));
@@ -260,10 +249,7 @@ fn guards_of_removed_pods_are_pruned_and_bad_paths_refused() {
 fn a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers() {
     child_side();
     let test = "a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers";
-    if let Some(why) = guard_skip() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(guard_skip());
     let base = TestCgroup::new("guard-leftover");
     let uid = pod_uid();
     let pod = base.child(&format!("kubepods/pod{uid}"));

@@ -16,10 +16,14 @@ mod support;
 
 use std::fs::File;
 
-use support::{Child, TestCgroup, answer, child_role, object, skip_reason, sys, wait_line};
-use tessera_agent::ebpf::{
-    Observer, ObserverConfig,
-    devices::{Device, DeviceSpec},
+use support::{
+    Child, TestCgroup, answer, child_role, devices, object, skip_if, skip_reason, sys, wait_line,
+};
+use tessera_agent::ebpf::{Observer, ObserverConfig};
+use tessera_ebpf_common::{
+    ioctl::{NV_ESC_IOCTL_XFER_CMD, Xfer},
+    rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_FREE},
+    uvm::UVM_REGISTER_GPU,
 };
 
 const MIB: u64 = 1 << 20;
@@ -30,10 +34,6 @@ const NVML_CLIENT: u32 = 0xc1d0_0002;
 const IDLE_CLIENT: u32 = 0xc1d0_0003;
 const PARENT: u32 = 0xcaf0_0000;
 const UUID: [u8; 16] = *b"\x5e\x1a\x00\x00\x00\x00\x40\x00\x80\x00\x00\x00\x51\x51\x00\x07";
-
-const fn iowr(nr: u32, size: usize) -> u64 {
-    (3 << 30) | ((size as u64) << 16) | (0x46 << 8) | nr as u64
-}
 
 /// `NVOS64_PARAMETERS`, 535 and later.
 #[repr(C)]
@@ -111,6 +111,11 @@ fn nvos64_in(h_root: u32, h_new: u32, class: u32, params: &[u8; 128], flags: u32
     }
 }
 
+/// RM_ALLOC with parameter block `params` (its size picks the layout).
+fn alloc<T>(ctl: &File, params: &mut T) {
+    sys::escape(ctl, NV_ESC_RM_ALLOC, params);
+}
+
 fn free(ctl: &File, h_root: u32, h_old: u32) {
     let mut p = Nvos00 {
         h_root,
@@ -118,7 +123,7 @@ fn free(ctl: &File, h_root: u32, h_old: u32) {
         h_old,
         status: 0,
     };
-    sys::ioctl(ctl, iowr(0x29, 16), &mut p);
+    sys::escape(ctl, NV_ESC_RM_FREE, &mut p);
 }
 
 /// The child: every kind of RM_ALLOC once, two frees, two UVM
@@ -139,7 +144,7 @@ fn child_side() {
     match role.as_str() {
         "allocs" => {
             // 1: NVOS64 (48 bytes), video memory, 1 MiB.
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x100, 0x40, &p1, 0));
+            alloc(&ctl, &mut nvos64(0x100, 0x40, &p1, 0));
             // 2: NVOS21 wrapped in XFER, 2 MiB.
             let mut a21 = Nvos21 {
                 h_root: CLIENT,
@@ -149,16 +154,16 @@ fn child_side() {
                 p_alloc_parms: p2.as_ptr() as u64,
                 ..Nvos21::default()
             };
-            let mut xfer = sys::Xfer {
-                cmd: 0x2B,
-                size: 32,
+            let mut xfer = Xfer {
+                cmd: NV_ESC_RM_ALLOC,
+                size: size_of::<Nvos21>() as u32,
                 ptr: std::ptr::from_mut(&mut a21) as u64,
             };
-            sys::ioctl(&ctl, iowr(0xD3, 16), &mut xfer);
+            sys::escape(&ctl, NV_ESC_IOCTL_XFER_CMD, &mut xfer);
             // 3: pinned system memory (class 0x3E): not video memory.
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x102, 0x3E, &p3, 0));
+            alloc(&ctl, &mut nvos64(0x102, 0x3E, &p3, 0));
             // 4: FINN-serialised parameters: not a plain struct.
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x103, 0x40, &p4, 1));
+            alloc(&ctl, &mut nvos64(0x103, 0x40, &p4, 1));
             // 5: the pre-535 NVOS64 (40 bytes), 16 MiB.
             let mut legacy = Nvos64Legacy {
                 h_root: CLIENT,
@@ -168,9 +173,9 @@ fn child_side() {
                 p_alloc_parms: p5.as_ptr() as u64,
                 ..Nvos64Legacy::default()
             };
-            sys::ioctl(&ctl, iowr(0x2B, 40), &mut legacy);
+            alloc(&ctl, &mut legacy);
             // On a device that is not watched: never seen.
-            sys::ioctl(&unwatched, iowr(0x2B, 48), &mut nvos64(0x105, 0x40, &p5, 0));
+            alloc(&unwatched, &mut nvos64(0x105, 0x40, &p5, 0));
             // Free object 1, and a handle never allocated.
             free(&ctl, CLIENT, 0x100);
             free(&ctl, CLIENT, 0x999);
@@ -178,24 +183,23 @@ fn child_side() {
             for _ in 0..2 {
                 let mut reg = [0u8; 40];
                 reg[..16].copy_from_slice(&UUID);
-                sys::ioctl(&uvm, 37, &mut reg);
+                sys::ioctl(&uvm, UVM_REGISTER_GPU.into(), &mut reg);
             }
         }
         "two-clients" => {
             // CUDA's client: 1 MiB and 2 MiB.
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x300, 0x40, &p1, 0));
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x301, 0x40, &p2, 0));
+            alloc(&ctl, &mut nvos64(0x300, 0x40, &p1, 0));
+            alloc(&ctl, &mut nvos64(0x301, 0x40, &p2, 0));
             // A live handle again: the driver refuses it, so not counted.
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x301, 0x40, &p4, 0));
+            alloc(&ctl, &mut nvos64(0x301, 0x40, &p4, 0));
             // NVML's client: 4 MiB, under a handle CUDA's also uses.
-            let mut nvml = nvos64_in(NVML_CLIENT, 0x300, 0x40, &p3, 0);
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvml);
+            alloc(&ctl, &mut nvos64_in(NVML_CLIENT, 0x300, 0x40, &p3, 0));
             // nvmlShutdown frees NVML's client; then an idle one goes.
             free(&ctl, NVML_CLIENT, NVML_CLIENT);
             free(&ctl, IDLE_CLIENT, IDLE_CLIENT);
         }
         "client-free" => {
-            sys::ioctl(&ctl, iowr(0x2B, 48), &mut nvos64(0x200, 0x40, &p5, 0));
+            alloc(&ctl, &mut nvos64(0x200, 0x40, &p5, 0));
             // Freeing the client frees everything it held.
             free(&ctl, CLIENT, CLIENT);
         }
@@ -207,10 +211,7 @@ fn child_side() {
 }
 
 fn observer(driver_major: u32) -> Observer {
-    let devices: Vec<Device> = ["control=/dev/null", "uvm=/dev/zero"]
-        .iter()
-        .map(|s| s.parse::<DeviceSpec>().unwrap().resolve().unwrap())
-        .collect();
+    let devices = devices(&["control=/dev/null", "uvm=/dev/zero"]);
     let mut config = ObserverConfig::new(object().unwrap(), devices);
     config.driver_major = Some(driver_major);
     Observer::start(&config).unwrap()
@@ -244,10 +245,7 @@ fn scenario(
 fn memory_estimate_with_the_535_layouts() {
     child_side();
     let test = "memory_estimate_with_the_535_layouts";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let (pid, cgroup_id, snap) = scenario(test, "allocs", 595);
     let p = snap.rm_procs.get(&pid).copied().unwrap();
     assert_eq!(p.cgroup_id, cgroup_id);
@@ -271,10 +269,7 @@ fn memory_estimate_with_the_535_layouts() {
 fn memory_estimate_with_the_pre_535_layouts() {
     child_side();
     let test = "memory_estimate_with_the_pre_535_layouts";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let (pid, cgroup_id, snap) = scenario(test, "allocs", 530);
     let p = snap.rm_procs.get(&pid).copied().unwrap();
     // Tracked: NVOS21 (2 MiB) and the 40-byte NVOS64 (16 MiB); the
@@ -289,10 +284,7 @@ fn memory_estimate_with_the_pre_535_layouts() {
 fn freeing_the_client_frees_everything() {
     child_side();
     let test = "freeing_the_client_frees_everything";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let (pid, cgroup_id, snap) = scenario(test, "client-free", 595);
     let p = snap.rm_procs.get(&pid).copied().unwrap();
     assert_eq!((p.allocs, p.client_frees), (1, 1), "{p:?}");
@@ -304,10 +296,7 @@ fn freeing_the_client_frees_everything() {
 fn freeing_one_client_leaves_the_others() {
     child_side();
     let test = "freeing_one_client_leaves_the_others";
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    skip_if!(skip_reason());
     let (pid, cgroup_id, snap) = scenario(test, "two-clients", 595);
     let p = snap.rm_procs.get(&pid).copied().unwrap();
     // Tracked: CUDA's 1 + 2 MiB and NVML's 4 MiB; the repeated live

@@ -15,12 +15,16 @@
 #[path = "ebpf_support/mod.rs"]
 mod support;
 
-use support::{Child, TestCgroup, child_role, object, skip_reason, sys};
+use support::{Child, TestCgroup, child_role, device, object, skip_if, skip_reason, sys};
 use tessera_agent::ebpf::{
-    AttachMode, Device, DeviceSpec, ModeRequest, Observer, ObserverConfig,
+    AttachMode, ModeRequest, Observer, ObserverConfig,
     mode::{self, KernelFacts},
 };
-use tessera_ebpf_common::{dev::kdev, ioctl::flags};
+use tessera_ebpf_common::{
+    dev::kdev,
+    ioctl::{NV_ESC_IOCTL_XFER_CMD, Xfer, flags},
+    rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_CONTROL},
+};
 
 /// ioctls on the watched device, with a plain command.
 const N_PLAIN: u32 = 37;
@@ -28,12 +32,12 @@ const N_PLAIN: u32 = 37;
 const N_XFER: u32 = 5;
 /// ioctls on the unwatched device.
 const M_UNWATCHED: u32 = 23;
-/// `_IOWR('F', 0x2A, 32)`: RM_CONTROL's encoding.
-const RM_CONTROL: u64 = 0xC020_462A;
-/// `_IOWR('F', 0xD3, 16)`: NV_ESC_IOCTL_XFER_CMD.
-const XFER: u64 = 0xC010_46D3;
-/// The escape carried inside the XFER calls (RM_ALLOC).
-const XFER_INNER: u32 = 0x2B;
+/// RM_CONTROL's encoding.
+const RM_CONTROL: u64 = sys::iowr(NV_ESC_RM_CONTROL, 32);
+/// NV_ESC_IOCTL_XFER_CMD's.
+const XFER: u64 = sys::iowr(NV_ESC_IOCTL_XFER_CMD, size_of::<Xfer>());
+/// The escape carried inside the XFER calls.
+const XFER_INNER: u32 = NV_ESC_RM_ALLOC;
 
 /// Runs the child side and exits, when this process is the child.
 fn child_side() {
@@ -47,7 +51,7 @@ fn child_side() {
         sys::ioctl(&zero, RM_CONTROL, &mut params);
     }
     for _ in 0..N_XFER {
-        let mut xfer = sys::Xfer {
+        let mut xfer = Xfer {
             cmd: XFER_INNER,
             size: 48,
             ptr: params.as_ptr() as u64,
@@ -67,12 +71,9 @@ fn run_child(test_name: &str, cgroup: &TestCgroup) {
 
 /// The whole scenario in one attach mode; returns the mode chosen.
 fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return None;
-    }
-    let zero: Device = DeviceSpec::path("/dev/zero").resolve().unwrap();
-    let null: Device = DeviceSpec::path("/dev/null").resolve().unwrap();
+    skip_if!(skip_reason(), None);
+    let zero = device("/dev/zero");
+    let null = device("/dev/null");
     let cgroup = TestCgroup::new(test_name);
     let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
     config.mode = request;
@@ -86,11 +87,7 @@ fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
     let (zero_dev, null_dev) = (kdev(1, 5), kdev(1, 3));
     assert_eq!(zero.kdev(), zero_dev);
     assert_eq!(null.kdev(), null_dev);
-    let mine: Vec<_> = snap
-        .ioctls
-        .iter()
-        .filter(|(k, _)| k.cgroup_id == id)
-        .collect();
+    let mine = snap.ioctls_of(id);
     assert_eq!(
         snap.ioctls_nr(id, zero_dev, 0x2A, 0),
         u64::from(N_PLAIN),
@@ -155,14 +152,12 @@ fn auto_mode_picks_the_first_workable_mode() {
 #[test]
 fn explicit_kprobe_mode_fails_with_the_reason_without_the_driver() {
     child_side();
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    if KernelFacts::probe().nvidia_ioctl {
-        eprintln!("skipped: nvidia.ko is loaded, so the kprobe can attach");
-        return;
-    }
+    skip_if!(skip_reason());
+    skip_if!(
+        KernelFacts::probe()
+            .nvidia_ioctl
+            .then_some("nvidia.ko is loaded, so the kprobe can attach")
+    );
     let mut config = ObserverConfig::new(object().unwrap(), Vec::new());
     config.mode = ModeRequest::Only(AttachMode::Kprobe);
     let err = Observer::start(&config).unwrap_err().to_string();

@@ -19,6 +19,8 @@
 pub const NV_ESC_RM_ALLOC: u32 = 0x2B;
 /// `NV_ESC_RM_FREE`.
 pub const NV_ESC_RM_FREE: u32 = 0x29;
+/// `NV_ESC_RM_CONTROL`: not decoded, but the most frequent escape.
+pub const NV_ESC_RM_CONTROL: u32 = 0x2A;
 /// `NV01_MEMORY_LOCAL_USER`: video memory.
 pub const NV01_MEMORY_LOCAL_USER: u32 = 0x40;
 /// `NVOS64_FLAGS_FINN_SERIALIZED`.

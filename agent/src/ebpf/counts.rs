@@ -74,6 +74,15 @@ impl Snapshot {
         self.opens.values().sum()
     }
 
+    /// Every ioctl count of cgroup `cgroup_id`, by (device, number, flags).
+    pub fn ioctls_of(&self, cgroup_id: u64) -> Vec<(IoctlKey, u64)> {
+        self.ioctls
+            .iter()
+            .filter(|(k, _)| k.cgroup_id == cgroup_id)
+            .map(|(k, n)| (*k, *n))
+            .collect()
+    }
+
     /// ioctls from cgroup `cgroup_id` on device `kdev`, all numbers.
     pub fn ioctls_on(&self, cgroup_id: u64, kdev: u32) -> u64 {
         self.ioctls
@@ -166,6 +175,8 @@ mod tests {
         assert_eq!(s.ioctls_on(9, 3), 0);
         assert_eq!(s.opens_of(7, 3), 3);
         assert_eq!(s.ioctls_counted(), 1109);
+        assert_eq!(s.ioctls_of(8), vec![(key(8, 3, 1), 1000)]);
+        assert_eq!(s.ioctls_of(7).len(), 3);
         assert_eq!(s.opens_counted(), 3);
     }
 

@@ -7,7 +7,12 @@
 //! [`child_role`] first and acts as the child. The child waits for "go" on
 //! stdin, so the parent can move it into a cgroup (and register it) before
 //! it touches a device.
-#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    dead_code,
+    unused_macros,
+    unused_imports,
+    reason = "each test binary uses a different subset"
+)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
@@ -15,45 +20,94 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use tessera_agent::cgroup;
+use tessera_agent::ebpf::{Device, DeviceSpec};
 
 const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 
-/// Why this machine cannot run privileged eBPF tests, if it cannot.
-pub fn skip_reason() -> Option<String> {
+/// Returns from the calling test (or benchmark), printing `skipped: <why>`,
+/// when `$why`, an `Option<String>`, is `Some`; with a second argument,
+/// returns that.
+macro_rules! skip_if {
+    ($why:expr $(, $ret:expr)?) => {
+        if let Some(why) = $why {
+            eprintln!("skipped: {why}");
+            return $($ret)?;
+        }
+    };
+}
+pub(crate) use skip_if;
+
+/// The `Ok` value of `$result`, a `Result<T, String>`; on `Err(why)`
+/// returns from the calling test, printing `skipped: <why>`.
+macro_rules! or_skip {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return;
+            }
+        }
+    };
+}
+pub(crate) use or_skip;
+
+/// "not root" unless this process runs as root.
+pub fn not_root() -> Option<String> {
     // /proc/self belongs to the effective uid.
     let euid = std::fs::metadata("/proc/self")
         .map(|m| m.uid())
         .unwrap_or(u32::MAX);
-    if euid != 0 {
-        return Some("not root".into());
-    }
-    if let Err(why) = object() {
-        return Some(why);
-    }
-    if let Err(e) = cgroup::cgroup2_root() {
-        return Some(e.to_string());
-    }
-    None
+    (euid != 0).then(|| "not root".to_owned())
 }
 
-/// `$TESSERA_ARTIFACTS/ebpf/<name>`, or why it is missing.
-pub fn artifact(name: &str) -> Result<PathBuf, String> {
-    let dir = std::env::var_os("TESSERA_ARTIFACTS")
-        .ok_or("TESSERA_ARTIFACTS is not set (run `cargo xtask test`)")?;
-    let object = Path::new(&dir).join("ebpf").join(name);
-    if object.is_file() {
-        Ok(object)
+/// Why this machine cannot run privileged eBPF tests, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    not_root()
+        .or_else(|| object().err())
+        .or_else(|| cgroup::cgroup2_root().err().map(|e| e.to_string()))
+}
+
+/// `$TESSERA_ARTIFACTS`, the built objects and simulator.
+pub fn artifacts() -> Result<PathBuf, String> {
+    std::env::var_os("TESSERA_ARTIFACTS")
+        .map(PathBuf::from)
+        .ok_or_else(|| "TESSERA_ARTIFACTS is not set (run `cargo xtask test`)".to_owned())
+}
+
+/// `<dir>/<rel>`, or why it is missing.
+pub fn artifact_in(dir: &Path, rel: &str) -> Result<PathBuf, String> {
+    let path = dir.join(rel);
+    if path.is_file() {
+        Ok(path)
     } else {
         Err(format!(
             "{} does not exist (run `cargo xtask build`)",
-            object.display()
+            path.display()
         ))
     }
 }
 
+/// `$TESSERA_ARTIFACTS/<rel>`, e.g. `ebpf/tessera.bpf.o`, or why it is
+/// missing.
+pub fn artifact(rel: &str) -> Result<PathBuf, String> {
+    artifact_in(&artifacts()?, rel)
+}
+
 /// The observer object.
 pub fn object() -> Result<PathBuf, String> {
-    artifact("tessera.bpf.o")
+    artifact("ebpf/tessera.bpf.o")
+}
+
+/// The device a spec such as `/dev/zero` or `control=/dev/null` names
+/// (see `DeviceSpec`).
+pub fn device(spec: &str) -> Device {
+    spec.parse::<DeviceSpec>().unwrap().resolve().unwrap()
+}
+
+/// The devices `specs` name.
+pub fn devices(specs: &[&str]) -> Vec<Device> {
+    specs.iter().map(|s| device(s)).collect()
 }
 
 /// A fresh cgroup v2 directory, removed (with its children) on drop.
@@ -122,9 +176,7 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 /// `None` in the parent.
 pub fn child_role() -> Option<String> {
     let role = std::env::var(CHILD_ENV).ok()?;
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "go");
+    wait_line("go");
     Some(role)
 }
 
@@ -232,15 +284,10 @@ pub fn answer_in(stdout: &str) -> String {
 
 /// The raw ioctl children issue; the only unsafe code of the tests.
 pub mod sys {
-    /// `nv_ioctl_xfer_t`.
-    #[repr(C)]
-    pub struct Xfer {
-        /// Wrapped escape.
-        pub cmd: u32,
-        /// Its parameter size.
-        pub size: u32,
-        /// Its parameters.
-        pub ptr: u64,
+    /// NVIDIA's `_IOWR('F', nr, size)`: the command of frontend escape
+    /// `nr` with a parameter block of `size` bytes.
+    pub const fn iowr(nr: u32, size: usize) -> u64 {
+        (3 << 30) | ((size as u64) << 16) | (0x46 << 8) | nr as u64
     }
 
     /// ioctl(fd, cmd, arg) on a device that rejects it (`/dev/zero`,
@@ -251,5 +298,11 @@ pub mod sys {
         // at least the size encoded in `cmd`; the memory drivers never
         // write through it anyway.
         unsafe { libc::ioctl(fd.as_raw_fd(), cmd as _, std::ptr::from_mut(arg)) };
+    }
+
+    /// A frontend escape `nr` with parameters `params`, the command
+    /// encoding their size.
+    pub fn escape<T>(fd: &std::fs::File, nr: u32, params: &mut T) {
+        ioctl(fd, iowr(nr, size_of::<T>()), params);
     }
 }
