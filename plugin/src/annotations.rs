@@ -14,33 +14,16 @@
 
 use std::collections::BTreeMap;
 
-use tessera_region::spec::parse_uuid;
+use tessera_api::GpuUuid;
 use thiserror::Error;
 
-/// The annotation prefix Tessera owns.
-pub const PREFIX: &str = "tessera.dev/";
-/// `hard` | `elastic`.
-pub const COMPUTE_MODE: &str = "tessera.dev/compute-mode";
-/// `binpack` | `spread`.
-pub const PLACEMENT: &str = "tessera.dev/placement";
-/// Model names a GPU must match one of.
-pub const MODEL_INCLUDE: &str = "tessera.dev/gpu-model-include";
-/// Model names a GPU must match none of.
-pub const MODEL_EXCLUDE: &str = "tessera.dev/gpu-model-exclude";
-/// UUIDs a GPU must be one of.
-pub const UUID_INCLUDE: &str = "tessera.dev/gpu-uuid-include";
-/// UUIDs a GPU must be none of.
-pub const UUID_EXCLUDE: &str = "tessera.dev/gpu-uuid-exclude";
-
-/// Every annotation key this module reads.
-pub const KNOWN: [&str; 6] = [
-    COMPUTE_MODE,
-    PLACEMENT,
-    MODEL_INCLUDE,
-    MODEL_EXCLUDE,
+pub use tessera_api::annotations::{
+    COMPUTE_MODE, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE, PLACEMENT, PREFIX, UUID_EXCLUDE,
     UUID_INCLUDE,
-    UUID_EXCLUDE,
-];
+};
+/// How a container's compute limit behaves (the type the `GpuNode` status
+/// reports too).
+pub use tessera_api::gpunode::ComputeMode;
 
 const UUID_FORM: &str = "comma-separated GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)";
 const MODEL_FORM: &str = "comma-separated model names, e.g. A100,H100";
@@ -92,15 +75,6 @@ pub enum AnnotationError {
         /// The item in both.
         item: String,
     },
-}
-
-/// How a container's compute limit behaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComputeMode {
-    /// The cap always holds.
-    Hard,
-    /// Idle SMs are lent; the cap holds only under contention.
-    Elastic,
 }
 
 /// Which GPUs and nodes to prefer.
@@ -230,14 +204,9 @@ fn split_list(
     }
 }
 
-/// `GPU-` (in any case, as UUIDs match case-insensitively) then hex groups
-/// of 8-4-4-4-12, as the region ABI reads them.
+/// A GPU UUID as [`GpuUuid`] reads it (`GPU-` and the hex in any case).
 fn check_uuid(key: &'static str, item: &str) -> Option<AnnotationError> {
-    let well_formed = item
-        .split_at_checked(4)
-        .filter(|(prefix, _)| prefix.eq_ignore_ascii_case("GPU-"))
-        .and_then(|(_, body)| parse_uuid(&format!("GPU-{body}")))
-        .is_some();
+    let well_formed = item.parse::<GpuUuid>().is_ok();
     (!well_formed).then(|| AnnotationError::Uuid {
         key,
         item: item.to_owned(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
+use tessera_api::GpuNode;
 use tessera_scheduler::extender::{ClusterView, NodeView};
 use tessera_scheduler::manifest;
 use tessera_scheduler::server::{self, AppState};
@@ -45,11 +46,10 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8888")]
     listen: SocketAddr,
-    /// GPU telemetry as a JSON array of nodes
-    /// (`[{"name", "gpus": [{"uuid", "model", "memoryMib", "usedMib",
-    /// "coresUsedPercent", "healthy"}]}]`), read once at start. Without it
-    /// no node has telemetry and every GPU pod fails filter; the GpuNode
-    /// watcher that replaces this file is planned.
+    /// GPU telemetry: `GpuNode` objects as `kubectl get gpunodes -o json`
+    /// prints them (a list with `items`, or a JSON array of objects), read
+    /// once at start. Without it no node has telemetry and every GPU pod
+    /// fails filter; the GpuNode watcher that replaces this file is planned.
     #[arg(long, env = "TESSERA_NODES")]
     nodes: Option<PathBuf>,
     /// Scheduler name the webhook hands GPU pods to.
@@ -90,9 +90,13 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let nodes: Vec<NodeView> = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not a JSON array of nodes", path.display()))?;
-            ClusterView::new(nodes)
+            let nodes = read_gpu_nodes(&text).with_context(|| {
+                format!(
+                    "{} is not a GpuNode list (`kubectl get gpunodes -o json`)",
+                    path.display()
+                )
+            })?;
+            ClusterView::new(nodes.iter().map(NodeView::from_gpu_node))
         }
     };
     let state = Arc::new(AppState {
@@ -203,4 +207,18 @@ fn print_verdict(source: &str, verdict: &Result<webhook::Admitted, webhook::Webh
             );
         }
     }
+}
+
+/// `GpuNode` objects from a `kind: List`-style object with `items`, or from
+/// a JSON array.
+fn read_gpu_nodes(text: &str) -> serde_json::Result<Vec<GpuNode>> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Nodes {
+        List { items: Vec<GpuNode> },
+        Array(Vec<GpuNode>),
+    }
+    Ok(match serde_json::from_str(text)? {
+        Nodes::List { items } | Nodes::Array(items) => items,
+    })
 }

@@ -23,19 +23,7 @@ use thiserror::Error;
 use crate::pod::{Container, Pod, Quantity};
 use crate::quantity::{self, QuantityError};
 
-/// `nvidia.com/gpu`: number of GPU shares (distinct physical GPUs).
-pub const GPU: &str = "nvidia.com/gpu";
-/// `nvidia.com/gpumem`: MiB per GPU.
-pub const GPU_MEM: &str = "nvidia.com/gpumem";
-/// `nvidia.com/gpumem-percentage`: percent of each GPU's memory.
-pub const GPU_MEM_PERCENTAGE: &str = "nvidia.com/gpumem-percentage";
-/// `nvidia.com/gpucores`: percent of one GPU's SMs.
-pub const GPU_CORES: &str = "nvidia.com/gpucores";
-/// `nvidia.com/priority`: 0 = high, 1 = low.
-pub const PRIORITY: &str = "nvidia.com/priority";
-
-/// Every resource name Tessera manages, in the order of the table above.
-pub const ALL: [&str; 5] = [GPU, GPU_MEM, GPU_MEM_PERCENTAGE, GPU_CORES, PRIORITY];
+pub use tessera_api::resources::{ALL, GPU, GPU_CORES, GPU_MEM, GPU_MEM_PERCENTAGE, PRIORITY};
 
 /// Memory percentage of a request that names no memory: the whole card.
 pub const DEFAULT_MEM_PERCENT: u8 = 100;

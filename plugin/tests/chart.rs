@@ -133,7 +133,7 @@ fn gpunode_status_schema_holds_devices_allocations_use_and_time() {
             "allocations[].{field} missing"
         );
     }
-    assert_eq!(allocation["coresPercent"]["maximum"], 100);
+    assert_eq!(allocation["coresPercent"]["maximum"].as_f64(), Some(100.0));
     let usage = &status["properties"]["usage"]["items"]["properties"];
     for field in ["device", "memoryUsedMiB", "smUtilPercent"] {
         assert!(usage.get(field).is_some(), "usage[].{field} missing");

@@ -26,11 +26,19 @@ fn post(addr: &str, path: &str, body: &Value) -> Value {
 fn serve_filters_against_the_node_file_and_stops_on_sigterm() {
     let nodes =
         std::env::temp_dir().join(format!("tessera-serve-test-{}.json", std::process::id()));
-    let gpu = json!({"uuid": "GPU-5e1a0000-0000-4000-8000-000051510000", "model": "Tesla T4",
-                     "memoryMib": 15360, "usedMib": 0, "coresUsedPercent": 0, "healthy": true});
+    // As `kubectl get gpunodes -o json` prints it: a T4 with 10000 of its
+    // 15360 MiB granted to another pod.
+    let uuid = "GPU-5e1a0000-0000-4000-8000-000051510000";
+    let node = json!({"apiVersion": "tessera.dev/v1alpha1", "kind": "GpuNode",
+        "metadata": {"name": "gpu-1"}, "spec": {},
+        "status": {"updatedAt": "2026-12-01T09:00:00Z",
+            "devices": [{"uuid": uuid, "index": 0, "model": "Tesla T4", "memoryMiB": 15360,
+                         "smCount": 40, "health": "Healthy"}],
+            "allocations": [{"device": uuid, "namespace": "ml", "pod": "other",
+                             "container": "c", "memoryMiB": 10000, "coresPercent": 30}]}});
     std::fs::write(
         &nodes,
-        json!([{"name": "gpu-1", "gpus": [gpu]}]).to_string(),
+        json!({"apiVersion": "v1", "kind": "List", "items": [node]}).to_string(),
     )
     .unwrap();
 
@@ -61,7 +69,7 @@ fn serve_filters_against_the_node_file_and_stops_on_sigterm() {
         .to_owned();
 
     let pod = json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
-        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}}}]}});
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]}});
     let result = post(
         &addr,
         "/filter",
@@ -72,7 +80,7 @@ fn serve_filters_against_the_node_file_and_stops_on_sigterm() {
         result["FailedAndUnresolvableNodes"]["gpu-1"]
             .as_str()
             .unwrap()
-            .contains("20000 MiB")
+            .contains("8000 MiB")
     );
 
     let killed = Command::new("kill")

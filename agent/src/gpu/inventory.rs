@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 
 use serde::Serialize;
+use tessera_api::GpuUuid;
+use tessera_api::gpunode as api;
 
 use super::{GpuBackend, GpuDevice, GpuError, Health};
 
@@ -124,7 +126,50 @@ impl Inventory {
     }
 }
 
+impl Inventory {
+    /// The GPUs as a `GpuNode` status lists them (`devices`), NVLink peers
+    /// as UUIDs. A lost GPU is listed unhealthy, its size as 0 when NVML can
+    /// no longer tell it.
+    pub fn api_devices(&self) -> Result<Vec<api::Device>, GpuError> {
+        self.gpus.iter().map(|g| g.api_device(&self.gpus)).collect()
+    }
+}
+
 impl InventoryGpu {
+    fn parsed_uuid(&self) -> Result<GpuUuid, GpuError> {
+        self.uuid.parse().map_err(|source| GpuError::Uuid {
+            index: self.index,
+            source,
+        })
+    }
+
+    fn api_device(&self, all: &[InventoryGpu]) -> Result<api::Device, GpuError> {
+        let nvlink_peers = self
+            .nvlink_peers
+            .iter()
+            .filter_map(|&i| all.iter().find(|g| g.index == i))
+            .map(InventoryGpu::parsed_uuid)
+            .collect::<Result<_, _>>()?;
+        let (health, health_reason) = match self.health {
+            Health::Healthy => (api::Health::Healthy, None),
+            Health::Lost => (
+                api::Health::Unhealthy,
+                Some("lost (fallen off the bus)".to_owned()),
+            ),
+        };
+        Ok(api::Device {
+            uuid: self.parsed_uuid()?,
+            index: self.index,
+            model: self.name.clone(),
+            memory_mib: self.memory_total_mib.unwrap_or(0),
+            sm_count: self.sm_count.unwrap_or(0),
+            numa_node: self.numa_node,
+            nvlink_peers,
+            health,
+            health_reason,
+        })
+    }
+
     fn new(d: &GpuDevice, all: &[GpuDevice]) -> Self {
         let mut nvlink_peers: Vec<u32> = d
             .nvlink_remote_bus_ids
@@ -173,6 +218,35 @@ mod tests {
         b.device.nvlink_remote_bus_ids = vec![a.device.pci_bus_id.clone()];
         b.device.mig_enabled = Some(true);
         FakeBackend::new(vec![a, b, c.lost()])
+    }
+
+    #[test]
+    fn api_devices_carry_uuids_peers_and_health() {
+        let inv = Inventory::collect(&node()).unwrap();
+        let devices = inv.api_devices().unwrap();
+        assert_eq!(devices.len(), 3);
+        assert_eq!(devices[0].uuid.to_string(), inv.gpus[0].uuid);
+        assert_eq!(devices[0].nvlink_peers, vec![devices[1].uuid]);
+        assert_eq!(devices[0].memory_mib, 81559);
+        assert_eq!(devices[0].health, api::Health::Healthy);
+        assert_eq!(devices[2].health, api::Health::Unhealthy);
+        assert!(
+            devices[2]
+                .health_reason
+                .as_deref()
+                .unwrap()
+                .contains("lost")
+        );
+
+        let mut bad = inv.clone();
+        bad.gpus[1].uuid = "GPU-not-a-uuid".into();
+        let e = bad.api_devices().unwrap_err();
+        assert!(matches!(e, GpuError::Uuid { index: 1, .. }), "{e}");
+        assert!(
+            crate::error_chain::with_causes(&e).contains("\"GPU-not-a-uuid\""),
+            "{}",
+            crate::error_chain::with_causes(&e)
+        );
     }
 
     #[test]

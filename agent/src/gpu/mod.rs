@@ -61,6 +61,15 @@ pub enum GpuError {
         /// GPU index.
         index: u32,
     },
+    /// NVML reported a UUID that is not one.
+    #[error("GPU {index} reports a malformed UUID")]
+    Uuid {
+        /// GPU index.
+        index: u32,
+        /// What is wrong with it.
+        #[source]
+        source: tessera_api::UuidError,
+    },
     /// No GPU with this index.
     #[error("there is no GPU {index} on this node ({count} GPUs)")]
     NoSuchDevice {

@@ -347,3 +347,46 @@ fn wire_format_uses_go_field_names() {
         json!({"Error": ""})
     );
 }
+
+#[test]
+fn a_gpu_node_becomes_a_view_committing_its_shares_and_live_use() {
+    let a = "GPU-00000000-0000-4000-8000-00000000000a";
+    let b = "GPU-00000000-0000-4000-8000-00000000000b";
+    let node: tessera_api::GpuNode = serde_json::from_value(serde_json::json!({
+        "apiVersion": "tessera.dev/v1alpha1", "kind": "GpuNode",
+        "metadata": {"name": "n1"}, "spec": {},
+        "status": {"updatedAt": "2026-12-01T09:00:00Z",
+            "devices": [
+                {"uuid": a, "index": 0, "model": A100, "memoryMiB": 81920, "smCount": 108,
+                 "health": "Healthy"},
+                {"uuid": b, "index": 1, "model": A100, "memoryMiB": 81920, "smCount": 108,
+                 "health": "Unhealthy", "healthReason": "xid 79"}],
+            "allocations": [
+                {"device": a, "namespace": "ml", "pod": "p", "container": "c",
+                 "memoryMiB": 10000, "coresPercent": 30},
+                {"device": a, "namespace": "ml", "pod": "q", "container": "c",
+                 "memoryMiB": 5000, "coresPercent": 20}],
+            // b holds memory outside any share (a process that bypassed
+            // the interposer): live use counts as committed.
+            "usage": [
+                {"device": a, "memoryUsedMiB": 9000, "smUtilPercent": 40},
+                {"device": b, "memoryUsedMiB": 30000, "smUtilPercent": 0}]}
+    }))
+    .unwrap();
+    let view = NodeView::from_gpu_node(&node);
+    assert_eq!(view.name, "n1");
+    assert_eq!(view.gpus.len(), 2);
+    assert_eq!(view.gpus[0].uuid, a);
+    assert_eq!(view.gpus[0].used_mib, 15000);
+    assert_eq!(view.gpus[0].cores_used_percent, 50);
+    assert!(view.gpus[0].healthy);
+    assert_eq!(view.gpus[1].used_mib, 30000);
+    assert_eq!(view.gpus[1].cores_used_percent, 0);
+    assert!(!view.gpus[1].healthy);
+
+    let bare: tessera_api::GpuNode = serde_json::from_value(serde_json::json!({
+        "apiVersion": "tessera.dev/v1alpha1", "kind": "GpuNode",
+        "metadata": {"name": "n2"}, "spec": {}}))
+    .unwrap();
+    assert!(NodeView::from_gpu_node(&bare).gpus.is_empty());
+}

@@ -1,11 +1,13 @@
 //! An immutable view of the cluster's GPUs, as the extender judges it.
 //!
-//! The view is built elsewhere (from `GpuNode` objects, design §4.4) and
-//! handed in whole, so filter and prioritize are pure functions of it.
+//! The view is built from `GpuNode` objects ([`NodeView::from_gpu_node`])
+//! and handed in whole, so filter and prioritize are pure functions of it.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use tessera_api::GpuNode;
+use tessera_api::gpunode::Health;
 
 /// One GPU as the scheduler sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -56,6 +58,51 @@ pub struct NodeView {
     pub name: String,
     /// Its GPUs.
     pub gpus: Vec<GpuView>,
+}
+
+impl NodeView {
+    /// The scheduler's view of one `GpuNode`: each device with what its
+    /// shares commit. Memory committed is the larger of the shares' sum and
+    /// the live use NVML reports (memory held outside any share still
+    /// occupies the card); SM percent committed is the shares' sum. A node
+    /// whose status is missing has no GPUs to offer.
+    pub fn from_gpu_node(node: &GpuNode) -> Self {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let Some(status) = &node.status else {
+            return Self {
+                name,
+                gpus: Vec::new(),
+            };
+        };
+        let gpus = status
+            .devices
+            .iter()
+            .map(|d| {
+                let shares = status.allocations.iter().filter(|a| a.device == d.uuid);
+                let (mut mem, mut cores) = (0u64, 0u32);
+                for a in shares {
+                    mem = mem.saturating_add(a.memory_mib);
+                    cores = cores.saturating_add(a.cores_percent);
+                }
+                let live = status
+                    .usage
+                    .iter()
+                    .filter(|u| u.device == d.uuid)
+                    .map(|u| u.memory_used_mib)
+                    .max()
+                    .unwrap_or(0);
+                GpuView {
+                    uuid: d.uuid.to_string(),
+                    model: d.model.clone(),
+                    memory_mib: d.memory_mib,
+                    used_mib: mem.max(live),
+                    cores_used_percent: cores,
+                    healthy: d.health == Health::Healthy,
+                }
+            })
+            .collect();
+        Self { name, gpus }
+    }
 }
 
 /// Every node with GPU telemetry, by name.

@@ -1,0 +1,24 @@
+//! Tessera's Kubernetes-facing contract, shared by the node agent (which
+//! writes it) and the scheduler (which reads it). Types and encodings only:
+//! nothing here does I/O, in the manner of `kube-core`.
+//!
+//! - [`gpunode`]: the cluster-scoped `GpuNode` resource (group
+//!   `tessera.dev`, version `v1alpha1`), one per GPU node, whose status the
+//!   agent writes; [`crd`] renders its CustomResourceDefinition, the one
+//!   committed at `deploy/crds/gpunodes.tessera.dev.yaml` (a test fails when
+//!   the two drift apart);
+//! - [`resources`]: the extended resource names pods ask for (HAMi's, so
+//!   HAMi manifests run unchanged);
+//! - [`annotations`]: the `tessera.dev/` pod annotation keys;
+//! - [`uuid`]: GPU UUIDs as NVML prints them.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod annotations;
+pub mod crd;
+pub mod gpunode;
+pub mod resources;
+pub mod uuid;
+
+pub use gpunode::{GpuNode, GpuNodeSpec, GpuNodeStatus};
+pub use uuid::{GpuUuid, UuidError};
