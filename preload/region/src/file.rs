@@ -308,7 +308,7 @@ mod tests {
         w.write(&spec2).unwrap();
         assert_eq!(r.gpu(0).0.memory_limit, 123, "updates are visible");
         let u = open_usage(&dir.path().join(USAGE_FILE)).unwrap();
-        let s = u.claim(7, 1).unwrap();
+        let s = u.claim(7, 1).unwrap().slot;
         u.reserve(0, s, 99, 1000).unwrap();
         let snap = crate::reader::read_usage(&read_usage_bytes(u.path()).unwrap()).unwrap();
         assert_eq!(snap.used[0], 99);

@@ -15,7 +15,7 @@ fn make_valid_region() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     tessera_region::file::create_usage(dir.path()).unwrap();
     let u = tessera_region::file::open_usage(&dir.path().join("usage")).unwrap();
-    let s = u.claim(42, 7).unwrap();
+    let s = u.claim(42, 7).unwrap().slot;
     u.reserve(0, s, 1 << 20, u64::MAX).unwrap();
     u.count_launch(0, s);
     std::fs::read(dir.path().join("usage")).unwrap()
