@@ -7,9 +7,13 @@
 //! ```text
 //! control (4096 bytes, written by the agent, mapped read-only in the container)
 //!   0     ControlHeader    magic "TSRCTL\0\x01", abi_version, size, flags,
-//!                          gpu_count, epoch (seqlock: odd while the agent writes)
+//!                          gpu_count, epoch (odd while the agent writes the
+//!                          primary fields), backup_epoch (odd while it
+//!                          writes the backup)
 //!   64    ControlGpu × 16  uuid, memory_limit, context_overhead,
-//!                          launch_rate, launch_burst, flags
+//!                          launch_rate, launch_burst, flags (primary)
+//!   1088  ControlBackupHeader  flags, gpu_count (backup)
+//!   1152  ControlGpu × 16  the backup's GPUs
 //!
 //! usage (73728 bytes, written by the container's processes)
 //!   0     UsageHeader      magic "TSRUSE\0\x01", abi_version, size, slot_count,
@@ -111,10 +115,15 @@ pub struct ControlHeader {
     pub flags: AtomicU32,
     /// GPUs in use (≤ [`MAX_GPUS`]).
     pub gpu_count: AtomicU32,
-    /// Bumped twice per write: odd while a write is in progress.
+    /// Bumped twice per write of the primary fields (`flags`, `gpu_count`,
+    /// `gpus`): odd while they are being written.
     pub epoch: AtomicU64,
+    /// Bumped twice per write of [`ControlRegion::backup`]: odd while it
+    /// is being written; 0 while it was never written (a file from before
+    /// the backup existed).
+    pub backup_epoch: AtomicU64,
     /// Reserved (zero).
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 3],
 }
 
 /// One GPU's limits.
@@ -140,13 +149,37 @@ pub struct ControlGpu {
     pub reserved1: AtomicU64,
 }
 
+/// Header of the backup copy.
+#[repr(C, align(64))]
+pub struct ControlBackupHeader {
+    /// The primary `flags` as of the backup's write.
+    pub flags: AtomicU32,
+    /// The primary `gpu_count` as of the backup's write.
+    pub gpu_count: AtomicU32,
+    /// Reserved (zero).
+    pub reserved: [AtomicU64; 7],
+}
+
+/// A complete copy of the limits, written before the primary fields, so
+/// that a reader always finds one of the two complete even while the
+/// writer is stopped in the middle of a write (see [`crate::control`]).
+#[repr(C)]
+pub struct ControlBackup {
+    /// Flags and GPU count.
+    pub header: ControlBackupHeader,
+    /// Per-GPU limits.
+    pub gpus: [ControlGpu; MAX_GPUS],
+}
+
 /// The control file.
 #[repr(C)]
 pub struct ControlRegion {
     /// Header.
     pub header: ControlHeader,
-    /// Per-GPU limits; entries past `gpu_count` are ignored.
+    /// Per-GPU limits (primary); entries past `gpu_count` are ignored.
     pub gpus: [ControlGpu; MAX_GPUS],
+    /// The backup copy.
+    pub backup: ControlBackup,
 }
 
 /// Size of the control file.
@@ -234,7 +267,13 @@ mod tests {
     fn layout_is_as_documented() {
         assert_eq!(size_of::<ControlHeader>(), 64);
         assert_eq!(size_of::<ControlGpu>(), 64);
-        assert_eq!(size_of::<ControlRegion>(), 64 + 16 * 64);
+        assert_eq!(size_of::<ControlRegion>(), 2 * (64 + 16 * 64));
+        assert_eq!(std::mem::offset_of!(ControlHeader, backup_epoch), 32);
+        assert_eq!(std::mem::offset_of!(ControlRegion, backup), 1088);
+        assert_eq!(
+            std::mem::offset_of!(ControlRegion, backup) + std::mem::offset_of!(ControlBackup, gpus),
+            1152
+        );
         assert!(size_of::<ControlRegion>() <= CONTROL_SIZE);
         assert_eq!(std::mem::offset_of!(ControlHeader, flags), 16);
         assert_eq!(std::mem::offset_of!(ControlHeader, epoch), 24);
