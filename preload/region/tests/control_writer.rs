@@ -1,12 +1,15 @@
-//! A control writer stopped (SIGSTOP) at arbitrary moments, in a separate
-//! process as the agent is, never makes a reader return a mix of two
-//! writes, nor wait for it.
+//! The control writer in a separate process, as the agent is: stopped
+//! (SIGSTOP) at arbitrary moments it never makes a reader return a mix of
+//! two writes, nor wait for it; killed (SIGKILL) at arbitrary moments while
+//! creating the file it never leaves a half-written control file.
 #![allow(clippy::unwrap_used)] // helpers of a test crate
 
 use std::time::{Duration, Instant};
 
+use tessera_region::RegionError;
 use tessera_region::control::{ControlSpec, GpuLimits};
 use tessera_region::file::{CONTROL_FILE, create_control, open_control, open_control_rw};
+use tessera_region::layout::CONTROL_SIZE;
 
 /// Limits derived from `k`; the GPU count changes with `k`, so a mix of two
 /// writes matches neither.
@@ -57,6 +60,23 @@ mod sys {
         if stopped {
             assert!(libc::WIFSTOPPED(status), "status {status:#x}");
         }
+    }
+}
+
+/// Panics unless the snapshot is exactly one of [`spec_of`]'s.
+fn assert_whole(s: &tessera_region::ControlSnapshot, what: &str) {
+    let k = s.gpus.first().map_or(0, |g| g.memory_limit >> 20);
+    let want = spec_of(k);
+    assert!(
+        s.gpus == want.gpus && s.flags == want.flags,
+        "{what}: a mixed view {s:?}"
+    );
+}
+
+fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
     }
 }
 
@@ -123,5 +143,55 @@ fn readers_never_see_a_mix_while_the_writer_is_stopped() {
     assert!(
         mid_write >= rounds / 20,
         "only {mid_write} of {rounds} stops caught the writer mid-write: the test proves little"
+    );
+}
+
+#[test]
+fn a_create_killed_at_any_moment_leaves_no_half_written_control() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(CONTROL_FILE);
+    let rounds = 200u64;
+    let mut mid_create = 0;
+    for round in 0..rounds {
+        let d = dir.path().to_path_buf();
+        let child = sys::fork(move || {
+            let mut k = round * 100_000;
+            loop {
+                if k % 3 == 0 {
+                    let _ = std::fs::remove_file(d.join(CONTROL_FILE));
+                }
+                let _ = create_control(&d, &spec_of(k));
+                k += 1;
+            }
+        });
+        spin_for(Duration::from_micros(200 + (round * 53) % 1500));
+        sys::kill(child, libc::SIGKILL);
+        sys::wait(child, false);
+        let left_temporary = std::fs::read_dir(dir.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name() != CONTROL_FILE);
+        if left_temporary {
+            mid_create += 1;
+        }
+        let what = format!("round {round}");
+        match open_control(&path) {
+            // Killed between removing the file and publishing the new one.
+            Err(RegionError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("{what}: a half-written control file: {e}"),
+            Ok(c) => {
+                c.validate(CONTROL_SIZE)
+                    .unwrap_or_else(|e| panic!("{what}: a half-written control file: {e}"));
+                let t = Instant::now();
+                let s = c.snapshot();
+                assert!(t.elapsed() < Duration::from_secs(1), "{what}: waited");
+                assert_whole(&s, &what);
+            }
+        }
+    }
+    println!("{mid_create} of {rounds} kills caught a create midway");
+    assert!(
+        mid_create >= rounds / 20,
+        "only {mid_create} of {rounds} kills caught a create midway: the test proves little"
     );
 }
