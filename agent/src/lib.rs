@@ -9,7 +9,9 @@
 //! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
 //!   and runtimes Kubernetes nodes use;
 //! - [`error_chain`]: an error and its causes on one line;
-//! - [`mountinfo`]: this process's mounts.
+//! - [`mountinfo`]: this process's mounts;
+//! - [`region`]: the writer of container region directories (`tessera-agent
+//!   region create|set|show`).
 //!
 //! The device plugin, the region manager and the compute controller arrive
 //! in later changes (see `design.md`).
@@ -21,3 +23,4 @@ pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
 pub mod mountinfo;
+pub mod region;

@@ -9,6 +9,7 @@ use tessera_agent::ebpf::Observer;
 use tessera_agent::ebpf::args::EbpfArgs;
 use tessera_agent::error_chain::with_causes;
 use tessera_agent::gpu::{GpuArgs, Inventory};
+use tessera_agent::region::RegionCommand;
 use tessera_ebpf_common::{
     dev::{kdev_major, kdev_minor},
     uvm::format_uuid,
@@ -40,6 +41,12 @@ enum Command {
         /// How long to watch.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+    },
+    /// Create, update and inspect a container's region directory (the
+    /// limits its processes' libtessera.so enforces).
+    Region {
+        #[command(subcommand)]
+        command: RegionCommand,
     },
 }
 
@@ -121,6 +128,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Inventory { json } => inventory(&cli, *json),
         Command::Observe { ebpf, seconds } => observe(ebpf, *seconds),
+        Command::Region { command } => tessera_agent::region::run(command)
+            .map(|out| println!("{out}"))
+            .map_err(anyhow::Error::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use tessera_region::error::RegionError;
 use tessera_region::file::{CONTROL_FILE, Mapped, USAGE_FILE, open_control, open_usage};
 use tessera_region::layout::{CONTROL_MAGIC, ControlRegion, FLAG_FAIL_OPEN, UsageRegion};
+use tessera_region::usage::Claim;
 
 use crate::config::{self, ProcessEnv};
 use crate::sys;
@@ -128,6 +129,9 @@ pub struct Enforcer {
     /// device lookup).
     pub single_gpu: bool,
     slot: AtomicUsize,
+    /// The owner word of this process's claim on `slot` (generation
+    /// included, so a reclaimed and re-claimed slot is not taken for ours).
+    owner: AtomicU64,
     pid: AtomicU32,
     start_time: AtomicU64,
     /// Ordinal → control GPU index + 1 (0 = not looked up, -1 = not
@@ -207,6 +211,7 @@ pub fn setup(dir: &Path) -> Mode {
         control,
         usage,
         slot: AtomicUsize::new(NO_SLOT),
+        owner: AtomicU64::new(0),
         pid: AtomicU32::new(0),
         start_time: AtomicU64::new(0),
         devices: [const { AtomicI32::new(0) }; MAX_ORDINALS],
@@ -266,7 +271,7 @@ impl Enforcer {
     fn register(&self) -> Result<usize, String> {
         let pid = sys::getpid();
         let start = sys::start_time(pid).unwrap_or(0);
-        let slot = match self.usage.claim(pid, start) {
+        let claim = match self.usage.claim(pid, start) {
             Some(s) => s,
             None => {
                 self.usage.reclaim_dead((pid, start), sys::alive);
@@ -281,24 +286,32 @@ impl Enforcer {
         };
         self.pid.store(pid, Ordering::Release);
         self.start_time.store(start, Ordering::Release);
-        self.slot.store(slot, Ordering::Release);
-        Ok(slot)
+        self.owner.store(claim.owner, Ordering::Release);
+        self.slot.store(claim.slot, Ordering::Release);
+        Ok(claim.slot)
     }
 
     /// This process's slot, claiming one if needed (in a forked child, or
     /// if a reclaimer took ours).
     pub fn slot(&self) -> Result<usize, String> {
         let s = self.slot.load(Ordering::Acquire);
-        if s != NO_SLOT && self.usage.owns(s, self.pid.load(Ordering::Relaxed)) {
+        if s != NO_SLOT && self.owns(s) {
             return Ok(s);
         }
         // One registration at a time, so racing threads claim one slot.
         let _one = self.registering.lock().unwrap_or_else(|p| p.into_inner());
         let s = self.slot.load(Ordering::Acquire);
-        if s != NO_SLOT && self.usage.owns(s, self.pid.load(Ordering::Relaxed)) {
+        if s != NO_SLOT && self.owns(s) {
             return Ok(s);
         }
         self.register()
+    }
+
+    fn owns(&self, slot: usize) -> bool {
+        self.usage.owns(Claim {
+            slot,
+            owner: self.owner.load(Ordering::Acquire),
+        })
     }
 
     /// Slot for the launch fast path: one load unless unregistered.

@@ -24,6 +24,7 @@ USAGE_SIZE = 73728
 MAX_SLOTS = 256
 UNLIMITED = 2**64 - 1
 OFF_BUCKETS, OFF_OWNERS, OFF_USED = 64, 1088, 5184
+OFF_EPOCH, OFF_BACKUP_EPOCH, OFF_BACKUP, OFF_BACKUP_GPUS = 24, 32, 1088, 1152
 
 
 def parse_uuid(text):
@@ -46,22 +47,41 @@ def limits(args):
 
 
 def publish(m, gpu_bytes):
-    # Seqlock: odd epoch while writing, even when done.
-    epoch = struct.unpack_from("<Q", m, 24)[0]
-    struct.pack_into("<Q", m, 24, epoch | 1)
+    # Two copies (layout.rs): first the backup under an odd backup epoch,
+    # then the primary under an odd epoch, so a reader always finds one of
+    # them complete, even while this writer is stopped mid-write.
+    epoch, backup = struct.unpack_from("<QQ", m, OFF_EPOCH)
+    if epoch % 2 and backup and backup % 2 == 0:
+        # A writer died in the primary: complete it from the backup first.
+        m[16:24] = m[OFF_BACKUP:OFF_BACKUP + 8]
+        m[64:OFF_BACKUP] = m[OFF_BACKUP_GPUS:OFF_BACKUP_GPUS + 1024]
+        epoch += 1
+        struct.pack_into("<Q", m, OFF_EPOCH, epoch)
+    struct.pack_into("<Q", m, OFF_BACKUP_EPOCH, backup | 1)
+    struct.pack_into("<II", m, OFF_BACKUP, 0, 1)
+    m[OFF_BACKUP_GPUS:OFF_BACKUP_GPUS + 64] = gpu_bytes
+    struct.pack_into("<Q", m, OFF_BACKUP_EPOCH, (backup | 1) + 1)
+    struct.pack_into("<Q", m, OFF_EPOCH, epoch | 1)
     struct.pack_into("<II", m, 16, 0, 1)
     m[64:128] = gpu_bytes
-    struct.pack_into("<Q", m, 24, (epoch | 1) + 1)
+    struct.pack_into("<Q", m, OFF_EPOCH, (epoch | 1) + 1)
 
 
 def create(args):
     os.makedirs(args.dir, exist_ok=True)
     control = os.path.join(args.dir, "control")
-    with open(control, "wb") as f:
+    # A complete file under a temporary name, then renamed into place: a
+    # crash leaves no half-written control, and processes that mapped an
+    # older control file keep theirs.
+    tmp = os.path.join(args.dir, f".control.tmp.{os.getpid()}")
+    with open(tmp, "wb") as f:
         f.write(CONTROL_MAGIC + struct.pack("<II", ABI_VERSION, CONTROL_SIZE) + bytes(CONTROL_SIZE - 16))
-    os.chmod(control, 0o644)
-    with open(control, "r+b") as f, mmap.mmap(f.fileno(), CONTROL_SIZE) as m:
-        publish(m, limits(args))
+    os.chmod(tmp, 0o644)
+    with open(tmp, "r+b") as f:
+        with mmap.mmap(f.fileno(), CONTROL_SIZE) as m:
+            publish(m, limits(args))
+        os.fsync(f.fileno())
+    os.rename(tmp, control)
     usage = os.path.join(args.dir, "usage")
     if not os.path.exists(usage):
         with open(usage, "wb") as f:
@@ -87,8 +107,9 @@ def show(args):
     uuid = (lo.to_bytes(8, "little") + hi.to_bytes(8, "little")).hex()
     tat, epoch, launches, warps, throttled = struct.unpack_from("<QQQQQ", u, OFF_BUCKETS)
     used = sum(struct.unpack_from("<Q", u, OFF_USED + 8 * i)[0] for i in range(MAX_SLOTS))
+    # Owner word: generation << 40 | state << 32 | pid.
     procs = [struct.unpack_from("<Q", u, OFF_OWNERS + 8 * i)[0] & 0xffffffff for i in range(MAX_SLOTS)
-             if struct.unpack_from("<Q", u, OFF_OWNERS + 8 * i)[0] >> 32]
+             if (struct.unpack_from("<Q", u, OFF_OWNERS + 8 * i)[0] >> 32) & 0xff]
     fmt = lambda v: "unlimited" if v == UNLIMITED else v
     print(json.dumps({
         "uuid": f"GPU-{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}",

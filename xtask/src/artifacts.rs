@@ -2,7 +2,7 @@
 //! `target/tessera/<profile>/`.
 //!
 //! ```text
-//! bin/   gpusim, tessera-agent, tessera-scheduler, tessera-region
+//! bin/   gpusim, tessera-agent, tessera-scheduler
 //! lib/   libtessera.so                       (the in-container interposer)
 //! sim/   libcuda.so.1, libnvidia-ml.so.1     (the simulated GPU node's driver
 //!        libcuda.so, libnvidia-ml.so          libraries, plus link-time names)

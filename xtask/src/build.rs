@@ -37,12 +37,7 @@ pub fn run(args: &Args, tools: Option<&Tools>) -> Result<Artifacts> {
     for dir in [out.bin(), out.lib(), out.sim(), out.ebpf()] {
         fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    for bin in [
-        "gpusim",
-        "tessera-agent",
-        "tessera-scheduler",
-        "tessera-region",
-    ] {
+    for bin in ["gpusim", "tessera-agent", "tessera-scheduler"] {
         copy_replacing(&target.join(bin), &out.bin().join(bin))?;
     }
     copy_replacing(

@@ -173,22 +173,65 @@ fn create_file(path: &Path, len: usize, mode: u32, new: bool) -> Result<File, Re
     Ok(file)
 }
 
-/// Creates (or rewrites) `dir/control` with `spec` and returns a writable
-/// mapping for later updates (agent side).
+/// Prefix of the temporary name a control file is written under.
+const CONTROL_TMP_PREFIX: &str = ".control.tmp.";
+
+/// Creates `dir/control` with `spec` and returns a writable mapping for
+/// later updates (agent side).
+///
+/// The file is written complete under a temporary name, flushed, and
+/// renamed into place, so a crash at any point leaves the previous
+/// control file (or none) or the complete new one, never a half-written
+/// one. Temporary files a crashed call left are removed first (one writer
+/// per directory at a time).
+///
+/// An existing control file is *replaced*, not rewritten: the new file is
+/// a new inode. Processes that mapped the old one keep seeing it whole and
+/// unchanged, with the limits it had; updates through the returned mapping
+/// reach the processes that open the new file. To change the limits of
+/// processes that already run (and after an agent restart, I4), open the
+/// existing file with [`open_control_rw`] and [`ControlRegion::write`] to it.
+/// A symlink planted at `dir/control` is replaced, never followed.
 pub fn create_control(
     dir: &Path,
     spec: &ControlSpec,
 ) -> Result<Mapped<ControlRegion>, RegionError> {
     let path = dir.join(CONTROL_FILE);
-    let file = create_file(&path, CONTROL_SIZE, 0o644, false)?;
-    let m: Mapped<ControlRegion> = Mapped::map(&file, &path, CONTROL_SIZE, true)?;
-    // SAFETY: the agent is the only writer of the control header, which is
-    // plain data outside the seqlock-protected fields; nobody reads it
-    // while the file is being created.
-    let header = unsafe { &mut *m.ptr.as_ptr() };
-    header.init();
-    m.write(spec)?;
-    Ok(m)
+    remove_stale_temporaries(dir)?;
+    let tmp = dir.join(format!("{CONTROL_TMP_PREFIX}{}", std::process::id()));
+    let written = (|| {
+        let file = create_file(&tmp, CONTROL_SIZE, 0o644, true)?;
+        let mut m: Mapped<ControlRegion> = Mapped::map(&file, &tmp, CONTROL_SIZE, true)?;
+        // SAFETY: the file is private to this function until renamed into
+        // place; the header is written before anyone maps it.
+        unsafe { &mut *m.ptr.as_ptr() }.init();
+        m.write(spec)?;
+        file.sync_all().map_err(io_err("flush", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err("publish", &path))?;
+        m.path = path.clone();
+        Ok(m)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Removes the temporary control files of earlier calls that died before
+/// renaming theirs (unlink never follows a symlink).
+fn remove_stale_temporaries(dir: &Path) -> Result<(), RegionError> {
+    for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let entry = entry.map_err(io_err("list", dir))?;
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(CONTROL_TMP_PREFIX))
+        {
+            let p = entry.path();
+            std::fs::remove_file(&p).map_err(io_err("remove", &p))?;
+        }
+    }
+    Ok(())
 }
 
 /// Opens `dir/control` writable (agent side, after a restart).
@@ -272,14 +315,65 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("elsewhere");
         std::fs::write(&target, b"precious").unwrap();
-        std::os::unix::fs::symlink(&target, dir.path().join(CONTROL_FILE)).unwrap();
+        let control = dir.path().join(CONTROL_FILE);
+        std::os::unix::fs::symlink(&target, &control).unwrap();
+        assert!(open_control_rw(dir.path()).is_err());
+        // A planted temporary name is removed, not written through.
+        let tmp = dir
+            .path()
+            .join(format!("{CONTROL_TMP_PREFIX}{}", std::process::id()));
+        std::os::unix::fs::symlink(&target, &tmp).unwrap();
         let spec = ControlSpec {
             flags: 0,
             gpus: vec![],
         };
-        assert!(create_control(dir.path(), &spec).is_err());
-        assert!(open_control_rw(dir.path()).is_err());
+        create_control(dir.path(), &spec).unwrap();
         assert_eq!(std::fs::read(&target).unwrap(), b"precious", "untouched");
+        let meta = std::fs::symlink_metadata(&control).unwrap();
+        assert!(meta.is_file(), "the link was replaced by a control file");
+        assert!(!tmp.exists());
+    }
+
+    #[test]
+    fn recreating_control_replaces_the_file_and_leaves_mappings_whole() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(CONTROL_FILE);
+        let a = ControlSpec {
+            flags: 0,
+            gpus: vec![GpuLimits::unlimited([1; 16])],
+        };
+        let mut b = a.clone();
+        b.gpus[0].memory_limit = 1 << 30;
+        b.gpus.push(GpuLimits::unlimited([2; 16]));
+        let _w = create_control(dir.path(), &a).unwrap();
+        let held = open_control(&path).unwrap();
+        let before = std::fs::metadata(&path).unwrap().ino();
+        let w2 = create_control(dir.path(), &b).unwrap();
+        assert_eq!(w2.path(), path);
+        assert_ne!(
+            std::fs::metadata(&path).unwrap().ino(),
+            before,
+            "a new inode"
+        );
+        // The old mapping is unaffected: whole, valid, the old limits.
+        held.validate(CONTROL_SIZE).unwrap();
+        let old = held.snapshot();
+        assert_eq!((old.flags, old.gpus), (a.flags, a.gpus.clone()));
+        // New opens, and updates through the returned mapping, see the new file.
+        let fresh = open_control(&path).unwrap();
+        assert_eq!(fresh.snapshot().gpus, b.gpus);
+        let mut c = b.clone();
+        c.gpus[1].launch_rate = 5;
+        w2.write(&c).unwrap();
+        assert_eq!(fresh.snapshot().gpus, c.gpus);
+        assert_eq!(held.snapshot().gpus, a.gpus);
+        // Nothing but the two region names is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [CONTROL_FILE]);
     }
 
     #[test]
@@ -308,7 +402,7 @@ mod tests {
         w.write(&spec2).unwrap();
         assert_eq!(r.gpu(0).0.memory_limit, 123, "updates are visible");
         let u = open_usage(&dir.path().join(USAGE_FILE)).unwrap();
-        let s = u.claim(7, 1).unwrap();
+        let s = u.claim(7, 1).unwrap().slot;
         u.reserve(0, s, 99, 1000).unwrap();
         let snap = crate::reader::read_usage(&read_usage_bytes(u.path()).unwrap()).unwrap();
         assert_eq!(snap.used[0], 99);

@@ -7,15 +7,19 @@
 //! ```text
 //! control (4096 bytes, written by the agent, mapped read-only in the container)
 //!   0     ControlHeader    magic "TSRCTL\0\x01", abi_version, size, flags,
-//!                          gpu_count, epoch (seqlock: odd while the agent writes)
+//!                          gpu_count, epoch (odd while the agent writes the
+//!                          primary fields), backup_epoch (odd while it
+//!                          writes the backup)
 //!   64    ControlGpu × 16  uuid, memory_limit, context_overhead,
-//!                          launch_rate, launch_burst, flags
+//!                          launch_rate, launch_burst, flags (primary)
+//!   1088  ControlBackupHeader  flags, gpu_count (backup)
+//!   1152  ControlGpu × 16  the backup's GPUs
 //!
 //! usage (73728 bytes, written by the container's processes)
 //!   0     UsageHeader      magic "TSRUSE\0\x01", abi_version, size, slot_count,
 //!                          last_reclaim_ns, active-slot bitmap (256 bits)
 //!   64    Bucket × 16      per-GPU launch token bucket and counters
-//!   1088  owners[256]      slot owner words (state << 32 | pid)
+//!   1088  owners[256]      slot owner words (generation << 40 | state << 32 | pid)
 //!   3136  start_times[256] owner start times (clock ticks after boot)
 //!   5184  used[16][256]    device bytes charged, per GPU, per slot
 //!   37952 launches[16][256] launches, per GPU, per slot
@@ -47,7 +51,15 @@ pub const UNLIMITED: u64 = u64::MAX;
 /// stable across ABI versions so an old library can still read it.
 pub const FLAG_FAIL_OPEN: u32 = 1;
 
-/// Owner word states (bits 32..34).
+/// The slot owner word: `generation << 40 | state << 32 | pid`.
+///
+/// Every transition of a slot's word (claim, activate, reclaim, free) is a
+/// compare-and-swap that also bumps the 24-bit generation, so a word never
+/// comes back to a value a slow reclaimer read earlier (no ABA): a
+/// reclaimer that judged an old owner dead cannot take over the slot once
+/// a new process (even one with the same, reused pid) has claimed it.
+/// Bits 34..40 are reserved (zero). Regions written before the generation
+/// existed hold generation 0 everywhere, which reads the same.
 pub mod owner {
     /// Slot is free.
     pub const FREE: u64 = 0;
@@ -58,17 +70,35 @@ pub mod owner {
     /// A dead owner's bytes are being returned.
     pub const RECLAIMING: u64 = 3;
 
-    /// Packs a state and a pid.
+    /// Bits of the generation.
+    pub const GENERATION_BITS: u32 = 24;
+    const GENERATION_SHIFT: u32 = 40;
+    const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
+
+    /// Packs a state and a pid (generation 0).
     pub const fn word(state: u64, pid: u32) -> u64 {
-        (state << 32) | pid as u64
+        with_generation(state, pid, 0)
     }
-    /// The state of a word.
+    /// Packs a state, a pid and a generation (taken modulo 2^24).
+    pub const fn with_generation(state: u64, pid: u32, generation: u64) -> u64 {
+        ((generation & GENERATION_MASK) << GENERATION_SHIFT) | ((state & 0xff) << 32) | pid as u64
+    }
+    /// The word that follows `w` in state `state` owned by `pid`: its
+    /// generation is `w`'s plus one.
+    pub const fn next(w: u64, state: u64, pid: u32) -> u64 {
+        with_generation(state, pid, generation(w).wrapping_add(1))
+    }
+    /// The state of a word (bits 32..40; a valid word has 0 to 3).
     pub const fn state(word: u64) -> u64 {
-        word >> 32
+        (word >> 32) & 0xff
     }
     /// The pid of a word.
     pub const fn pid(word: u64) -> u32 {
         word as u32
+    }
+    /// The generation of a word.
+    pub const fn generation(word: u64) -> u64 {
+        (word >> GENERATION_SHIFT) & GENERATION_MASK
     }
 }
 
@@ -85,10 +115,15 @@ pub struct ControlHeader {
     pub flags: AtomicU32,
     /// GPUs in use (≤ [`MAX_GPUS`]).
     pub gpu_count: AtomicU32,
-    /// Bumped twice per write: odd while a write is in progress.
+    /// Bumped twice per write of the primary fields (`flags`, `gpu_count`,
+    /// `gpus`): odd while they are being written.
     pub epoch: AtomicU64,
+    /// Bumped twice per write of [`ControlRegion::backup`]: odd while it
+    /// is being written; 0 while it was never written (a file from before
+    /// the backup existed).
+    pub backup_epoch: AtomicU64,
     /// Reserved (zero).
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 3],
 }
 
 /// One GPU's limits.
@@ -114,13 +149,37 @@ pub struct ControlGpu {
     pub reserved1: AtomicU64,
 }
 
+/// Header of the backup copy.
+#[repr(C, align(64))]
+pub struct ControlBackupHeader {
+    /// The primary `flags` as of the backup's write.
+    pub flags: AtomicU32,
+    /// The primary `gpu_count` as of the backup's write.
+    pub gpu_count: AtomicU32,
+    /// Reserved (zero).
+    pub reserved: [AtomicU64; 7],
+}
+
+/// A complete copy of the limits, written before the primary fields, so
+/// that a reader always finds one of the two complete even while the
+/// writer is stopped in the middle of a write (see [`crate::control`]).
+#[repr(C)]
+pub struct ControlBackup {
+    /// Flags and GPU count.
+    pub header: ControlBackupHeader,
+    /// Per-GPU limits.
+    pub gpus: [ControlGpu; MAX_GPUS],
+}
+
 /// The control file.
 #[repr(C)]
 pub struct ControlRegion {
     /// Header.
     pub header: ControlHeader,
-    /// Per-GPU limits; entries past `gpu_count` are ignored.
+    /// Per-GPU limits (primary); entries past `gpu_count` are ignored.
     pub gpus: [ControlGpu; MAX_GPUS],
+    /// The backup copy.
+    pub backup: ControlBackup,
 }
 
 /// Size of the control file.
@@ -208,7 +267,13 @@ mod tests {
     fn layout_is_as_documented() {
         assert_eq!(size_of::<ControlHeader>(), 64);
         assert_eq!(size_of::<ControlGpu>(), 64);
-        assert_eq!(size_of::<ControlRegion>(), 64 + 16 * 64);
+        assert_eq!(size_of::<ControlRegion>(), 2 * (64 + 16 * 64));
+        assert_eq!(std::mem::offset_of!(ControlHeader, backup_epoch), 32);
+        assert_eq!(std::mem::offset_of!(ControlRegion, backup), 1088);
+        assert_eq!(
+            std::mem::offset_of!(ControlRegion, backup) + std::mem::offset_of!(ControlBackup, gpus),
+            1152
+        );
         assert!(size_of::<ControlRegion>() <= CONTROL_SIZE);
         assert_eq!(std::mem::offset_of!(ControlHeader, flags), 16);
         assert_eq!(std::mem::offset_of!(ControlHeader, epoch), 24);

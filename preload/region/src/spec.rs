@@ -1,4 +1,4 @@
-//! Parsing per-GPU limits from text, for the `tessera-region` tool and
+//! Parsing per-GPU limits from text, for `tessera-agent region` and
 //! tests: `GPU-<uuid>[,memory=<MiB>][,overhead=<MiB>][,rate=<warps/s>][,burst=<warps>]`.
 //! `rate=unlimited` and `memory=unlimited` are accepted; omitted fields
 //! are unlimited (burst defaults to 1/100 of the rate, at least 1).

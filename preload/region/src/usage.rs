@@ -12,9 +12,10 @@
 //! reservation fail that would have fitted; it retries while that is the
 //! only reason.
 //!
-//! **Dead processes.** A slot's owner word records its pid; whoever notices
+//! **Dead processes.** A slot's owner word records its pid and a
+//! generation bumped on every change of hands ([`owner`]); whoever notices
 //! the owner is gone (`reclaim_dead`) takes the slot over with a
-//! compare-and-swap, zeroes its counters and frees it. Only the owner or
+//! compare-and-swap of the whole word, zeroes its counters and frees it. Only the owner or
 //! the single winning reclaimer ever writes a slot's counters, and counters
 //! are only ever set to zero or decreased with saturation: nothing
 //! underflows.
@@ -33,6 +34,16 @@ pub struct OverLimit {
     pub used: u64,
     /// The limit.
     pub limit: u64,
+}
+
+/// A slot held by a process: its index and the owner word (generation
+/// included) that proves the slot is still this process's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// Slot index.
+    pub slot: usize,
+    /// The owner word the claim left in the slot.
+    pub owner: u64,
 }
 
 /// How often a reservation retries when only transient contention made it
@@ -94,21 +105,18 @@ impl UsageRegion {
     }
 
     /// Claims a free slot for process `pid` (started at `start_time`).
-    pub fn claim(&self, pid: u32, start_time: u64) -> Option<usize> {
+    pub fn claim(&self, pid: u32, start_time: u64) -> Option<Claim> {
         let first = pid as usize % MAX_SLOTS;
         for k in 0..MAX_SLOTS {
             let i = (first + k) % MAX_SLOTS;
             let w = &self.owners[i];
-            if w.load(Ordering::Relaxed) != owner::FREE {
+            let free = w.load(Ordering::SeqCst);
+            if owner::state(free) != owner::FREE {
                 continue;
             }
-            if w.compare_exchange(
-                owner::FREE,
-                owner::word(owner::CLAIMING, pid),
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+            let claiming = owner::next(free, owner::CLAIMING, pid);
+            if w.compare_exchange(free, claiming, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
             {
                 self.start_times[i].store(start_time, Ordering::SeqCst);
                 self.zero_slot(i);
@@ -116,15 +124,14 @@ impl UsageRegion {
                 // A reclaimer may have taken the slot meanwhile (it saw the
                 // claimer's pid gone): then the slot is not ours; it will
                 // be zeroed and freed by that reclaimer.
-                if w.compare_exchange(
-                    owner::word(owner::CLAIMING, pid),
-                    owner::word(owner::ACTIVE, pid),
-                    Ordering::SeqCst,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+                let active = owner::next(claiming, owner::ACTIVE, pid);
+                if w.compare_exchange(claiming, active, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
                 {
-                    return Some(i);
+                    return Some(Claim {
+                        slot: i,
+                        owner: active,
+                    });
                 }
             }
         }
@@ -132,29 +139,35 @@ impl UsageRegion {
     }
 
     /// Gives back the caller's own slot (normal exit).
-    pub fn release(&self, slot: usize, pid: u32) {
-        let w = &self.owners[slot % MAX_SLOTS];
-        if w.load(Ordering::SeqCst) == owner::word(owner::ACTIVE, pid) {
-            self.zero_slot(slot % MAX_SLOTS);
-            self.mark_active(slot % MAX_SLOTS, false);
+    pub fn release(&self, claim: Claim) {
+        let slot = claim.slot % MAX_SLOTS;
+        let w = &self.owners[slot];
+        if w.load(Ordering::SeqCst) == claim.owner {
+            self.zero_slot(slot);
+            self.mark_active(slot, false);
             let _ = w.compare_exchange(
-                owner::word(owner::ACTIVE, pid),
-                owner::FREE,
+                claim.owner,
+                owner::next(claim.owner, owner::FREE, 0),
                 Ordering::SeqCst,
                 Ordering::Relaxed,
             );
         }
     }
 
-    /// Whether `slot` is still owned by `pid` (it may have been reclaimed
-    /// if the process was wrongly taken for dead, or the region reset).
-    pub fn owns(&self, slot: usize, pid: u32) -> bool {
-        self.owners[slot % MAX_SLOTS].load(Ordering::Acquire) == owner::word(owner::ACTIVE, pid)
+    /// Whether `claim` still holds its slot (it may have been reclaimed if
+    /// the process was wrongly taken for dead, or the region reset).
+    pub fn owns(&self, claim: Claim) -> bool {
+        self.owners[claim.slot % MAX_SLOTS].load(Ordering::Acquire) == claim.owner
     }
 
     /// Frees the slots of processes `alive` says are gone; returns how many.
     /// `me` is the caller's (pid, start time), recorded while it reclaims.
     /// `alive(pid, start)` with `start` 0 asks whether the pid exists at all.
+    ///
+    /// The owner word read before asking `alive` is the one the takeover
+    /// compares against, generation included: if the slot changed hands
+    /// meanwhile (freed and claimed again, by a reused pid too), the
+    /// takeover fails and the new owner's bytes stay.
     pub fn reclaim_dead(&self, me: (u32, u64), alive: impl Fn(u32, u64) -> bool) -> usize {
         let mut n = 0;
         for i in 0..MAX_SLOTS {
@@ -175,7 +188,7 @@ impl UsageRegion {
             if !dead {
                 continue;
             }
-            let mine = owner::word(owner::RECLAIMING, me.0);
+            let mine = owner::next(w, owner::RECLAIMING, me.0);
             if self.owners[i]
                 .compare_exchange(w, mine, Ordering::SeqCst, Ordering::Relaxed)
                 .is_err()
@@ -186,7 +199,12 @@ impl UsageRegion {
             self.zero_slot(i);
             self.mark_active(i, false);
             if self.owners[i]
-                .compare_exchange(mine, owner::FREE, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange(
+                    mine,
+                    owner::next(mine, owner::FREE, 0),
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
             {
                 n += 1;
@@ -307,7 +325,7 @@ mod tests {
     fn reservations_stop_at_the_limit_exactly() {
         let r = region();
         r.validate(USAGE_SIZE).unwrap();
-        let s = r.claim(100, 1).unwrap();
+        let s = r.claim(100, 1).unwrap().slot;
         r.reserve(0, s, 600, 1000).unwrap();
         r.reserve(0, s, 400, 1000).unwrap();
         assert_eq!(
@@ -335,7 +353,7 @@ mod tests {
             .map(|t| {
                 let r = r.clone();
                 std::thread::spawn(move || {
-                    let s = r.claim(1000 + t, 1).unwrap();
+                    let s = r.claim(1000 + t, 1).unwrap().slot;
                     let mut held = 0u64;
                     for i in 0..20_000u64 {
                         let n = 1 + (i * 7 + u64::from(t)) % 90;
@@ -362,32 +380,88 @@ mod tests {
         let r = region();
         let a = r.claim(10, 5).unwrap();
         let b = r.claim(20, 6).unwrap();
-        r.reserve(0, a, 300, UNLIMITED).unwrap();
-        r.reserve(0, b, 200, UNLIMITED).unwrap();
+        r.reserve(0, a.slot, 300, UNLIMITED).unwrap();
+        r.reserve(0, b.slot, 200, UNLIMITED).unwrap();
         // pid 10 is dead.
         let n = r.reclaim_dead((99, 1), |pid, _| pid != 10);
         assert_eq!(n, 1);
         assert_eq!(r.used_bytes(0), 200);
-        assert!(!r.owns(a, 10));
-        assert!(r.owns(b, 20));
+        assert!(!r.owns(a));
+        assert!(r.owns(b));
         assert_eq!(r.reclaim_dead((99, 1), |pid, _| pid != 10), 0);
-        // The slot is reused.
+        // The slot is reused, and the old claim does not own it again.
         let c = r.claim(10, 7).unwrap();
-        assert_eq!(r.slot_bytes(0, c), 0);
+        assert_eq!(c.slot, a.slot);
+        assert_eq!(r.slot_bytes(0, c.slot), 0);
+        assert!(!r.owns(a), "a reused pid is a new claim");
         // A pid reused with another start time counts as dead.
         let n = r.reclaim_dead((99, 1), |_, start| start != 6);
         assert_eq!(n, 1);
         assert_eq!(r.used_bytes(0), 0);
     }
 
+    /// The ABA interleaving, made deterministic by acting inside the
+    /// reclaimer's liveness check (between its read of the owner word and
+    /// its takeover): the dead owner's slot is freed by another reclaimer
+    /// and claimed again by a live process that got the same pid. The slow
+    /// reclaimer's takeover must fail and leave the live bytes alone.
+    #[test]
+    fn a_reused_pid_reclaiming_the_slot_is_not_zeroed_by_a_slow_reclaimer() {
+        let r = region();
+        let dead = r.claim(10, 5).unwrap();
+        r.reserve(0, dead.slot, 300, UNLIMITED).unwrap();
+        let reborn = std::cell::Cell::new(None);
+        let n = r.reclaim_dead((99, 1), |pid, start| {
+            if pid != 10 || start != 5 || reborn.get().is_some() {
+                return true;
+            }
+            // Another process reclaims the dead owner's slot first...
+            assert_eq!(r.reclaim_dead((98, 1), |p, s| !(p == 10 && s == 5)), 1);
+            // ...and a new process with the recycled pid 10 claims it.
+            let c = r.claim(10, 8).unwrap();
+            assert_eq!(c.slot, dead.slot, "the same pid lands on the same slot");
+            r.reserve(0, c.slot, 700, UNLIMITED).unwrap();
+            reborn.set(Some(c));
+            false
+        });
+        let reborn = reborn.get().unwrap();
+        assert_eq!(n, 0, "the slow reclaimer took over nothing");
+        assert!(r.owns(reborn), "the live process keeps its slot");
+        assert_eq!(r.slot_bytes(0, reborn.slot), 700, "its bytes stay charged");
+        assert_eq!(r.used_bytes(0), 700);
+        assert_eq!(r.start_times[reborn.slot].load(Ordering::SeqCst), 8);
+    }
+
+    #[test]
+    fn generations_advance_on_every_change_of_hands() {
+        let r = region();
+        let a = r.claim(10, 5).unwrap();
+        r.release(a);
+        let b = r.claim(10, 5).unwrap();
+        assert_eq!(a.slot, b.slot);
+        assert_ne!(a.owner, b.owner);
+        assert_eq!(owner::state(b.owner), owner::ACTIVE);
+        assert_eq!(owner::pid(b.owner), 10);
+        // claim, activate, free, claim, activate
+        assert_eq!(owner::generation(b.owner), 5);
+        // Wrapping stays inside the generation bits.
+        let top = owner::with_generation(owner::ACTIVE, 7, (1 << owner::GENERATION_BITS) - 1);
+        let next = owner::next(top, owner::FREE, 0);
+        assert_eq!(owner::generation(next), 0);
+        assert_eq!(owner::state(next), owner::FREE);
+        assert_eq!(owner::pid(next), 0);
+    }
+
     #[test]
     fn full_table_is_reported() {
         let r = region();
+        let mut claims = Vec::new();
         for pid in 0..MAX_SLOTS as u32 {
-            r.claim(pid + 1, 1).unwrap();
+            claims.push(r.claim(pid + 1, 1).unwrap());
         }
         assert_eq!(r.claim(5000, 1), None);
-        r.release(3 % MAX_SLOTS, 3);
+        r.release(claims[3]);
+        assert_eq!(r.claim(5000, 1).map(|c| c.slot), Some(claims[3].slot));
     }
 
     #[test]
