@@ -15,6 +15,7 @@ mod bundle;
 mod demo;
 mod ebpf;
 mod files;
+mod headers;
 mod setup;
 mod sh;
 mod test;

@@ -5,7 +5,9 @@
 //! - `bpf-linker`, built against that nightly's own `libLLVM` and kept under
 //!   `target/tools/`, one folder per LLVM build, so a nightly update never
 //!   leaves a linker behind that loads the wrong LLVM;
-//! - the Debian packages the tests use (`strace`), as root only.
+//! - the Debian packages the tests use (`strace`), as root only;
+//! - the Python packages the chart tests use, and NVIDIA's C headers for
+//!   the ABI check ([`crate::headers`]).
 //!
 //! Every step checks first and prints what it found or did, so a second run
 //! is a fast no-op. [`ensure`] is the cheap check the other commands call.
@@ -114,6 +116,7 @@ pub fn run(args: &Args) -> Result<Tools> {
     } else {
         install_packages()?;
         install_python_packages()?;
+        crate::headers::install()?;
     }
     Ok(Tools {
         nightly,

@@ -5,10 +5,9 @@ use std::ffi::CStr;
 
 use gpusim::SimError;
 
-use crate::abi::Return;
+use crate::abi::{self, Return};
 
-/// `NVML_SUCCESS`.
-pub const SUCCESS: Return = 0;
+pub use crate::abi::SUCCESS;
 
 /// A failed NVML call, as the C API reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -44,17 +43,17 @@ impl NvmlError {
     /// The `nvmlReturn_t` value.
     pub const fn code(self) -> Return {
         match self {
-            Self::Uninitialized => 1,
-            Self::InvalidArgument => 2,
-            Self::NotSupported => 3,
-            Self::NoPermission => 4,
-            Self::NotFound => 6,
-            Self::InsufficientSize => 7,
-            Self::DriverNotLoaded => 9,
-            Self::Timeout => 10,
-            Self::GpuIsLost => 15,
-            Self::ArgumentVersionMismatch => 25,
-            Self::Unknown => 999,
+            Self::Uninitialized => abi::ERROR_UNINITIALIZED,
+            Self::InvalidArgument => abi::ERROR_INVALID_ARGUMENT,
+            Self::NotSupported => abi::ERROR_NOT_SUPPORTED,
+            Self::NoPermission => abi::ERROR_NO_PERMISSION,
+            Self::NotFound => abi::ERROR_NOT_FOUND,
+            Self::InsufficientSize => abi::ERROR_INSUFFICIENT_SIZE,
+            Self::DriverNotLoaded => abi::ERROR_DRIVER_NOT_LOADED,
+            Self::Timeout => abi::ERROR_TIMEOUT,
+            Self::GpuIsLost => abi::ERROR_GPU_IS_LOST,
+            Self::ArgumentVersionMismatch => abi::ERROR_ARGUMENT_VERSION_MISMATCH,
+            Self::Unknown => abi::ERROR_UNKNOWN,
         }
     }
 
