@@ -181,7 +181,7 @@ pub fn setup(dir: &Path) -> Mode {
             return Mode::Refuse(format!(
                 "no usable control region at {} ({}); outside a Tessera container, set {} to a region directory",
                 control_path.display(),
-                chain(&e),
+                tessera_error_chain::with_causes(&e),
                 config::ENV_REGION_DIR
             ));
         }
@@ -203,7 +203,7 @@ pub fn setup(dir: &Path) -> Mode {
     let usage_path = dir.join(USAGE_FILE);
     let usage = match open_usage(&usage_path) {
         Ok(u) => u,
-        Err(e) => return unusable(chain(&e)),
+        Err(e) => return unusable(tessera_error_chain::with_causes(&e)),
     };
     let snapshot = control.snapshot();
     let e = Enforcer {
@@ -224,17 +224,6 @@ pub fn setup(dir: &Path) -> Mode {
         return Mode::Refuse(why);
     }
     Mode::Enforce(Box::new(e))
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Set once the real `cuInit` succeeded in this process under limits.

@@ -3,8 +3,6 @@
 //! `GPUSIM_STATE`, then the stand-in driver devices, followed by the driver
 //! version check the real libraries issue on `/dev/nvidiactl`.
 
-use std::error::Error;
-
 use crate::ioctl::{Driver, OpenError};
 use crate::sim::{Sim, SimError};
 
@@ -38,18 +36,6 @@ impl Connection {
     }
 }
 
-/// An error and its causes on one line: `error: cause: cause …`.
-pub fn chain(e: &dyn Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s.replace('\n', " ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,7 +47,7 @@ mod tests {
             source: std::io::Error::other("no\nway"),
         });
         assert_eq!(
-            chain(&e),
+            tessera_error_chain::with_causes(&e),
             "cannot open the simulated driver: cannot open stand-in device /dev/nvidiactl: no way"
         );
     }

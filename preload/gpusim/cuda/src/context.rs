@@ -18,7 +18,7 @@ fn attach(p: &Process, device: usize) -> Result<Attachment, CUresult> {
             .driver
             .register_gpu(device, p.sim.uuid_bytes(device), numa)
         {
-            eprintln!("gpusim: {}", gpusim::connect::chain(&e));
+            eprintln!("gpusim: {}", tessera_error_chain::with_causes(&e));
             let _ = p.sim.detach(&att);
             return Err(CUDA_ERROR_OPERATING_SYSTEM);
         }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use gpusim::connect::{ConnectError, Connection, chain};
+use gpusim::connect::{ConnectError, Connection};
 use gpusim::cost::{KernelCost, LaunchShape};
 use gpusim::ioctl::Driver;
 use gpusim::{Attachment, Sim, SimError};
@@ -54,7 +54,10 @@ pub fn init() -> Result<&'static Process, CUresult> {
                     ConnectError::Sim(e) => (e, CUDA_ERROR_NOT_INITIALIZED),
                     ConnectError::Driver(e) => (e, CUDA_ERROR_NO_DEVICE),
                 };
-                eprintln!("gpusim: cuInit failed: {}", chain(cause));
+                eprintln!(
+                    "gpusim: cuInit failed: {}",
+                    tessera_error_chain::with_causes(cause)
+                );
                 code
             })?;
             crate::sys::at_fork_child(forked);
@@ -101,11 +104,11 @@ pub fn sim_err(e: SimError) -> CUresult {
         }
         SimError::Detached { .. } => CUDA_ERROR_CONTEXT_IS_DESTROYED,
         SimError::Driver(e) => {
-            eprintln!("gpusim: {}", chain(&e));
+            eprintln!("gpusim: {}", tessera_error_chain::with_causes(&e));
             CUDA_ERROR_OPERATING_SYSTEM
         }
         SimError::State(e) => {
-            eprintln!("gpusim: {}", chain(&e));
+            eprintln!("gpusim: {}", tessera_error_chain::with_causes(&e));
             CUDA_ERROR_UNKNOWN
         }
     }

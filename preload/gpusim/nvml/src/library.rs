@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use gpusim::Sim;
-use gpusim::connect::{ConnectError, Connection, chain};
+use gpusim::connect::{ConnectError, Connection};
 use gpusim::ioctl::Driver;
 
 use crate::error::NvmlError;
@@ -91,7 +91,10 @@ pub fn init() -> Result<(), NvmlError> {
             Ok(())
         }
         Err(e) => {
-            eprintln!("libnvidia-ml (gpusim): {}", chain(&e));
+            eprintln!(
+                "libnvidia-ml (gpusim): {}",
+                tessera_error_chain::with_causes(&e)
+            );
             Err(init_code(&e))
         }
     }
