@@ -1,7 +1,9 @@
 //! GPU UUIDs: 16 bytes, written `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`
 //! as NVML prints them (lower-case hex). Reading accepts the prefix and the
 //! hex digits in any case; writing is always the canonical form, so two
-//! spellings of one GPU compare equal once parsed.
+//! spellings of one GPU compare equal once parsed. The text codec is the
+//! region ABI's (`tessera_region::spec`), so the interposer, the agent and
+//! the scheduler read UUIDs the same way.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -9,9 +11,6 @@ use std::str::FromStr;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-/// Lengths of the five hex groups after the prefix.
-const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
 
 /// The JSON-schema pattern of the canonical form (the CRD's validation).
 pub const PATTERN: &str =
@@ -48,45 +47,15 @@ impl FromStr for GpuUuid {
     type Err = UuidError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || UuidError { text: s.to_owned() };
-        let rest = match s.get(..4) {
-            Some(prefix) if prefix.eq_ignore_ascii_case("GPU-") => &s[4..],
-            _ => return Err(err()),
-        };
-        let mut groups = rest.split('-');
-        let mut out = [0u8; 16];
-        let mut at = 0;
-        for len in GROUPS {
-            let group = groups.next().ok_or_else(err)?;
-            if group.len() != len || !group.bytes().all(|c| c.is_ascii_hexdigit()) {
-                return Err(err());
-            }
-            for pair in group.as_bytes().chunks(2) {
-                // Both bytes are ASCII hex digits, checked above.
-                let hex = std::str::from_utf8(pair).map_err(|_| err())?;
-                out[at] = u8::from_str_radix(hex, 16).map_err(|_| err())?;
-                at += 1;
-            }
-        }
-        if groups.next().is_some() {
-            return Err(err());
-        }
-        Ok(Self(out))
+        tessera_region::spec::parse_uuid(s)
+            .map(Self)
+            .ok_or_else(|| UuidError { text: s.to_owned() })
     }
 }
 
 impl fmt::Display for GpuUuid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("GPU")?;
-        let mut at = 0;
-        for len in GROUPS {
-            f.write_str("-")?;
-            for b in &self.0[at..at + len / 2] {
-                write!(f, "{b:02x}")?;
-            }
-            at += len / 2;
-        }
-        Ok(())
+        f.write_str(&tessera_region::spec::format_uuid(&self.0))
     }
 }
 

@@ -31,9 +31,14 @@ pub enum SpecError {
     },
 }
 
-/// Parses a `GPU-…` UUID.
+/// Parses a `GPU-…` UUID (the prefix and the hex digits in any case, as
+/// UUIDs compare case-insensitively). This is the one text codec of GPU
+/// UUIDs; `tessera-api`'s `GpuUuid` wraps it.
 pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let rest = s.strip_prefix("GPU-")?;
+    let rest = s
+        .get(..4)
+        .filter(|p| p.eq_ignore_ascii_case("GPU-"))
+        .map(|_| &s[4..])?;
     let groups: Vec<&str> = rest.split('-').collect();
     if groups.len() != 5
         || groups
