@@ -22,7 +22,7 @@ use crate::layout::{
     total_size,
 };
 use crate::node::{NodeDescription, NodeError};
-use crate::sys::{self, Locked, Mapping};
+use crate::sys::{self, LockError, Locked, Mapping};
 
 /// Environment variable naming the node description file.
 pub const ENV_NODE: &str = "GPUSIM_NODE";
@@ -81,6 +81,17 @@ pub enum StateError {
         path: PathBuf,
         /// Owner or mode problem.
         problem: String,
+    },
+    /// A GPU's lock was left unusable: a process recovered it from a dead
+    /// owner and released it without marking it consistent.
+    #[error(
+        "the lock of GPU {gpu} in state file {path} is not recoverable; run `gpusim reset --remove` (processes using the node must restart)"
+    )]
+    Unrecoverable {
+        /// GPU index.
+        gpu: usize,
+        /// The file.
+        path: PathBuf,
     },
     /// A GPU's lock could not be taken.
     #[error("cannot lock GPU {gpu} in state file {path}")]
@@ -412,17 +423,23 @@ impl State {
         }
     }
 
-    /// Locks GPU `i` (recovering the lock if its holder died).
+    /// Locks GPU `i` (recovering the lock if its holder died; the guard's
+    /// `recovered` says so, and the caller must then repair what the dead
+    /// holder may have left half-written).
     pub fn lock(&self, i: usize) -> Result<GpuGuard<'_>, StateError> {
         let gpu = self.gpu(i);
         // SAFETY: the mutex was initialised at creation and stays mapped
         // while the guard (which borrows self) lives.
-        let locked = unsafe { sys::mutex_lock(gpu.lock.mutex.get()) }.map_err(|source| {
-            StateError::Lock {
+        let locked = unsafe { sys::mutex_lock(gpu.lock.mutex.get()) }.map_err(|e| match e {
+            LockError::NotRecoverable => StateError::Unrecoverable {
+                gpu: i,
+                path: self.path.clone(),
+            },
+            LockError::Os(source) => StateError::Lock {
                 gpu: i,
                 path: self.path.clone(),
                 source,
-            }
+            },
         })?;
         Ok(GpuGuard {
             gpu,

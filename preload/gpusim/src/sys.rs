@@ -98,21 +98,68 @@ pub enum Locked {
     OwnerDied,
 }
 
+/// Longest a waiter sleeps on a robust mutex before it looks at it again.
+///
+/// glibc's robust mutexes can lose a wake-up when processes die: the waiter
+/// an unlock (or the kernel's owner-died handling) wakes inherits the duty
+/// of re-arming `FUTEX_WAITERS` for the sleepers behind it. If it is
+/// SIGKILLed after being woken and before it takes the lock, while a
+/// newcomer holds the lock (glibc's fast path takes a free mutex without
+/// that bit), the kernel's exit handling sees a live owner and wakes
+/// nobody; the newcomer's unlock sees no waiters bit and wakes nobody
+/// either. The mutex is then free and its sleepers sleep forever. Bounding
+/// each sleep turns such a lost wake-up into a delay of at most this long.
+pub const LOCK_WAIT_SLICE_NS: u64 = 10_000_000;
+
+/// Why a robust mutex could not be locked.
+#[derive(Debug)]
+pub enum LockError {
+    /// An owner died and the next one released it without making it
+    /// consistent: it can never be locked again (`ENOTRECOVERABLE`).
+    NotRecoverable,
+    /// Any other failure.
+    Os(io::Error),
+}
+
 /// Locks a robust mutex, recovering it if its owner died.
+///
+/// Never sleeps longer than [`LOCK_WAIT_SLICE_NS`] at a time (see there),
+/// so a waiter cannot be stranded by a wake-up that died with its target.
 ///
 /// # Safety
 /// `m` must point to a mutex initialised by [`mutex_init`] that stays mapped
 /// while locked.
-pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> io::Result<Locked> {
-    // SAFETY: per the caller's contract.
-    match unsafe { libc::pthread_mutex_lock(m) } {
-        0 => Ok(Locked::Clean),
-        libc::EOWNERDEAD => {
-            // SAFETY: we own the mutex now (EOWNERDEAD still acquires it).
-            check(unsafe { libc::pthread_mutex_consistent(m) })?;
-            Ok(Locked::OwnerDied)
+pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockError> {
+    loop {
+        let deadline = timespec_after(libc::CLOCK_REALTIME, LOCK_WAIT_SLICE_NS);
+        // SAFETY: per the caller's contract; deadline is a valid timespec.
+        match unsafe { libc::pthread_mutex_timedlock(m, &deadline) } {
+            0 => return Ok(Locked::Clean),
+            libc::EOWNERDEAD => {
+                // SAFETY: EOWNERDEAD still acquires the mutex for us.
+                let rc = unsafe { libc::pthread_mutex_consistent(m) };
+                if rc != 0 {
+                    // Holding it forever would wedge every process; released
+                    // unmarked it becomes unrecoverable, which is reported.
+                    // SAFETY: this thread holds the mutex (see above).
+                    unsafe { libc::pthread_mutex_unlock(m) };
+                    return Err(LockError::Os(io::Error::from_raw_os_error(rc)));
+                }
+                return Ok(Locked::OwnerDied);
+            }
+            libc::ETIMEDOUT => continue,
+            libc::ENOTRECOVERABLE => return Err(LockError::NotRecoverable),
+            e => return Err(LockError::Os(io::Error::from_raw_os_error(e))),
         }
-        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// `clock` now plus `ns`.
+fn timespec_after(clock: libc::clockid_t, ns: u64) -> libc::timespec {
+    let t = self::clock(clock).saturating_add(ns);
+    libc::timespec {
+        tv_sec: (t / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t % 1_000_000_000) as libc::c_long,
     }
 }
 
