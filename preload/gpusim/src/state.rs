@@ -541,6 +541,33 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_left_unrecoverable_says_how_to_get_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let state = State::open(&cfg).unwrap();
+        // One holder dies; the next releases the lock without repairing it.
+        let died = sys::in_child(|| std::mem::forget(state.lock(0).unwrap()));
+        assert_eq!(died, 0);
+        let abandoned = sys::in_child(|| {
+            // SAFETY: the mutex was initialised at creation and stays mapped.
+            let rc = unsafe { sys::lock_and_abandon(state.gpu(0).lock.mutex.get()) };
+            assert_eq!(rc, libc::EOWNERDEAD);
+        });
+        assert_eq!(abandoned, 0);
+        let err = state.lock(0).err().expect("the lock is unrecoverable");
+        assert!(
+            matches!(err, StateError::Unrecoverable { gpu: 0, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("gpusim reset --remove"), "{err}");
+        // The other GPU is unaffected.
+        assert!(!state.lock(1).unwrap().recovered);
+    }
+
+    #[test]
     fn the_effective_node_is_the_stored_one_once_a_state_file_exists() {
         let dir = tempfile::tempdir().unwrap();
         let state_path = dir.path().join("state");

@@ -239,3 +239,44 @@ pub fn euid() -> u32 {
 pub fn getpid() -> i32 {
     std::process::id() as i32
 }
+
+/// Runs `f` in a forked child that then leaves with `_exit` (no unwinding,
+/// no destructors, so whatever `f` holds stays held as at a crash); returns
+/// the child's exit status (1 if `f` panicked).
+#[cfg(test)]
+pub fn in_child(f: impl FnOnce()) -> i32 {
+    // SAFETY: the child only runs `f` (test code touching the shared
+    // mapping it inherited) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        let code = i32::from(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err());
+        // SAFETY: _exit ends this forked child at once.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; status is a valid out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid: {}", io::Error::last_os_error());
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+/// Locks `m` and, if its owner had died, unlocks it without making it
+/// consistent, as a careless recoverer would; returns what the lock said.
+///
+/// # Safety
+/// As for [`mutex_lock`].
+#[cfg(test)]
+pub unsafe fn lock_and_abandon(m: *mut libc::pthread_mutex_t) -> i32 {
+    // SAFETY: per the caller's contract.
+    let rc = unsafe { libc::pthread_mutex_lock(m) };
+    if rc == 0 || rc == libc::EOWNERDEAD {
+        // SAFETY: this thread holds the mutex.
+        unsafe { libc::pthread_mutex_unlock(m) };
+    }
+    rc
+}
