@@ -541,6 +541,31 @@ mod tests {
     }
 
     #[test]
+    fn locking_a_gpu_this_thread_holds_fails_instead_of_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        // Leaked, so that a hanging thread cannot hang the test with it.
+        let state: &'static State = Box::leak(Box::new(State::open(&cfg).unwrap()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let held = state.lock(0).unwrap();
+            let again = state.lock(0).map(|_| ()).map_err(|e| e.to_string());
+            drop(held);
+            let _ = tx.send(again);
+        });
+        let again = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the second lock hung");
+        let err = again.expect_err("a held lock was locked again");
+        assert!(err.contains("cannot lock GPU 0"), "{err}");
+        // Released properly: it locks again.
+        assert!(!state.lock(0).unwrap().recovered);
+    }
+
+    #[test]
     fn a_lock_left_unrecoverable_says_how_to_get_out() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = Config {

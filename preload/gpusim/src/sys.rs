@@ -61,7 +61,7 @@ impl Drop for Mapping {
     }
 }
 
-/// Initialises a process-shared, robust mutex in place.
+/// Initialises a process-shared, robust, error-checking mutex in place.
 ///
 /// # Safety
 /// `m` must point to writable memory for a `pthread_mutex_t` that no other
@@ -81,6 +81,14 @@ pub unsafe fn mutex_init(m: *mut libc::pthread_mutex_t) -> io::Result<()> {
             check(libc::pthread_mutexattr_setrobust(
                 a,
                 libc::PTHREAD_MUTEX_ROBUST,
+            ))
+        })
+        // Error-checking: a thread locking a GPU it already holds (say,
+        // from a signal handler) gets EDEADLK instead of hanging forever.
+        .and_then(|_| {
+            check(libc::pthread_mutexattr_settype(
+                a,
+                libc::PTHREAD_MUTEX_ERRORCHECK,
             ))
         })
         .and_then(|_| check(libc::pthread_mutex_init(m, a)));
@@ -130,27 +138,33 @@ pub enum LockError {
 /// `m` must point to a mutex initialised by [`mutex_init`] that stays mapped
 /// while locked.
 pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockError> {
-    loop {
+    // Uncontended: no clock read, no syscall.
+    // SAFETY: per the caller's contract.
+    let mut rc = unsafe { libc::pthread_mutex_trylock(m) };
+    while rc == libc::EBUSY || rc == libc::ETIMEDOUT {
+        // CLOCK_REALTIME is what pthread_mutex_timedlock takes: a clock
+        // stepped back lengthens one wait, and only a wait whose wake-up
+        // was lost.
         let deadline = timespec_after(libc::CLOCK_REALTIME, LOCK_WAIT_SLICE_NS);
         // SAFETY: per the caller's contract; deadline is a valid timespec.
-        match unsafe { libc::pthread_mutex_timedlock(m, &deadline) } {
-            0 => return Ok(Locked::Clean),
-            libc::EOWNERDEAD => {
-                // SAFETY: EOWNERDEAD still acquires the mutex for us.
-                let rc = unsafe { libc::pthread_mutex_consistent(m) };
-                if rc != 0 {
-                    // Holding it forever would wedge every process; released
-                    // unmarked it becomes unrecoverable, which is reported.
-                    // SAFETY: this thread holds the mutex (see above).
-                    unsafe { libc::pthread_mutex_unlock(m) };
-                    return Err(LockError::Os(io::Error::from_raw_os_error(rc)));
-                }
-                return Ok(Locked::OwnerDied);
+        rc = unsafe { libc::pthread_mutex_timedlock(m, &deadline) };
+    }
+    match rc {
+        0 => Ok(Locked::Clean),
+        libc::EOWNERDEAD => {
+            // SAFETY: EOWNERDEAD still acquires the mutex for us.
+            let rc = unsafe { libc::pthread_mutex_consistent(m) };
+            if rc != 0 {
+                // Holding it forever would wedge every process; released
+                // unmarked it becomes unrecoverable, which is reported.
+                // SAFETY: this thread holds the mutex (see above).
+                unsafe { libc::pthread_mutex_unlock(m) };
+                return Err(LockError::Os(io::Error::from_raw_os_error(rc)));
             }
-            libc::ETIMEDOUT => continue,
-            libc::ENOTRECOVERABLE => return Err(LockError::NotRecoverable),
-            e => return Err(LockError::Os(io::Error::from_raw_os_error(e))),
+            Ok(Locked::OwnerDied)
         }
+        libc::ENOTRECOVERABLE => Err(LockError::NotRecoverable),
+        e => Err(LockError::Os(io::Error::from_raw_os_error(e))),
     }
 }
 
