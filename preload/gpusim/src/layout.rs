@@ -12,7 +12,12 @@
 //!
 //! Concurrency: everything inside [`GpuInner`] is touched only while the
 //! GPU's robust mutex is held (`state.rs`); the atomics in [`GpuShared`] and
-//! [`Header`] may be read without it.
+//! [`Header`] may be read without it. A holder may be SIGKILLed anywhere in
+//! an update, with any subset of its stores landed: the next holder is told
+//! (`GpuGuard::recovered`) and runs `timeline::repair` and a reap, so every
+//! update must leave a state those two restore; in practice a process only
+//! writes its own channel (which the reap releases once it is dead), other
+//! dead processes' channels, and timeline fields `advance` re-checks.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU64};

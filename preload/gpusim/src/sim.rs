@@ -219,8 +219,14 @@ impl Sim {
         self.check_gpu(gpu)?;
         let mut g = self.state.lock(gpu)?;
         let now = sys::monotonic_ns();
+        // The last holder died inside its update: put the GPU back in
+        // shape, and release the dead holder's channel now rather than at
+        // the next periodic reap.
+        if g.recovered {
+            timeline::repair(&mut g);
+        }
         // Dead processes' queues must not keep taking time slices.
-        if force || now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
+        if force || g.recovered || now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
             Self::reap(&mut g);
         }
         timeline::advance(&mut g, now, self.params);
@@ -636,6 +642,38 @@ mod tests {
         assert_eq!(a, b);
         assert!(!sim.detach(&b).unwrap());
         assert!(sim.detach(&a).unwrap());
+    }
+
+    #[test]
+    fn a_holder_that_dies_mid_update_is_cleaned_up_by_the_next_lock() {
+        let (_dir, sim) = sim();
+        let status = sys::in_child(|| {
+            let mut g = sim.state().lock(0).unwrap();
+            // Half an attach (channel claimed and charged), a flag torn
+            // into garbage, a slice owner out of range, and a reap that
+            // seems to have just happened; then death with the lock held.
+            let ch = &mut g.channels[5];
+            ch.pid = sys::getpid();
+            ch.start_time = procfs::self_start_time();
+            ch.mem_bytes = 1 << 30;
+            ch.active = 1;
+            g.channels[9].active = 7;
+            g.slice_owner_plus_one = 1000;
+            g.last_reap_ns = u64::MAX / 2;
+            std::mem::forget(g);
+        });
+        assert_eq!(status, 0, "the child failed");
+        // An operation that does not reap by itself recovers the lock...
+        assert_eq!(sim.xid_cursor(0).unwrap(), 0);
+        // ...left consistent, with the dead holder's channel and the torn
+        // one released.
+        let g = sim.state().lock(0).unwrap();
+        assert!(!g.recovered, "the recovered lock was marked consistent");
+        assert_eq!(g.channels[5].active, 0, "the dead holder's channel");
+        assert_eq!(g.channels[9].active, 0, "the torn channel");
+        assert_eq!(g.slice_owner_plus_one, 0);
+        drop(g);
+        assert_eq!(sim.memory_info(0).unwrap().used, 0);
     }
 
     #[test]

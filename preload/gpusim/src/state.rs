@@ -22,7 +22,7 @@ use crate::layout::{
     total_size,
 };
 use crate::node::{NodeDescription, NodeError};
-use crate::sys::{self, Locked, Mapping};
+use crate::sys::{self, LockError, Locked, Mapping};
 
 /// Environment variable naming the node description file.
 pub const ENV_NODE: &str = "GPUSIM_NODE";
@@ -81,6 +81,17 @@ pub enum StateError {
         path: PathBuf,
         /// Owner or mode problem.
         problem: String,
+    },
+    /// A GPU's lock was left unusable: a process recovered it from a dead
+    /// owner and released it without marking it consistent.
+    #[error(
+        "the lock of GPU {gpu} in state file {path} is not recoverable; run `gpusim reset --remove` (processes using the node must restart)"
+    )]
+    Unrecoverable {
+        /// GPU index.
+        gpu: usize,
+        /// The file.
+        path: PathBuf,
     },
     /// A GPU's lock could not be taken.
     #[error("cannot lock GPU {gpu} in state file {path}")]
@@ -412,17 +423,23 @@ impl State {
         }
     }
 
-    /// Locks GPU `i` (recovering the lock if its holder died).
+    /// Locks GPU `i` (recovering the lock if its holder died; the guard's
+    /// `recovered` says so, and the caller must then repair what the dead
+    /// holder may have left half-written).
     pub fn lock(&self, i: usize) -> Result<GpuGuard<'_>, StateError> {
         let gpu = self.gpu(i);
         // SAFETY: the mutex was initialised at creation and stays mapped
         // while the guard (which borrows self) lives.
-        let locked = unsafe { sys::mutex_lock(gpu.lock.mutex.get()) }.map_err(|source| {
-            StateError::Lock {
+        let locked = unsafe { sys::mutex_lock(gpu.lock.mutex.get()) }.map_err(|e| match e {
+            LockError::NotRecoverable => StateError::Unrecoverable {
+                gpu: i,
+                path: self.path.clone(),
+            },
+            LockError::Os(source) => StateError::Lock {
                 gpu: i,
                 path: self.path.clone(),
                 source,
-            }
+            },
         })?;
         Ok(GpuGuard {
             gpu,
@@ -521,6 +538,58 @@ mod tests {
         );
         fs::write(&path, text).unwrap();
         path
+    }
+
+    #[test]
+    fn locking_a_gpu_this_thread_holds_fails_instead_of_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        // Leaked, so that a hanging thread cannot hang the test with it.
+        let state: &'static State = Box::leak(Box::new(State::open(&cfg).unwrap()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let held = state.lock(0).unwrap();
+            let again = state.lock(0).map(|_| ()).map_err(|e| e.to_string());
+            drop(held);
+            let _ = tx.send(again);
+        });
+        let again = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the second lock hung");
+        let err = again.expect_err("a held lock was locked again");
+        assert!(err.contains("cannot lock GPU 0"), "{err}");
+        // Released properly: it locks again.
+        assert!(!state.lock(0).unwrap().recovered);
+    }
+
+    #[test]
+    fn a_lock_left_unrecoverable_says_how_to_get_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let state = State::open(&cfg).unwrap();
+        // One holder dies; the next releases the lock without repairing it.
+        let died = sys::in_child(|| std::mem::forget(state.lock(0).unwrap()));
+        assert_eq!(died, 0);
+        let abandoned = sys::in_child(|| {
+            // SAFETY: the mutex was initialised at creation and stays mapped.
+            let rc = unsafe { sys::lock_and_abandon(state.gpu(0).lock.mutex.get()) };
+            assert_eq!(rc, libc::EOWNERDEAD);
+        });
+        assert_eq!(abandoned, 0);
+        let err = state.lock(0).err().expect("the lock is unrecoverable");
+        assert!(
+            matches!(err, StateError::Unrecoverable { gpu: 0, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("gpusim reset --remove"), "{err}");
+        // The other GPU is unaffected.
+        assert!(!state.lock(1).unwrap().recovered);
     }
 
     #[test]

@@ -61,7 +61,7 @@ impl Drop for Mapping {
     }
 }
 
-/// Initialises a process-shared, robust mutex in place.
+/// Initialises a process-shared, robust, error-checking mutex in place.
 ///
 /// # Safety
 /// `m` must point to writable memory for a `pthread_mutex_t` that no other
@@ -83,6 +83,14 @@ pub unsafe fn mutex_init(m: *mut libc::pthread_mutex_t) -> io::Result<()> {
                 libc::PTHREAD_MUTEX_ROBUST,
             ))
         })
+        // Error-checking: a thread locking a GPU it already holds (say,
+        // from a signal handler) gets EDEADLK instead of hanging forever.
+        .and_then(|_| {
+            check(libc::pthread_mutexattr_settype(
+                a,
+                libc::PTHREAD_MUTEX_ERRORCHECK,
+            ))
+        })
         .and_then(|_| check(libc::pthread_mutex_init(m, a)));
         libc::pthread_mutexattr_destroy(a);
         r
@@ -98,21 +106,74 @@ pub enum Locked {
     OwnerDied,
 }
 
+/// Longest a waiter sleeps on a robust mutex before it looks at it again.
+///
+/// glibc's robust mutexes can lose a wake-up when processes die: the waiter
+/// an unlock (or the kernel's owner-died handling) wakes inherits the duty
+/// of re-arming `FUTEX_WAITERS` for the sleepers behind it. If it is
+/// SIGKILLed after being woken and before it takes the lock, while a
+/// newcomer holds the lock (glibc's fast path takes a free mutex without
+/// that bit), the kernel's exit handling sees a live owner and wakes
+/// nobody; the newcomer's unlock sees no waiters bit and wakes nobody
+/// either. The mutex is then free and its sleepers sleep forever. Bounding
+/// each sleep turns such a lost wake-up into a delay of at most this long.
+pub const LOCK_WAIT_SLICE_NS: u64 = 10_000_000;
+
+/// Why a robust mutex could not be locked.
+#[derive(Debug)]
+pub enum LockError {
+    /// An owner died and the next one released it without making it
+    /// consistent: it can never be locked again (`ENOTRECOVERABLE`).
+    NotRecoverable,
+    /// Any other failure.
+    Os(io::Error),
+}
+
 /// Locks a robust mutex, recovering it if its owner died.
+///
+/// Never sleeps longer than [`LOCK_WAIT_SLICE_NS`] at a time (see there),
+/// so a waiter cannot be stranded by a wake-up that died with its target.
 ///
 /// # Safety
 /// `m` must point to a mutex initialised by [`mutex_init`] that stays mapped
 /// while locked.
-pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> io::Result<Locked> {
+pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockError> {
+    // Uncontended: no clock read, no syscall.
     // SAFETY: per the caller's contract.
-    match unsafe { libc::pthread_mutex_lock(m) } {
+    let mut rc = unsafe { libc::pthread_mutex_trylock(m) };
+    while rc == libc::EBUSY || rc == libc::ETIMEDOUT {
+        // CLOCK_REALTIME is what pthread_mutex_timedlock takes: a clock
+        // stepped back lengthens one wait, and only a wait whose wake-up
+        // was lost.
+        let deadline = timespec_after(libc::CLOCK_REALTIME, LOCK_WAIT_SLICE_NS);
+        // SAFETY: per the caller's contract; deadline is a valid timespec.
+        rc = unsafe { libc::pthread_mutex_timedlock(m, &deadline) };
+    }
+    match rc {
         0 => Ok(Locked::Clean),
         libc::EOWNERDEAD => {
-            // SAFETY: we own the mutex now (EOWNERDEAD still acquires it).
-            check(unsafe { libc::pthread_mutex_consistent(m) })?;
+            // SAFETY: EOWNERDEAD still acquires the mutex for us.
+            let rc = unsafe { libc::pthread_mutex_consistent(m) };
+            if rc != 0 {
+                // Holding it forever would wedge every process; released
+                // unmarked it becomes unrecoverable, which is reported.
+                // SAFETY: this thread holds the mutex (see above).
+                unsafe { libc::pthread_mutex_unlock(m) };
+                return Err(LockError::Os(io::Error::from_raw_os_error(rc)));
+            }
             Ok(Locked::OwnerDied)
         }
-        e => Err(io::Error::from_raw_os_error(e)),
+        libc::ENOTRECOVERABLE => Err(LockError::NotRecoverable),
+        e => Err(LockError::Os(io::Error::from_raw_os_error(e))),
+    }
+}
+
+/// `clock` now plus `ns`.
+fn timespec_after(clock: libc::clockid_t, ns: u64) -> libc::timespec {
+    let t = self::clock(clock).saturating_add(ns);
+    libc::timespec {
+        tv_sec: (t / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t % 1_000_000_000) as libc::c_long,
     }
 }
 
@@ -191,4 +252,45 @@ pub fn euid() -> u32 {
 /// This process's id.
 pub fn getpid() -> i32 {
     std::process::id() as i32
+}
+
+/// Runs `f` in a forked child that then leaves with `_exit` (no unwinding,
+/// no destructors, so whatever `f` holds stays held as at a crash); returns
+/// the child's exit status (1 if `f` panicked).
+#[cfg(test)]
+pub fn in_child(f: impl FnOnce()) -> i32 {
+    // SAFETY: the child only runs `f` (test code touching the shared
+    // mapping it inherited) and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        let code = i32::from(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err());
+        // SAFETY: _exit ends this forked child at once.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child; status is a valid out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid: {}", io::Error::last_os_error());
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+/// Locks `m` and, if its owner had died, unlocks it without making it
+/// consistent, as a careless recoverer would; returns what the lock said.
+///
+/// # Safety
+/// As for [`mutex_lock`].
+#[cfg(test)]
+pub unsafe fn lock_and_abandon(m: *mut libc::pthread_mutex_t) -> i32 {
+    // SAFETY: per the caller's contract.
+    let rc = unsafe { libc::pthread_mutex_lock(m) };
+    if rc == 0 || rc == libc::EOWNERDEAD {
+        // SAFETY: this thread holds the mutex.
+        unsafe { libc::pthread_mutex_unlock(m) };
+    }
+    rc
 }

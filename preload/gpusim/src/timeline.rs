@@ -309,6 +309,29 @@ pub fn work_until(ch: &Channel, seq: u64) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// Puts back what the rest of the simulator relies on after a holder of
+/// the GPU lock died part-way through an update, when any subset of its
+/// stores may have reached the state: a channel flag that is neither free
+/// nor active counts as active (so the reap that follows the recovery
+/// releases it when its owner is gone, instead of leaking the slot), queue
+/// counters and indices are brought back in range, and a slice owner that
+/// names no channel is dropped. Live channels keep their memory and work;
+/// the dead holder's own channel is released by that reap.
+pub fn repair(g: &mut GpuInner) {
+    for ch in g.channels.iter_mut() {
+        if ch.active > 1 {
+            ch.active = 1;
+        }
+        if ch.submitted < ch.completed || ch.submitted - ch.completed > QUEUE_CAPACITY as u64 {
+            ch.completed = ch.submitted;
+        }
+        ch.head %= QUEUE_CAPACITY as u32;
+    }
+    if g.slice_owner_plus_one as usize > MAX_CHANNELS {
+        g.slice_owner_plus_one = 0;
+    }
+}
+
 /// Drops a channel's work and history; used when its owner is gone.
 pub fn clear_channel(g: &mut GpuInner, c: usize) {
     let c = c % MAX_CHANNELS;
@@ -553,6 +576,28 @@ mod tests {
         assert_eq!(busy(&g, t0, t0 + 10 * MS), Busy::default());
         assert_eq!(channel_busy(&g, 0, t0, t0 + 10 * MS), 0);
         assert!(g.history.iter().all(|b| b.epoch == 0));
+    }
+
+    #[test]
+    fn repair_brings_a_half_written_gpu_back_in_range() {
+        let mut g = gpu();
+        g.channels[2].active = 7;
+        g.channels[3].active = 1;
+        g.channels[3].submitted = 5;
+        g.channels[3].completed = 9;
+        g.channels[3].head = 5000;
+        g.channels[4].active = 1;
+        g.channels[4].mem_bytes = 123;
+        g.slice_owner_plus_one = MAX_CHANNELS as u32 + 1;
+        repair(&mut g);
+        assert_eq!(g.channels[2].active, 1, "released by the reap that follows");
+        assert_eq!(pending(&g.channels[3]), 0);
+        assert!((g.channels[3].head as usize) < QUEUE_CAPACITY);
+        assert_eq!(
+            g.channels[4].mem_bytes, 123,
+            "a live channel keeps its memory"
+        );
+        assert_eq!(g.slice_owner_plus_one, 0);
     }
 
     #[test]

@@ -31,6 +31,8 @@ struct Gpu {
     uuid: String,
     bus_id: String,
     memory_used_mib: u64,
+    /// Exact, for checks that a MiB rounding would hide.
+    memory_used_bytes: u64,
     memory_total_mib: u64,
     utilization_gpu_percent: u32,
     utilization_memory_percent: u32,
@@ -44,6 +46,7 @@ struct Process {
     pid: i32,
     name: String,
     memory_mib: u64,
+    memory_bytes: u64,
     sm_percent: u32,
 }
 
@@ -86,6 +89,7 @@ fn collect(sim: &Sim) -> Result<Report, SimError> {
             // As NVML prints it.
             bus_id: sim.pci_address(i).nvml(),
             memory_used_mib: mem.used >> 20,
+            memory_used_bytes: mem.used,
             memory_total_mib: mem.total >> 20,
             utilization_gpu_percent: util.gpu,
             utilization_memory_percent: util.memory,
@@ -99,6 +103,7 @@ fn collect(sim: &Sim) -> Result<Report, SimError> {
                 pid: p.pid,
                 name: process_name(p.pid),
                 memory_mib: p.bytes >> 20,
+                memory_bytes: p.bytes,
                 sm_percent: samples
                     .iter()
                     .find(|s| s.pid == p.pid)
