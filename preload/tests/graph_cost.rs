@@ -30,7 +30,7 @@ fn check(c: &Container, link: Link, how: &str) {
     let out = c.probe(link, &format!("dev 0 gcost {how} 800"));
     let f: Vec<f64> = common::field(&out, "gcost")
         .iter()
-        .map(|x| x.parse().unwrap())
+        .map(|x| x.parse().expect("a number"))
         .collect();
     let (launches, elapsed_s, per_launch, warps_run) = (f[0], f[1] / 1e3, f[2], f[4]);
     // The simulator ran the graph as built (its record is the judge).

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Container, Link, MIB, memory_limit};
+use common::{Container, Link, MIB, field, memory_limit};
 
 #[test]
 fn destroying_a_pool_returns_its_charge() {
@@ -22,8 +22,17 @@ fn destroying_a_pool_returns_its_charge() {
         // Then the whole limit can be allocated again, and the driver
         // holds exactly that.
         let p = c.spawn_probe(link, "dev 0 pool 600 fill 100 ready hold");
-        assert_eq!(p.seen[1], "pool CUDA_SUCCESS CUDA_SUCCESS", "{link:?}");
-        assert_eq!(p.seen[2], "filled 7 CUDA_ERROR_OUT_OF_MEMORY", "{link:?}");
+        let out = p.seen.join("\n");
+        assert_eq!(
+            field(&out, "pool"),
+            ["CUDA_SUCCESS", "CUDA_SUCCESS"],
+            "{link:?}"
+        );
+        assert_eq!(
+            field(&out, "filled"),
+            ["7", "CUDA_ERROR_OUT_OF_MEMORY"],
+            "{link:?}"
+        );
         assert_eq!(c.held(p.pid()), 1000 * MIB, "{link:?}");
     }
 }

@@ -7,7 +7,6 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use common::{Container, Link, MIB, field, memory_limit};
 use tessera_region::control::GpuLimits;

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Container, Link, MIB, graph_probe, memory_limit};
+use common::{Container, Link, MIB, field, graph_probe, memory_limit};
 
 const LINKS: [Link; 3] = [Link::Direct, Link::Dlopen, Link::Dlsym];
 
@@ -20,13 +20,12 @@ fn unlimited(c: &Container, ops: &str) -> (u64, Vec<String>) {
     (c.held(p.pid()), p.seen.clone())
 }
 
-/// `line` from a probe's output, split into words after its key.
-fn line<'a>(seen: &'a [String], key: &str) -> Vec<&'a str> {
-    let l = seen
+/// The words after `key` on its line of a probe's output.
+fn line(seen: &[String], key: &str) -> Vec<String> {
+    field(&seen.join("\n"), key)
         .iter()
-        .find(|l| l.split_whitespace().next() == Some(key))
-        .unwrap_or_else(|| panic!("no {key} line in {seen:?}"));
-    l.split_whitespace().skip(1).collect()
+        .map(|w| w.to_string())
+        .collect()
 }
 
 #[test]

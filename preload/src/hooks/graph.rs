@@ -212,12 +212,16 @@ unsafe fn exec_set_node(
     }
     let rc = real_cuda!(cuGraphExecNodeSetParams(exec, node, &mut own));
     let now = match own.kind {
-        // SAFETY: the type says the kernel member is the one set.
         CU_GRAPH_NODE_TYPE_KERNEL => {
-            Some(unsafe { cost(own.body.kernel.grid, own.body.kernel.block) })
+            // SAFETY: the type says the kernel member is the one set.
+            let k = unsafe { own.body.kernel };
+            Some(cost(k.grid, k.block))
         }
-        // SAFETY: the type says the graph member is the one set.
-        CU_GRAPH_NODE_TYPE_GRAPH => Some(graph_cost(unsafe { own.body.graph }, 1, None)),
+        CU_GRAPH_NODE_TYPE_GRAPH => {
+            // SAFETY: the type says the graph member is the one set.
+            let child = unsafe { own.body.graph };
+            Some(graph_cost(child, 1, None))
+        }
         _ => None,
     };
     if let Some(now) = now {
