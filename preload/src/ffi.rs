@@ -253,3 +253,21 @@ pub struct NvmlMemoryV2 {
     /// Used.
     pub used: c_ulonglong,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// Sizes and offsets as `cuda.h` (CUDA 12.9) lays them out.
+    #[test]
+    fn graph_structures_match_cuda_h() {
+        assert_eq!(size_of::<GraphNodeParams>(), 256);
+        assert_eq!(offset_of!(GraphNodeParams, body), 16);
+        assert_eq!(size_of::<KernelNodeParamsV1>(), 56);
+        assert_eq!(size_of::<KernelNodeParams>(), 72);
+        assert_eq!(offset_of!(KernelNodeParams, grid), 8);
+        assert_eq!(offset_of!(KernelNodeParams, block), 20);
+        assert_eq!(offset_of!(KernelNodeParams, kern), 56);
+    }
+}

@@ -3,7 +3,8 @@
 //! child-graph nodes added through `cuGraphAddNode`, kernel nodes changed
 //! through `cuGraphExecNodeSetParams` or `cuGraphExecKernelNodeSetParams`,
 //! child graphs replaced through `cuGraphExecChildGraphNodeSetParams`, and
-//! whole executables updated through `cuGraphExecUpdate`. The judge is the
+//! whole executables updated through `cuGraphExecUpdate`, and graphs
+//! instantiated through the CUDA 10 `cuGraphInstantiate`. The judge is the
 //! simulator's record of the warps it ran (`gpusimExecutedWork`), against
 //! the launch rate the container is given.
 
@@ -59,12 +60,19 @@ fn a_graph_launch_is_charged_the_warps_the_simulator_runs() {
         launch_burst: BURST,
         ..GpuLimits::unlimited(u)
     });
-    for how in ["addnode", "setparams", "kernelset", "childset", "update"] {
+    for how in [
+        "addnode",
+        "setparams",
+        "kernelset",
+        "childset",
+        "update",
+        "v1inst",
+    ] {
         check(&c, Link::Direct, how);
     }
     // The new entry points are hooked through dlsym and cuGetProcAddress.
     for link in [Link::Dlopen, Link::Dlsym] {
-        for how in ["addnode", "setparams", "childset"] {
+        for how in ["addnode", "setparams", "childset", "v1inst"] {
             check(&c, link, how);
         }
     }

@@ -148,7 +148,14 @@ hook! {
     fn cuCtxDestroy_v2(ctx: Handle) {
         dispatch(
             || real_cuda!(cuCtxDestroy_v2(ctx)),
-            |e| retire(e, ctx as usize, None, || real_cuda!(cuCtxDestroy_v2(ctx))),
+            |e| {
+                if ctx.is_null() {
+                    // Not a context (charges of context 0 are pool and VMM
+                    // memory): nothing of ours dies.
+                    return real_cuda!(cuCtxDestroy_v2(ctx));
+                }
+                retire(e, ctx as usize, None, || real_cuda!(cuCtxDestroy_v2(ctx)))
+            },
         )
     }
 

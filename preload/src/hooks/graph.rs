@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_ulonglong, c_void};
 
 use super::launch::{cost, launch};
-use super::{dispatch, hook, refused_when_limited};
+use super::{alias, dispatch, hook, refused_when_limited};
 use crate::ffi::*;
 use crate::real::real_cuda;
 use crate::state::Enforcer;
@@ -373,4 +373,9 @@ hook! {
             |e| graph_launch(e, exec, || real_cuda!(cuGraphLaunch_ptsz(exec, stream))),
         )
     }
+}
+
+// The CUDA 10 symbol (programs built against CUDA 10 headers link it).
+alias! {
+    cuGraphInstantiate => cuGraphInstantiate_v2(exec: *mut Handle, graph: Handle, err: *mut Handle, log: *mut c_char, size: usize);
 }

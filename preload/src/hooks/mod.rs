@@ -186,6 +186,7 @@ pub fn table() -> &'static [(&'static str, usize)] {
             cuLaunchKernelEx_ptsz,
             cuLaunchCooperativeKernel,
             cuLaunchCooperativeKernel_ptsz,
+            cuGraphInstantiate,
             cuGraphInstantiateWithFlags,
             cuGraphInstantiate_v2,
             cuGraphInstantiateWithParams,

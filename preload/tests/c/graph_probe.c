@@ -22,7 +22,8 @@
  *                          -> "v1 <name> <rc>"
  *   gcost HOW MS           build a graph whose real cost differs from its
  *                          instantiated one by HOW (addnode, setparams,
- *                          kernelset, childset, update), launch it for MS ms
+ *                          kernelset, childset, update; v1inst: made with the
+ *                          CUDA 10 cuGraphInstantiate), launch it for MS ms
  *                          -> "gcost <launches> <elapsed ms> <warps per launch>
  *                              <kernels run> <warps run>"
  *   pool MIB               a pool that keeps freed memory: allocate MIB from
@@ -140,6 +141,7 @@ _Static_assert(sizeof(poolprops_t) == 88, "CUmemPoolProps is 88 bytes");
     X(addnode2, cuGraphAddNode_v2, cuGraphAddNode, 12030,                                      \
       (H *, H, const H *, const void *, size_t, nodeparams_t *))                               \
     X(inst, cuGraphInstantiateWithFlags, cuGraphInstantiate, 12000, (H *, H, unsigned long long)) \
+    X(instv1, cuGraphInstantiate, cuGraphInstantiate, 10000, (H *, H, H *, char *, size_t))   \
     X(instparams, cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000,          \
       (H *, H, instparams_t *))                                                                \
     X(execnodeset, cuGraphExecNodeSetParams, cuGraphExecNodeSetParams, 12020,                  \
@@ -330,6 +332,13 @@ static H costed_graph(const char *how, unsigned *warps) {
         CHECK("instantiate", p_inst(&exec, g, 0));
         CHECK("execchildset", p_execchildset(exec, child, graph_of(7, 1)));
         *warps = 8;
+    } else if (!strcmp(how, "v1inst")) {
+        /* 4 kernels of 8 warps, instantiated through the CUDA 10 symbol. */
+        for (int i = 0; i < 4; i++) add_kernel(g, 8, 32);
+        char log[64];
+        H err;
+        CHECK("instantiate", p_instv1(&exec, g, &err, log, sizeof log));
+        *warps = 32;
     } else if (!strcmp(how, "update")) {
         /* 4 one-warp kernels, updated to 4 of 8 warps. */
         for (int i = 0; i < 4; i++) add_kernel(g, 1, 32);

@@ -385,3 +385,26 @@ pub mod attr {
     pub const MAX_BLOCKS_PER_MULTIPROCESSOR: i32 = 106;
     pub const MEMORY_POOLS_SUPPORTED: i32 = 115;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// Sizes and offsets as `cuda.h` (CUDA 12.9) lays them out.
+    #[test]
+    fn graph_structures_match_cuda_h() {
+        assert_eq!(size_of::<GraphNodeParams>(), 256);
+        assert_eq!(offset_of!(GraphNodeParams, body), 16);
+        assert_eq!(size_of::<CUmemPoolProps>(), 88);
+        assert_eq!(size_of::<MemAllocNodeParams>(), 120);
+        assert_eq!(offset_of!(MemAllocNodeParams, bytesize), 104);
+        assert_eq!(offset_of!(MemAllocNodeParams, dptr), 112);
+        assert_eq!(size_of::<KernelNodeParamsV1>(), 56);
+        assert_eq!(size_of::<KernelNodeParamsV2>(), 72);
+        assert_eq!(size_of::<GraphInstantiateParams>(), 32);
+        assert_eq!(offset_of!(GraphInstantiateParams, result_out), 24);
+        assert_eq!(size_of::<CudaArrayDescriptorV1>(), 16);
+        assert_eq!(size_of::<CudaArray3dDescriptorV1>(), 24);
+    }
+}
