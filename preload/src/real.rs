@@ -94,6 +94,7 @@ real_fns!(Cuda {
     cuMemPoolGetAttribute: fn(H, c_int, *mut c_void) -> CUresult;
     cuMemPoolTrimTo: fn(H, usize) -> CUresult;
     cuStreamIsCapturing: fn(H, *mut c_int) -> CUresult;
+    cuStreamSynchronize: fn(H) -> CUresult;
     cuDeviceGetDefaultMemPool: fn(*mut H, CUdevice) -> CUresult;
     cuDeviceGetMemPool: fn(*mut H, CUdevice) -> CUresult;
     cuMemCreate: fn(*mut c_ulonglong, usize, *const CUmemAllocationProp, c_ulonglong) -> CUresult;

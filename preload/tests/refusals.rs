@@ -136,3 +136,33 @@ fn the_32_bit_entry_points_are_refused() {
         assert_eq!(c.held(p.pid()), 1000 * MIB, "{link:?}");
     }
 }
+
+#[test]
+fn a_capture_beginning_during_a_pool_allocation_is_spoilt() {
+    let c = Container::new(|u| memory_limit(u, 1000));
+    // The simulator answers cuStreamIsCapturing 100 ms late, so another
+    // thread's capture begins after the interposer looked and before the
+    // allocation reaches the driver: it lands in the graph.
+    let ops = "dev 0 capture-race 600 fill 100 ready hold";
+    let mut cmd = c.command(&graph_probe(Link::Direct));
+    cmd.env("GPUSIM_IS_CAPTURING_DELAY_MS", "100")
+        .args(ops.split_whitespace());
+    let p = common::sim::spawn_command_ready(cmd, ops);
+    // The capture is invalidated: no graph to run the allocation again.
+    assert_eq!(
+        line(&p.seen, "capture-race"),
+        ["CUDA_SUCCESS", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "0"]
+    );
+    // The driver never holds more than the limit, nor more than the
+    // container's account says.
+    let held = c.held(p.pid());
+    assert!(held <= 1000 * MIB, "{} MiB held", held / MIB);
+    let charged: u64 = c
+        .usage()
+        .slots
+        .iter()
+        .filter(|s| s.pid == p.pid() as u32)
+        .map(|s| s.used[0])
+        .sum();
+    assert!(charged >= held, "{charged} charged < {held} held");
+}

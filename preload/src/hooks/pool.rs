@@ -11,6 +11,12 @@
 //! Allocating on a capturing stream creates a graph memory node, whose
 //! memory appears only when the graph runs: that is refused
 //! (`CUDA_ERROR_NOT_SUPPORTED`), as are explicit memory nodes (`graph.rs`).
+//! A capture can begin (or the stream join one, by waiting on a captured
+//! event) between that check and the driver's call; if the stream is
+//! capturing once the call returns, the allocation may sit in the graph,
+//! so the capture is spoilt (an illegal synchronize invalidates it: it
+//! ends without a graph) and the reservation is kept until the pointer is
+//! freed.
 //!
 //! A destroyed pool's account lives on until its last allocation is freed
 //! (the driver releases the pool's memory only then), under a key of its
@@ -174,6 +180,10 @@ fn alloc_from(
         b.allocs.insert(unsafe { *dptr }, charge);
     });
     if rc == CUDA_SUCCESS {
+        if capturing(stream) {
+            // Synchronizing a capturing stream invalidates its capture.
+            let _ = real_cuda!(cuStreamSynchronize(stream));
+        }
         reconcile(e, pool);
     }
     rc

@@ -17,6 +17,11 @@
  *   capture-alloc MIB      cuMemAllocAsync on a capturing stream; if it works,
  *                          launch the graph, free its memory, launch again
  *                          -> "capture-alloc <rc> <launches>"
+ *   capture-race MIB       thread A allocates MIB on a stream while thread B
+ *                          begins capturing it (with GPUSIM_IS_CAPTURING_DELAY_MS
+ *                          the capture begins after the interposer looked);
+ *                          then as capture-alloc
+ *                          -> "capture-race <alloc rc> <end capture rc> <launches>"
  *   v1 NAME MIB            a CUDA 2.x entry point (alloc, pitch, meminfo,
  *                          array, array3d, launch, grid, grid-async)
  *                          -> "v1 <name> <rc>"
@@ -362,11 +367,30 @@ static void work(void) {
     CHECK("work", p_work(&work_kernels, &work_warps));
 }
 
+/* capture-race: thread A allocates on `race_stream`; thread B begins
+ * capturing it 50 ms later. */
+static size_t race_bytes;
+static H race_stream, race_ctx;
+static CUdeviceptr race_ptr;
+static CUresult race_rc;
+static void *race_alloc(void *arg) {
+    (void)arg;
+    CHECK("set-current", p_setcur(race_ctx));
+    race_rc = p_mallocasync(&race_ptr, race_bytes, race_stream);
+    return 0;
+}
+static void *race_capture(void *arg) {
+    (void)arg;
+    CHECK("set-current", p_setcur(race_ctx));
+    usleep(50 * 1000);
+    CHECK("begin-capture", p_begincap(race_stream, 2 /* relaxed */));
+    return 0;
+}
+
 /* ctx-race: thread A destroys `victim`; thread B, once A is inside the
  * destroy, makes a context and allocates in it. */
 static H victim, second;
 static CUdevice race_dev;
-static size_t race_bytes;
 static volatile int destroying;
 static void *destroyer(void *arg) {
     (void)arg;
@@ -396,6 +420,7 @@ int main(int argc, char **argv) {
             CHECK(op, p_devget(&d, atoi(ARG())));
             CHECK(op, p_retain(&c, d));
             CHECK(op, p_setcur(c));
+            race_ctx = c;
             printf("dev ok\n");
         } else if (!strcmp(op, "alloc")) {
             CUdeviceptr p;
@@ -449,6 +474,28 @@ int main(int argc, char **argv) {
             }
             (void)g;
             printf("capture-alloc %s %d\n", name_of(rc), launches);
+        } else if (!strcmp(op, "capture-race")) {
+            race_bytes = strtoull(ARG(), 0, 10) << 20;
+            pthread_t a, b;
+            H captured = 0, exec;
+            CHECK("stream", p_streamcreate(&race_stream, 0));
+            pthread_create(&a, 0, race_alloc, 0);
+            pthread_create(&b, 0, race_capture, 0);
+            pthread_join(a, 0);
+            pthread_join(b, 0);
+            CUresult erc = p_endcap(race_stream, &captured);
+            int launches = 0;
+            if (!erc) {
+                CHECK("instantiate", p_inst(&exec, captured, 0));
+                CHECK("launch", p_launchgraph(exec, race_stream));
+                CHECK("sync", p_streamsync(race_stream));
+                launches++;
+                CHECK("free", p_freeasync(race_ptr, race_stream));
+                CHECK("launch", p_launchgraph(exec, race_stream));
+                CHECK("sync", p_streamsync(race_stream));
+                launches++;
+            }
+            printf("capture-race %s %s %d\n", name_of(race_rc), name_of(erc), launches);
         } else if (!strcmp(op, "v1")) {
             const char *what = ARG();
             unsigned mib = atoi(ARG());

@@ -47,6 +47,11 @@ pub fn destroy(p: &Process, g: u64) -> Result<(), CUresult> {
     remove_graph(&mut p.lock(), g)
 }
 
+/// Destroys graph `g` under the caller's lock.
+pub fn destroy_in(inner: &mut Inner, g: u64) -> Result<(), CUresult> {
+    remove_graph(inner, g)
+}
+
 fn check_deps(inner: &Inner, g: u64, deps: &[u64]) -> Result<(), CUresult> {
     for &d in deps {
         if inner.nodes.get(d)?.graph != g {

@@ -149,6 +149,9 @@ pub struct StreamState {
     pub capture: Option<u64>,
     /// Last node captured (the next one depends on it).
     pub capture_tail: Option<u64>,
+    /// The capture was invalidated (an illegal call during it): it ends
+    /// in `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, with no graph.
+    pub capture_invalid: bool,
 }
 
 /// A context.
