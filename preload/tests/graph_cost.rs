@@ -14,9 +14,9 @@ use common::{Container, Link, Node};
 use tessera_region::control::GpuLimits;
 
 /// Warps per second the container may launch.
-const RATE: u64 = 5_000;
+const RATE: u64 = 2_000;
 /// Warps it may launch at once after idling.
-const BURST: u64 = 50;
+const BURST: u64 = 20;
 
 fn node() -> Node {
     Node::new(&format!(
