@@ -44,6 +44,10 @@ pub const NVML_ERROR_UNKNOWN: NvmlReturn = 999;
 
 /// `CU_GRAPH_NODE_TYPE_KERNEL`.
 pub const CU_GRAPH_NODE_TYPE_KERNEL: c_int = 0;
+/// `CU_GRAPH_NODE_TYPE_GRAPH` (a child graph).
+pub const CU_GRAPH_NODE_TYPE_GRAPH: c_int = 4;
+/// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
+pub const CU_GRAPH_NODE_TYPE_MEM_ALLOC: c_int = 10;
 /// `CU_MEM_ALLOC_GRANULARITY_MINIMUM`.
 pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: c_int = 0;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`.
@@ -155,6 +159,51 @@ pub struct LaunchConfig {
     pub num_attrs: c_uint,
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS` (v1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KernelNodeParamsV1 {
+    /// Function.
+    pub func: Handle,
+    /// Grid X, Y, Z.
+    pub grid: [c_uint; 3],
+    /// Block X, Y, Z.
+    pub block: [c_uint; 3],
+    /// Shared memory.
+    pub shared_mem_bytes: c_uint,
+    /// Parameters.
+    pub kernel_params: *mut *mut c_void,
+    /// Extra.
+    pub extra: *mut *mut c_void,
+}
+
+/// `CUgraphNodeParams` (CUDA 12.2): the node type, then its parameters in
+/// a 232-byte union at offset 16, then 8 reserved bytes (256 in all).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GraphNodeParams {
+    /// `CUgraphNodeType`.
+    pub kind: c_int,
+    /// Reserved.
+    pub reserved0: [c_int; 3],
+    /// The type's parameters.
+    pub body: GraphNodeBody,
+    /// Reserved.
+    pub reserved2: i64,
+}
+
+/// The union of `CUgraphNodeParams` (the members the hooks read).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union GraphNodeBody {
+    /// Padding: the union's size.
+    pub reserved1: [i64; 29],
+    /// `CUDA_KERNEL_NODE_PARAMS_v3` (the v2 layout).
+    pub kernel: KernelNodeParams,
+    /// `CUDA_CHILD_GRAPH_NODE_PARAMS`: the child graph.
+    pub graph: Handle,
+}
+
 /// `CUDA_KERNEL_NODE_PARAMS_v2` (its v1 prefix is the v1 structure).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -203,4 +252,22 @@ pub struct NvmlMemoryV2 {
     pub free: c_ulonglong,
     /// Used.
     pub used: c_ulonglong,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// Sizes and offsets as `cuda.h` (CUDA 12.9) lays them out.
+    #[test]
+    fn graph_structures_match_cuda_h() {
+        assert_eq!(size_of::<GraphNodeParams>(), 256);
+        assert_eq!(offset_of!(GraphNodeParams, body), 16);
+        assert_eq!(size_of::<KernelNodeParamsV1>(), 56);
+        assert_eq!(size_of::<KernelNodeParams>(), 72);
+        assert_eq!(offset_of!(KernelNodeParams, grid), 8);
+        assert_eq!(offset_of!(KernelNodeParams, block), 20);
+        assert_eq!(offset_of!(KernelNodeParams, kern), 56);
+    }
 }

@@ -90,6 +90,17 @@ const VARIANTS: &[(&str, &[Variant])] = &[
         &[(11040, false, "cuGraphAddMemAllocNode")],
     ),
     (
+        "cuGraphAddNode",
+        &[
+            (12020, false, "cuGraphAddNode"),
+            (12030, false, "cuGraphAddNode_v2"),
+        ],
+    ),
+    (
+        "cuGraphExecChildGraphNodeSetParams",
+        &[(11010, false, "cuGraphExecChildGraphNodeSetParams")],
+    ),
+    (
         "cuGraphExecDestroy",
         &[(10000, false, "cuGraphExecDestroy")],
     ),
@@ -99,6 +110,10 @@ const VARIANTS: &[(&str, &[Variant])] = &[
             (10010, false, "cuGraphExecKernelNodeSetParams"),
             (12000, false, "cuGraphExecKernelNodeSetParams_v2"),
         ],
+    ),
+    (
+        "cuGraphExecNodeSetParams",
+        &[(12020, false, "cuGraphExecNodeSetParams")],
     ),
     (
         "cuGraphExecUpdate",
@@ -201,6 +216,7 @@ const VARIANTS: &[(&str, &[Variant])] = &[
     ),
     ("cuMemMap", &[(10020, false, "cuMemMap")]),
     ("cuMemPoolCreate", &[(11020, false, "cuMemPoolCreate")]),
+    ("cuMemPoolDestroy", &[(11020, false, "cuMemPoolDestroy")]),
     ("cuMemPoolTrimTo", &[(11020, false, "cuMemPoolTrimTo")]),
     ("cuMemRelease", &[(10020, false, "cuMemRelease")]),
     (
@@ -268,5 +284,11 @@ mod tests {
         );
         assert_eq!(hook_for(b"cuDeviceGetCount", 12080, 0), None);
         assert_eq!(hook_for(b"cuMemAllocAsync", 11000, 0), None);
+        assert_eq!(hook_for(b"cuGraphAddNode", 12020, 0), h("cuGraphAddNode"));
+        assert_eq!(
+            hook_for(b"cuGraphAddNode", 12080, 0),
+            h("cuGraphAddNode_v2")
+        );
+        assert_eq!(hook_for(b"cuGraphAddNode", 12010, 0), None);
     }
 }

@@ -94,6 +94,7 @@ real_fns!(Cuda {
     cuMemPoolGetAttribute: fn(H, c_int, *mut c_void) -> CUresult;
     cuMemPoolTrimTo: fn(H, usize) -> CUresult;
     cuStreamIsCapturing: fn(H, *mut c_int) -> CUresult;
+    cuStreamSynchronize: fn(H) -> CUresult;
     cuDeviceGetDefaultMemPool: fn(*mut H, CUdevice) -> CUresult;
     cuDeviceGetMemPool: fn(*mut H, CUdevice) -> CUresult;
     cuMemCreate: fn(*mut c_ulonglong, usize, *const CUmemAllocationProp, c_ulonglong) -> CUresult;
@@ -119,9 +120,14 @@ real_fns!(Cuda {
     cuGraphExecKernelNodeSetParams_v2: fn(H, H, *const KernelNodeParams) -> CUresult;
     cuGraphExecUpdate_v2: fn(H, H, *mut c_void) -> CUresult;
     cuGraphInstantiateWithParams_ptsz: fn(*mut H, H, *mut c_void) -> CUresult;
-    cuGraphExecKernelNodeSetParams: fn(H, H, *const KernelNodeParams) -> CUresult;
+    cuGraphExecKernelNodeSetParams: fn(H, H, *const KernelNodeParamsV1) -> CUresult;
     cuGraphExecUpdate: fn(H, H, *mut H, *mut c_int) -> CUresult;
     cuGraphAddMemAllocNode: fn(*mut H, H, *const H, usize, *mut c_void) -> CUresult;
+    cuGraphAddNode: fn(*mut H, H, *const H, usize, *mut GraphNodeParams) -> CUresult;
+    cuGraphAddNode_v2: fn(*mut H, H, *const H, *const c_void, usize, *mut GraphNodeParams) -> CUresult;
+    cuGraphExecNodeSetParams: fn(H, H, *mut GraphNodeParams) -> CUresult;
+    cuGraphExecChildGraphNodeSetParams: fn(H, H, H) -> CUresult;
+    cuMemPoolDestroy: fn(H) -> CUresult;
     cuMemAlloc: fn(*mut c_uint, c_uint) -> CUresult;
     cuMemAllocPitch: fn(*mut c_uint, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult;
     cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> CUresult;

@@ -70,6 +70,8 @@ pub struct PoolBook {
     /// Bytes charged for it: the larger of `live` and what the pool keeps
     /// reserved from the device.
     pub charged: u64,
+    /// Destroyed: the charge stays until nothing is live (`hooks/pool.rs`).
+    pub destroyed: bool,
 }
 
 /// A VMM physical allocation.

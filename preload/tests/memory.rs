@@ -7,7 +7,6 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use common::{Container, Link, MIB, field, memory_limit};
 use tessera_region::control::GpuLimits;
@@ -191,9 +190,33 @@ fn memory_information_shows_the_limit() {
 #[test]
 fn contexts_count_and_destroying_one_returns_its_memory() {
     let c = Container::new(|u| memory_limit(u, 1000));
-    // Primary + one explicit context: 600 MiB; then 400 MiB fit.
-    let out = c.run(Link::Direct, "dev 0 ctx 0 alloc-until-oom 100");
-    assert_eq!(field(&out, "allocs"), ["4", "CUDA_ERROR_OUT_OF_MEMORY"]);
+    // Primary + one explicit context: 600 MiB; then 400 MiB fit, in the
+    // explicit context. Destroying it returns its overhead and its
+    // allocations: 700 MiB fit in the primary context, and the driver then
+    // holds exactly the limit.
+    let p = c.spawn_ready(
+        Link::Direct,
+        "dev 0 ctx 0 alloc-until-oom 100 ctx-destroy alloc-until-oom 100 ready hold",
+    );
+    let allocs: Vec<_> = p.seen.iter().filter(|l| l.starts_with("allocs")).collect();
+    assert_eq!(
+        allocs,
+        [
+            "allocs 4 CUDA_ERROR_OUT_OF_MEMORY",
+            "allocs 7 CUDA_ERROR_OUT_OF_MEMORY"
+        ]
+    );
+    let held: u64 = c
+        .node
+        .sim()
+        .processes(0)
+        .unwrap()
+        .iter()
+        .filter(|x| x.pid == p.pid())
+        .map(|x| x.bytes)
+        .sum();
+    assert_eq!(held, 1000 * MIB, "the simulator holds the limit");
+    p.kill();
     // A context that does not fit is refused.
     let c = Container::new(|u| memory_limit(u, 500));
     let out = c.output(Link::Direct, "dev 0 ctx 0");
@@ -201,7 +224,6 @@ fn contexts_count_and_destroying_one_returns_its_memory() {
         String::from_utf8_lossy(&out.stdout).contains("error ctx CUDA_ERROR_OUT_OF_MEMORY"),
         "{out:?}"
     );
-    std::thread::sleep(Duration::from_millis(10));
 }
 
 #[test]

@@ -101,7 +101,7 @@ fn rust_values() -> BTreeMap<&'static str, i128> {
         CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, CU_GET_PROC_ADDRESS_SUCCESS,
         CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
         CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ALLOCATION_TYPE_PINNED, CU_GRAPH_NODE_TYPE_KERNEL,
-        CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
+        CU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_FREE,
         CU_MEM_ALLOC_GRANULARITY_MINIMUM, CU_STREAM_CAPTURE_STATUS_NONE,
         CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_POINTER_ATTRIBUTE_CONTEXT,
         CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
@@ -200,6 +200,35 @@ fn layouts(checks: &mut Vec<Check>) -> Vec<&'static str> {
             v1.func => "func", v1.grid_dim_x => "gridDimX", v1.block_dim_z => "blockDimZ",
             v1.shared_mem_bytes => "sharedMemBytes", v1.kernel_params => "kernelParams",
             v1.extra => "extra", kern => "kern", ctx => "ctx",
+        }),
+        layout!(checks, cuda::MemAllocNodeParams => "CUDA_MEM_ALLOC_NODE_PARAMS_v1" {
+            pool_props => "poolProps", access_descs => "accessDescs",
+            access_desc_count => "accessDescCount", bytesize => "bytesize", dptr => "dptr",
+        }),
+        layout!(checks, cuda::GraphNodeParams => "CUgraphNodeParams" {
+            kind => "type", reserved0 => "reserved0", body => "reserved1",
+            body.kernel => "kernel", body.graph => "graph", body.alloc => "alloc",
+            body.free => "free", reserved2 => "reserved2",
+        }),
+        {
+            checks.push(Check {
+                what: "size of GraphNodeBody".into(),
+                c_expr: "sizeof(((CUgraphNodeParams *)0)->reserved1)".into(),
+                rust: size_of::<cuda::GraphNodeBody>() as i128,
+            });
+            "GraphNodeBody"
+        },
+        layout!(checks, cuda::GraphInstantiateParams => "CUDA_GRAPH_INSTANTIATE_PARAMS" {
+            flags => "flags", upload_stream => "hUploadStream", err_node_out => "hErrNode_out",
+            result_out => "result_out",
+        }),
+        layout!(checks, cuda::CudaArrayDescriptorV1 => "CUDA_ARRAY_DESCRIPTOR_v1" {
+            width => "Width", height => "Height", format => "Format",
+            num_channels => "NumChannels",
+        }),
+        layout!(checks, cuda::CudaArray3dDescriptorV1 => "CUDA_ARRAY3D_DESCRIPTOR_v1" {
+            width => "Width", height => "Height", depth => "Depth", format => "Format",
+            num_channels => "NumChannels", flags => "Flags",
         }),
         layout!(checks, nvml::Memory => "nvmlMemory_t" {
             total => "total", free => "free", used => "used",
@@ -355,7 +384,10 @@ fn declarations_match_nvidias_headers() {
     std::fs::create_dir_all(&dir).unwrap();
     let program = dir.join("layout.c");
     let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <cuda.h>\n#include <nvml.h>\n\
+        // `__CUDA_API_VERSION_INTERNAL` also declares the pre-3.2 (`_v1`)
+        // structures, which the 32-bit entry points take.
+        "#include <stddef.h>\n#include <stdio.h>\n#define __CUDA_API_VERSION_INTERNAL 1\n\
+         #include <cuda.h>\n#include <nvml.h>\n\
          int main(void) {\n",
     );
     for check in &checks {

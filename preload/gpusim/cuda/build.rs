@@ -1,5 +1,11 @@
 //! Gives the shared library the SONAME of the library it stands in for, so
-//! programs linked against it record `libcuda.so.1` as their dependency.
+//! programs linked against it record `libcuda.so.1` as their dependency,
+//! and binds its calls to its own functions at link time
+//! (`-Bsymbolic-functions`), as the real driver's internal calls are: an
+//! entry point that forwards to another (`cuGraphInstantiate` to
+//! `cuGraphInstantiate_v2`, say) or an address `cuGetProcAddress` hands
+//! out is the driver's own, never an interposer's export of that name.
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
 }

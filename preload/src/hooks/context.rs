@@ -1,5 +1,11 @@
 //! Contexts: each one's memory overhead is charged when it is created and
 //! returned, with everything allocated in it, when the driver destroys it.
+//!
+//! The driver may give a new context the handle of one just destroyed, so
+//! a dying context's charges are taken out of the books *before* the real
+//! destroy (and put back if it fails): whatever is booked under that handle
+//! once the driver has let go of it belongs to the new context and stays.
+//! Charges leave the account only after the driver freed the memory.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
@@ -24,32 +30,69 @@ fn reserve_overhead(e: &Enforcer, dev: CUdevice) -> Result<Charge, CUresult> {
     })
 }
 
-/// Moves the charges of context `ctx` out of `book` into `dropped`.
-fn drain_context<K>(book: &mut HashMap<K, Charge>, ctx: usize, dropped: &mut Vec<Charge>) {
-    book.retain(|_, c| {
+/// Moves the charges of context `ctx` out of `book` into `taken`.
+fn drain_context<K: Copy>(book: &mut HashMap<K, Charge>, ctx: usize, taken: &mut Vec<(K, Charge)>) {
+    book.retain(|&k, c| {
         let keep = c.ctx != ctx;
         if !keep {
-            dropped.push(*c);
+            taken.push((k, *c));
         }
         keep
     });
 }
 
-/// Returns every charge that belongs to context `ctx`: its allocations
-/// and arrays die with it. (Stream-ordered, pool and VMM memory is not
-/// owned by a context: those charges have `ctx` 0.)
-fn drop_context_charges(e: &Enforcer, ctx: usize) {
-    accounting::contexts_changed();
-    let mut dropped = Vec::new();
-    {
+/// The charges of a context being destroyed, out of the books.
+#[derive(Default)]
+struct Dying {
+    allocs: Vec<(u64, Charge)>,
+    arrays: Vec<(usize, Charge)>,
+    contexts: Vec<(usize, Charge)>,
+}
+
+/// Takes every charge that belongs to context `ctx` out of the books: its
+/// allocations and arrays die with it, and its own overhead (explicit
+/// contexts). Stream-ordered, pool and VMM memory is not owned by a
+/// context: those charges have `ctx` 0.
+fn take_context_charges(e: &Enforcer, ctx: usize) -> Dying {
+    let mut d = Dying::default();
+    let mut b = e.books();
+    drain_context(&mut b.allocs, ctx, &mut d.allocs);
+    drain_context(&mut b.arrays, ctx, &mut d.arrays);
+    drain_context(&mut b.contexts, ctx, &mut d.contexts);
+    d
+}
+
+/// Destroys context `ctx` through `real` (which also returns `extra` on
+/// success, the primary context's overhead). Its charges leave the books
+/// before the call, come back if it fails, and are returned to the account
+/// if it succeeds.
+fn retire(
+    e: &Enforcer,
+    ctx: usize,
+    extra: Option<Charge>,
+    real: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let dying = take_context_charges(e, ctx);
+    let rc = real();
+    if rc != CUDA_SUCCESS {
         let mut b = e.books();
-        drain_context(&mut b.allocs, ctx, &mut dropped);
-        drain_context(&mut b.arrays, ctx, &mut dropped);
-        dropped.extend(b.contexts.remove(&ctx));
+        b.allocs.extend(dying.allocs);
+        b.arrays.extend(dying.arrays);
+        b.contexts.extend(dying.contexts);
+        return rc;
     }
-    for c in dropped {
+    // Cached context → device facts of this handle are stale now.
+    accounting::contexts_changed();
+    let allocs = dying.allocs.into_iter().map(|(_, c)| c);
+    let others = dying
+        .arrays
+        .into_iter()
+        .chain(dying.contexts)
+        .map(|(_, c)| c);
+    for c in allocs.chain(others).chain(extra) {
         accounting::release(e, c);
     }
+    rc
 }
 
 /// Held across a primary-context retain, release or reset and its
@@ -106,11 +149,12 @@ hook! {
         dispatch(
             || real_cuda!(cuCtxDestroy_v2(ctx)),
             |e| {
-                let rc = real_cuda!(cuCtxDestroy_v2(ctx));
-                if rc == CUDA_SUCCESS {
-                    drop_context_charges(e, ctx as usize);
+                if ctx.is_null() {
+                    // Not a context (charges of context 0 are pool and VMM
+                    // memory): nothing of ours dies.
+                    return real_cuda!(cuCtxDestroy_v2(ctx));
                 }
-                rc
+                retire(e, ctx as usize, None, || real_cuda!(cuCtxDestroy_v2(ctx)))
             },
         )
     }
@@ -150,23 +194,23 @@ hook! {
             || real_cuda!(cuDevicePrimaryCtxRelease_v2(dev)),
             |e| {
                 let _serial = lock_primary(e);
-                let rc = real_cuda!(cuDevicePrimaryCtxRelease_v2(dev));
-                if rc == CUDA_SUCCESS {
-                    let gone = {
-                        let mut b = e.books();
-                        match b.primary.get_mut(&dev) {
-                            Some(p) if p.retains > 1 => {
-                                p.retains -= 1;
-                                None
-                            }
-                            Some(_) => b.primary.remove(&dev),
-                            None => None,
-                        }
-                    };
-                    if let Some(p) = gone {
-                        drop_context_charges(e, p.ctx);
-                        accounting::release(e, p.charge);
+                let last = match e.books().primary.get(&dev) {
+                    Some(p) if p.retains <= 1 => Some(*p),
+                    _ => None,
+                };
+                let Some(p) = last else {
+                    let rc = real_cuda!(cuDevicePrimaryCtxRelease_v2(dev));
+                    if rc == CUDA_SUCCESS
+                        && let Some(p) = e.books().primary.get_mut(&dev)
+                    {
+                        p.retains -= 1;
                     }
+                    return rc;
+                };
+                // The last release destroys the context.
+                let rc = retire(e, p.ctx, Some(p.charge), || real_cuda!(cuDevicePrimaryCtxRelease_v2(dev)));
+                if rc == CUDA_SUCCESS {
+                    e.books().primary.remove(&dev);
                 }
                 rc
             },
@@ -178,13 +222,13 @@ hook! {
             || real_cuda!(cuDevicePrimaryCtxReset_v2(dev)),
             |e| {
                 let _serial = lock_primary(e);
-                let rc = real_cuda!(cuDevicePrimaryCtxReset_v2(dev));
+                let active = e.books().primary.get(&dev).copied();
+                let Some(p) = active else {
+                    return real_cuda!(cuDevicePrimaryCtxReset_v2(dev));
+                };
+                let rc = retire(e, p.ctx, Some(p.charge), || real_cuda!(cuDevicePrimaryCtxReset_v2(dev)));
                 if rc == CUDA_SUCCESS {
-                    let gone = e.books().primary.remove(&dev);
-                    if let Some(p) = gone {
-                        drop_context_charges(e, p.ctx);
-                        accounting::release(e, p.charge);
-                    }
+                    e.books().primary.remove(&dev);
                 }
                 rc
             },

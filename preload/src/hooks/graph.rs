@@ -1,31 +1,40 @@
 //! Graph launches cost the sum of their kernels' warps: counted when the
 //! graph is instantiated (descending into child graphs), and kept up to
-//! date when kernel nodes of the executable graph are changed or the
-//! executable is updated from another graph. Conditional nodes' bodies are
-//! not counted (their iteration count is only known on the GPU).
+//! date when kernel or child-graph nodes of the executable graph are
+//! changed or the executable is updated from another graph. Conditional
+//! nodes' bodies are not counted (their iteration count is only known on
+//! the GPU).
+//!
+//! Graph memory nodes (`cuGraphAddMemAllocNode`, or `cuGraphAddNode` of a
+//! memory-allocation node) allocate when the graph runs, outside any hook:
+//! they are refused with `CUDA_ERROR_NOT_SUPPORTED` under limits.
+//!
+//! Parameters the cost is taken from are copied first and the copy is
+//! what the driver gets, so another thread rewriting the caller's
+//! structure cannot make the driver run something other than what was
+//! charged (or slip a memory node past the check).
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_ulonglong, c_void};
 
 use super::launch::{cost, launch};
-use super::{dispatch, hook};
+use super::{alias, dispatch, hook, refused_when_limited};
 use crate::ffi::*;
 use crate::real::real_cuda;
 use crate::state::Enforcer;
 
-/// `CU_GRAPH_NODE_TYPE_GRAPH` (a child graph).
-const NODE_CHILD_GRAPH: c_int = 1;
 /// How deep child graphs are followed.
 const MAX_DEPTH: u32 = 8;
 
 /// An executable graph's launch cost.
 #[derive(Clone, Debug, Default)]
 pub struct GraphCost {
-    /// Warps per launch: the kernel nodes as instantiated, with later
-    /// changes applied.
+    /// Warps per launch: the sum of `nodes`, plus what changed nodes not
+    /// known at instantiation were charged (see [`GraphCost::change`]).
     warps: u64,
-    /// Kernel nodes changed since instantiation → their cost now.
-    changed: HashMap<usize, u64>,
+    /// Cost now of each kernel and child-graph node of the graph it was
+    /// instantiated from, and of nodes changed since.
+    nodes: HashMap<usize, u64>,
 }
 
 impl GraphCost {
@@ -34,17 +43,17 @@ impl GraphCost {
         self.warps.max(1)
     }
 
-    /// Kernel node `node`, which cost `was` warps (as instantiated, if not
-    /// changed before), now costs `now`.
-    fn change(&mut self, node: usize, was: Option<u64>, now: u64) {
-        let before = self.changed.get(&node).copied().or(was).unwrap_or(0);
+    /// Node `node` now costs `now` warps. A node not known (one inside a
+    /// child graph, say) is taken to have cost nothing before: the graph
+    /// may be overcharged, never undercharged.
+    fn change(&mut self, node: usize, now: u64) {
+        let before = self.nodes.insert(node, now).unwrap_or(0);
         self.warps = self.warps.saturating_sub(before).saturating_add(now);
-        self.changed.insert(node, now);
     }
 }
 
 /// Warps of kernel node `node` (0 if it is not one).
-fn node_cost(node: Handle) -> u64 {
+fn kernel_cost(node: Handle) -> u64 {
     // SAFETY: KernelNodeParams is plain data; zero is a valid value.
     let mut p: KernelNodeParams = unsafe { std::mem::zeroed() };
     let mut rc = real_cuda!(cuGraphKernelNodeGetParams_v2(node, &mut p));
@@ -58,9 +67,29 @@ fn node_cost(node: Handle) -> u64 {
     }
 }
 
+/// Warps of node `node`: a kernel's, or a child graph's kernels'.
+fn node_cost(node: Handle, depth: u32) -> u64 {
+    let mut kind: c_int = -1;
+    if real_cuda!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
+        return 0;
+    }
+    match kind {
+        CU_GRAPH_NODE_TYPE_KERNEL => kernel_cost(node),
+        CU_GRAPH_NODE_TYPE_GRAPH => {
+            let mut child: Handle = std::ptr::null_mut();
+            if real_cuda!(cuGraphChildGraphNodeGetGraph(node, &mut child)) == CUDA_SUCCESS {
+                graph_cost(child, depth + 1, None)
+            } else {
+                0
+            }
+        }
+        _ => 0,
+    }
+}
+
 /// The launch cost of graph `g`: the sum over its kernel nodes, child
-/// graphs included.
-fn graph_cost(g: Handle, depth: u32) -> u64 {
+/// graphs included. `record` receives each node's cost.
+fn graph_cost(g: Handle, depth: u32, mut record: Option<&mut HashMap<usize, u64>>) -> u64 {
     let mut n: usize = 0;
     if depth > MAX_DEPTH
         || real_cuda!(cuGraphGetNodes(g, std::ptr::null_mut(), &mut n)) != CUDA_SUCCESS
@@ -74,22 +103,12 @@ fn graph_cost(g: Handle, depth: u32) -> u64 {
     }
     let mut total = 0u64;
     for &node in nodes.iter().take(n) {
-        let mut kind: c_int = -1;
-        if real_cuda!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
-            continue;
+        let c = node_cost(node, depth);
+        if c > 0
+            && let Some(r) = record.as_deref_mut()
+        {
+            r.insert(node as usize, c);
         }
-        let c = match kind {
-            CU_GRAPH_NODE_TYPE_KERNEL => node_cost(node),
-            NODE_CHILD_GRAPH => {
-                let mut child: Handle = std::ptr::null_mut();
-                if real_cuda!(cuGraphChildGraphNodeGetGraph(node, &mut child)) == CUDA_SUCCESS {
-                    graph_cost(child, depth + 1)
-                } else {
-                    0
-                }
-            }
-            _ => 0,
-        };
         total = total.saturating_add(c);
     }
     total
@@ -110,11 +129,11 @@ unsafe fn note_graph(e: &Enforcer, rc: CUresult, exec: *mut Handle, graph: Handl
 /// `exec` now runs the kernels of `graph`.
 fn exec_updated(e: &Enforcer, rc: CUresult, exec: Handle, graph: Handle) {
     if rc == CUDA_SUCCESS {
-        let cost = GraphCost {
-            warps: graph_cost(graph, 0),
-            changed: HashMap::new(),
-        };
-        e.books().graphs.insert(exec as usize, cost);
+        let mut nodes = HashMap::new();
+        let warps = graph_cost(graph, 0, Some(&mut nodes));
+        e.books()
+            .graphs
+            .insert(exec as usize, GraphCost { warps, nodes });
     }
 }
 
@@ -127,39 +146,88 @@ fn graph_launch(e: &Enforcer, exec: Handle, real: impl FnOnce() -> CUresult) -> 
     launch(e, warps, real)
 }
 
-/// A kernel node of `exec` was given new parameters.
-///
-/// # Safety
-/// `params` is NULL or points to kernel node parameters, either version:
-/// only the grid and block, common to both layouts, are read.
-unsafe fn node_changed(
-    e: &Enforcer,
-    rc: CUresult,
-    exec: Handle,
-    node: Handle,
-    params: *const KernelNodeParams,
-) {
-    if rc != CUDA_SUCCESS || params.is_null() {
+/// Node `node` of `exec` now costs `now` warps (if the change succeeded).
+fn node_changed(e: &Enforcer, rc: CUresult, exec: Handle, node: Handle, now: u64) {
+    if rc != CUDA_SUCCESS {
         return;
     }
-    // SAFETY: per the contract; the fields lie within the v1 layout too.
-    let (grid, block) = unsafe { ((*params).grid, (*params).block) };
-    let now = cost(grid, block);
-    let seen = e
-        .books()
-        .graphs
-        .get(&(exec as usize))
-        .map(|g| g.changed.contains_key(&(node as usize)));
-    // The cost as instantiated, asked of the driver (outside the books'
-    // lock) the first time the node changes.
-    let was = match seen {
-        None => return,
-        Some(true) => None,
-        Some(false) => Some(node_cost(node)),
-    };
     if let Some(g) = e.books().graphs.get_mut(&(exec as usize)) {
-        g.change(node as usize, was, now);
+        g.change(node as usize, now);
     }
+}
+
+/// Copies `*p` (NULL: `None`).
+///
+/// # Safety
+/// `p` is NULL or points to a readable `T`.
+unsafe fn copied<T: Copy>(p: *const T) -> Option<T> {
+    // SAFETY: per the contract.
+    (!p.is_null()).then(|| unsafe { p.read_unaligned() })
+}
+
+/// `cuGraphAddNode[_v2]`: refuses memory-allocation nodes, otherwise
+/// adds the node from a private copy of the parameters (written back on
+/// success, for the outputs some node types have). Kernel and child-graph
+/// nodes are counted when the graph is instantiated.
+///
+/// # Safety
+/// `params` is NULL or points to a `CUgraphNodeParams` valid for reading
+/// and writing.
+unsafe fn add_node(
+    params: *mut GraphNodeParams,
+    real: impl FnOnce(*mut GraphNodeParams) -> CUresult,
+) -> CUresult {
+    // SAFETY: per the contract.
+    let Some(mut own) = (unsafe { copied(params) }) else {
+        return real(params);
+    };
+    if own.kind == CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    let rc = real(&mut own);
+    if rc == CUDA_SUCCESS {
+        // SAFETY: per the contract.
+        unsafe { params.write_unaligned(own) };
+    }
+    rc
+}
+
+/// `cuGraphExecNodeSetParams`: the new cost of a kernel or child-graph
+/// node, from a private copy of the parameters the driver gets.
+///
+/// # Safety
+/// `params` is NULL or points to a readable `CUgraphNodeParams`.
+unsafe fn exec_set_node(
+    e: &Enforcer,
+    exec: Handle,
+    node: Handle,
+    params: *mut GraphNodeParams,
+) -> CUresult {
+    // SAFETY: per the contract.
+    let Some(mut own) = (unsafe { copied(params) }) else {
+        return real_cuda!(cuGraphExecNodeSetParams(exec, node, params));
+    };
+    if own.kind == CU_GRAPH_NODE_TYPE_MEM_ALLOC {
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    let rc = real_cuda!(cuGraphExecNodeSetParams(exec, node, &mut own));
+    let now = match own.kind {
+        CU_GRAPH_NODE_TYPE_KERNEL => {
+            // SAFETY: the type says the kernel member is the one set.
+            let k = unsafe { own.body.kernel };
+            Some(cost(k.grid, k.block))
+        }
+        CU_GRAPH_NODE_TYPE_GRAPH => {
+            // SAFETY: the type says the graph member is the one set.
+            let child = unsafe { own.body.graph };
+            Some(graph_cost(child, 1, None))
+        }
+        _ => None,
+    };
+    if let Some(now) = now {
+        node_changed(e, rc, exec, node, now);
+    }
+    rc
 }
 
 hook! {
@@ -191,12 +259,15 @@ hook! {
         )
     }
 
-    fn cuGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const KernelNodeParams) {
+    fn cuGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const KernelNodeParamsV1) {
         dispatch(
             || real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params)),
             |e| {
-                let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
-                node_changed(e, rc, exec, node, params);
+                let Some(own) = copied(params) else {
+                    return real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
+                };
+                let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, &own));
+                node_changed(e, rc, exec, node, cost(own.grid, own.block));
                 rc
             },
         )
@@ -206,11 +277,52 @@ hook! {
         dispatch(
             || real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params)),
             |e| {
-                let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
-                node_changed(e, rc, exec, node, params);
+                let Some(own) = copied(params) else {
+                    return real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
+                };
+                let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, &own));
+                node_changed(e, rc, exec, node, cost(own.grid, own.block));
                 rc
             },
         )
+    }
+
+    fn cuGraphExecChildGraphNodeSetParams(exec: Handle, node: Handle, child: Handle) {
+        dispatch(
+            || real_cuda!(cuGraphExecChildGraphNodeSetParams(exec, node, child)),
+            |e| {
+                let rc = real_cuda!(cuGraphExecChildGraphNodeSetParams(exec, node, child));
+                node_changed(e, rc, exec, node, graph_cost(child, 1, None));
+                rc
+            },
+        )
+    }
+
+    fn cuGraphExecNodeSetParams(exec: Handle, node: Handle, params: *mut GraphNodeParams) {
+        dispatch(
+            || real_cuda!(cuGraphExecNodeSetParams(exec, node, params)),
+            |e| exec_set_node(e, exec, node, params),
+        )
+    }
+
+    fn cuGraphAddNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *mut GraphNodeParams) {
+        dispatch(
+            || real_cuda!(cuGraphAddNode(node, graph, deps, n, params)),
+            |_| add_node(params, |p| real_cuda!(cuGraphAddNode(node, graph, deps, n, p))),
+        )
+    }
+
+    fn cuGraphAddNode_v2(node: *mut Handle, graph: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: *mut GraphNodeParams) {
+        dispatch(
+            || real_cuda!(cuGraphAddNode_v2(node, graph, deps, edges, n, params)),
+            |_| add_node(params, |p| real_cuda!(cuGraphAddNode_v2(node, graph, deps, edges, n, p))),
+        )
+    }
+
+    /// Graph memory nodes allocate when the graph runs, outside any hook:
+    /// refused.
+    fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *mut c_void) {
+        refused_when_limited(|| real_cuda!(cuGraphAddMemAllocNode(node, graph, deps, n, params)))
     }
 
     fn cuGraphExecUpdate_v2(exec: Handle, graph: Handle, info: *mut c_void) {
@@ -261,4 +373,9 @@ hook! {
             |e| graph_launch(e, exec, || real_cuda!(cuGraphLaunch_ptsz(exec, stream))),
         )
     }
+}
+
+// The CUDA 10 symbol (programs built against CUDA 10 headers link it).
+alias! {
+    cuGraphInstantiate => cuGraphInstantiate_v2(exec: *mut Handle, graph: Handle, err: *mut Handle, log: *mut c_char, size: usize);
 }

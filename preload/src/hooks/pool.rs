@@ -10,12 +10,27 @@
 //!
 //! Allocating on a capturing stream creates a graph memory node, whose
 //! memory appears only when the graph runs: that is refused
-//! (`CUDA_ERROR_NOT_SUPPORTED`), as are explicit memory nodes.
+//! (`CUDA_ERROR_NOT_SUPPORTED`), as are explicit memory nodes (`graph.rs`).
+//! A capture can begin (or the stream join one, by waiting on a captured
+//! event) between that check and the driver's call; if the stream is
+//! capturing once the call returns, the allocation may sit in the graph,
+//! so the capture is spoilt (an illegal synchronize invalidates it: it
+//! ends without a graph) and the reservation is kept until the pointer is
+//! freed.
+//!
+//! A destroyed pool's account lives on until its last allocation is freed
+//! (the driver releases the pool's memory only then), under a key of its
+//! own: the driver may hand the same handle to a new pool. Creating and
+//! destroying pools are serialised with their bookkeeping ([`POOL_OPS`]),
+//! so a new pool with a reused handle is only booked after the old one's
+//! account has moved out of its way.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::memory::unbook;
-use super::{dispatch, hook, refused_when_limited};
+use super::{dispatch, hook};
 use crate::accounting::{self, Charge, current_device, gpu_index, reserve, rounded};
 use crate::ffi::*;
 use crate::real::real_cuda;
@@ -43,18 +58,33 @@ fn reserved(pool: usize) -> Option<u64> {
         .then_some(v)
 }
 
-/// Settles `pool`'s charge to max(live, reserved).
+/// Settles `pool`'s charge to max(live, reserved). A destroyed pool keeps
+/// its whole charge until nothing is live, then returns it and is
+/// forgotten.
 pub fn reconcile(e: &Enforcer, pool: usize) {
-    let held = reserved(pool);
+    let destroyed = e.books().pools.get(&pool).map(|pb| pb.destroyed);
+    let held = match destroyed {
+        None => return,
+        Some(true) => None,
+        Some(false) => reserved(pool),
+    };
     let (gpu, delta) = {
         let mut b = e.books();
         let Some(pb) = b.pools.get_mut(&pool) else {
             return;
         };
-        let target = pb.live.max(held.unwrap_or(pb.live));
+        let target = if pb.destroyed {
+            if pb.live == 0 { 0 } else { pb.charged }
+        } else {
+            pb.live.max(held.unwrap_or(pb.live))
+        };
         let delta = target as i128 - pb.charged as i128;
         pb.charged = target;
-        (pb.gpu, delta)
+        let gpu = pb.gpu;
+        if pb.destroyed && pb.live == 0 {
+            b.pools.remove(&pool);
+        }
+        (gpu, delta)
     };
     if delta < 0 {
         accounting::unreserve(e, gpu, (-delta) as u64);
@@ -66,7 +96,13 @@ pub fn reconcile(e: &Enforcer, pool: usize) {
 
 /// Settles every pool (memory-info calls).
 pub fn reconcile_all(e: &Enforcer) {
-    let pools: Vec<usize> = e.books().pools.keys().copied().collect();
+    let pools: Vec<usize> = e
+        .books()
+        .pools
+        .iter()
+        .filter(|(_, pb)| !pb.destroyed)
+        .map(|(&k, _)| k)
+        .collect();
     for p in pools {
         reconcile(e, p);
     }
@@ -144,9 +180,44 @@ fn alloc_from(
         b.allocs.insert(unsafe { *dptr }, charge);
     });
     if rc == CUDA_SUCCESS {
+        if capturing(stream) {
+            // Synchronizing a capturing stream invalidates its capture.
+            let _ = real_cuda!(cuStreamSynchronize(stream));
+        }
         reconcile(e, pool);
     }
     rc
+}
+
+/// Keys of destroyed pools' accounts: counting down from the top of the
+/// address space, where no pool handle (a driver pointer) lies.
+static NEXT_TOMBSTONE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Held across a real `cuMemPoolCreate` or `cuMemPoolDestroy` and its
+/// bookkeeping. Lock order: this before the books.
+static POOL_OPS: Mutex<()> = Mutex::new(());
+
+fn lock_pools() -> MutexGuard<'static, ()> {
+    POOL_OPS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `pool` was destroyed: its memory goes back once its allocations are
+/// freed (at once if none is live), and its bookkeeping goes with it.
+fn destroyed(e: &Enforcer, pool: usize) {
+    let key = NEXT_TOMBSTONE.fetch_sub(1, Ordering::Relaxed);
+    {
+        let mut b = e.books();
+        b.pool_devices.remove(&pool);
+        let Some(mut pb) = b.pools.remove(&pool) else {
+            return;
+        };
+        pb.destroyed = true;
+        for c in b.allocs.values_mut().filter(|c| c.pool == pool) {
+            c.pool = key;
+        }
+        b.pools.insert(key, pb);
+    }
+    reconcile(e, key);
 }
 
 /// Remembers which device a pool belongs to.
@@ -222,10 +293,25 @@ hook! {
         )
     }
 
+    fn cuMemPoolDestroy(pool: Handle) {
+        dispatch(
+            || real_cuda!(cuMemPoolDestroy(pool)),
+            |e| {
+                let _serial = lock_pools();
+                let rc = real_cuda!(cuMemPoolDestroy(pool));
+                if rc == CUDA_SUCCESS {
+                    destroyed(e, pool as usize);
+                }
+                rc
+            },
+        )
+    }
+
     fn cuMemPoolCreate(pool: *mut Handle, props: *const CUmemPoolProps) {
         dispatch(
             || real_cuda!(cuMemPoolCreate(pool, props)),
             |e| {
+                let _serial = lock_pools();
                 let rc = real_cuda!(cuMemPoolCreate(pool, props));
                 if props.is_null() {
                     return rc;
@@ -247,11 +333,5 @@ hook! {
             || real_cuda!(cuDeviceGetMemPool(pool, dev)),
             |e| note_pool(e, real_cuda!(cuDeviceGetMemPool(pool, dev)), pool, dev),
         )
-    }
-
-    /// Graph memory nodes allocate when the graph runs, outside any hook:
-    /// refused.
-    fn cuGraphAddMemAllocNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *mut c_void) {
-        refused_when_limited(|| real_cuda!(cuGraphAddMemAllocNode(node, graph, deps, n, params)))
     }
 }

@@ -125,3 +125,82 @@ impl Container {
         read_usage(&std::fs::read(self.region.join("usage")).unwrap()).unwrap()
     }
 }
+
+/// `tests/c/graph_probe.c` built for `link`, once per test binary.
+pub fn graph_probe(link: Link) -> PathBuf {
+    static BUILT: std::sync::OnceLock<(tempfile::TempDir, [PathBuf; 3])> =
+        std::sync::OnceLock::new();
+    let (_, bins) = BUILT.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/graph_probe.c");
+        let sim = sim::sim_dir();
+        let bin = |name: &str| dir.path().join(name);
+        let (direct, dl, dlsym) = (bin("direct"), bin("dlopen"), bin("dlsym"));
+        sim::cc(&[
+            src,
+            "-o",
+            direct.to_str().unwrap(),
+            &format!("-L{}", sim.display()),
+            &format!("-Wl,-rpath,{}", sim.display()),
+            "-lcuda",
+            "-lpthread",
+        ]);
+        sim::cc(&[
+            "-DUSE_DLOPEN",
+            src,
+            "-o",
+            dl.to_str().unwrap(),
+            "-ldl",
+            "-lpthread",
+        ]);
+        sim::cc(&[
+            "-DUSE_DLOPEN",
+            "-DUSE_DLSYM",
+            src,
+            "-o",
+            dlsym.to_str().unwrap(),
+            "-ldl",
+            "-lpthread",
+        ]);
+        (dir, [direct, dl, dlsym])
+    });
+    bins[link as usize].clone()
+}
+
+impl Container {
+    /// Runs the graph probe under the library, expecting success; returns
+    /// stdout.
+    pub fn probe(&self, link: Link, ops: &str) -> String {
+        let out = self
+            .command(&graph_probe(link))
+            .args(ops.split_whitespace())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "probe {ops} failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// Starts the graph probe under the library and waits for `ready`.
+    pub fn spawn_probe(&self, link: Link, ops: &str) -> sim::Running {
+        let mut c = self.command(&graph_probe(link));
+        c.args(ops.split_whitespace());
+        sim::spawn_command_ready(c, ops)
+    }
+
+    /// Bytes the simulator (the driver) holds for process `pid` on GPU 0.
+    pub fn held(&self, pid: i32) -> u64 {
+        self.node
+            .sim()
+            .processes(0)
+            .unwrap()
+            .iter()
+            .filter(|x| x.pid == pid)
+            .map(|x| x.bytes)
+            .sum()
+    }
+}

@@ -44,6 +44,8 @@ pub const CU_MEM_ALLOCATION_TYPE_PINNED: i32 = 1;
 
 /// `CU_GRAPH_NODE_TYPE_KERNEL`.
 pub const CU_GRAPH_NODE_TYPE_KERNEL: i32 = 0;
+/// `CU_GRAPH_NODE_TYPE_GRAPH` (a child graph).
+pub const CU_GRAPH_NODE_TYPE_GRAPH: i32 = 4;
 /// `CU_GRAPH_NODE_TYPE_EMPTY`.
 pub const CU_GRAPH_NODE_TYPE_EMPTY: i32 = 5;
 /// `CU_GRAPH_NODE_TYPE_MEM_ALLOC`.
@@ -239,6 +241,99 @@ pub struct KernelNodeParamsV2 {
     pub kern: Handle,
     /// Context of the kernel.
     pub ctx: Handle,
+}
+
+/// `CUDA_MEM_ALLOC_NODE_PARAMS` (v1 and v2 share this layout).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemAllocNodeParams {
+    /// Where and how: `poolProps`.
+    pub pool_props: CUmemPoolProps,
+    /// Peer access descriptors.
+    pub access_descs: *const CUmemAccessDesc,
+    /// Their number.
+    pub access_desc_count: usize,
+    /// Requested size.
+    pub bytesize: usize,
+    /// Out: the allocation's address.
+    pub dptr: CUdeviceptr,
+}
+
+/// `CUgraphNodeParams` (CUDA 12.2): the node type, then its parameters in
+/// a union at offset 16 (232 bytes), then 8 reserved bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GraphNodeParams {
+    /// `CUgraphNodeType`.
+    pub kind: i32,
+    /// Reserved (zero).
+    pub reserved0: [i32; 3],
+    /// The type's parameters.
+    pub body: GraphNodeBody,
+    /// Reserved (zero).
+    pub reserved2: i64,
+}
+
+/// The union of `CUgraphNodeParams` (the members the simulator reads).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union GraphNodeBody {
+    /// Padding: the union's size.
+    pub reserved1: [i64; 29],
+    /// `CUDA_KERNEL_NODE_PARAMS_v3` (the v2 layout).
+    pub kernel: KernelNodeParamsV2,
+    /// `CUDA_CHILD_GRAPH_NODE_PARAMS`: the child graph.
+    pub graph: Handle,
+    /// `CUDA_MEM_ALLOC_NODE_PARAMS_v2`.
+    pub alloc: MemAllocNodeParams,
+    /// `CUDA_MEM_FREE_NODE_PARAMS`: the address to free.
+    pub free: CUdeviceptr,
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GraphInstantiateParams {
+    /// Instantiation flags.
+    pub flags: u64,
+    /// Upload stream.
+    pub upload_stream: Handle,
+    /// Out: the node that made instantiation fail.
+    pub err_node_out: Handle,
+    /// Out: `CUgraphInstantiateResult` (0 = success).
+    pub result_out: i32,
+}
+
+/// `CUDA_ARRAY_DESCRIPTOR_v1` (32-bit sizes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudaArrayDescriptorV1 {
+    /// Width in elements.
+    pub width: u32,
+    /// Height (0 for 1D).
+    pub height: u32,
+    /// `CUarray_format`.
+    pub format: u32,
+    /// Channels per element.
+    pub num_channels: u32,
+}
+
+/// `CUDA_ARRAY3D_DESCRIPTOR_v1` (32-bit sizes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CudaArray3dDescriptorV1 {
+    /// Width in elements.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// Depth.
+    pub depth: u32,
+    /// `CUarray_format`.
+    pub format: u32,
+    /// Channels per element.
+    pub num_channels: u32,
+    /// `CUDA_ARRAY3D_*` flags.
+    pub flags: u32,
 }
 
 /// Device attribute numbers (`CUdevice_attribute`).

@@ -4,6 +4,12 @@
 //! GPU's channel (charging the context overhead) and issues the stand-in
 //! registration ioctls; destroying a context frees everything allocated in
 //! it, as the driver does.
+//!
+//! Two knobs reproduce races around a destroy deterministically:
+//! `GPUSIM_REUSE_CONTEXT_HANDLES=1` gives a new context the handle of the
+//! last one destroyed (as the driver's pointers may be reused), and
+//! `GPUSIM_CONTEXT_DESTROY_DELAY_MS=N` makes `cuCtxDestroy` return N ms
+//! after the context is gone (other threads run meanwhile).
 
 use gpusim::sim::Attachment;
 
@@ -118,15 +124,42 @@ pub fn create(p: &Process, dev: i32, flags: u32) -> Result<u64, CUresult> {
     Ok(h)
 }
 
+/// Race knobs, from the environment (see the module docs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Knobs {
+    /// `GPUSIM_REUSE_CONTEXT_HANDLES=1`.
+    pub reuse_handles: bool,
+    /// `GPUSIM_CONTEXT_DESTROY_DELAY_MS`.
+    pub destroy_delay: std::time::Duration,
+}
+
+/// The knobs, read once.
+pub fn knobs() -> Knobs {
+    static KNOBS: std::sync::OnceLock<Knobs> = std::sync::OnceLock::new();
+    *KNOBS.get_or_init(|| Knobs {
+        reuse_handles: std::env::var("GPUSIM_REUSE_CONTEXT_HANDLES").is_ok_and(|v| v == "1"),
+        destroy_delay: std::time::Duration::from_millis(
+            std::env::var("GPUSIM_CONTEXT_DESTROY_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        ),
+    })
+}
+
 /// `cuCtxDestroy`.
 pub fn destroy(p: &Process, h: u64) -> Result<(), CUresult> {
-    let mut inner = p.lock();
-    let ctx = inner.contexts.get(h)?;
-    if ctx.primary {
-        // Primary contexts go through retain/release.
-        return Err(CUDA_ERROR_INVALID_CONTEXT);
-    }
-    teardown(p, &mut inner, h)
+    let result = {
+        let mut inner = p.lock();
+        let ctx = inner.contexts.get(h)?;
+        if ctx.primary {
+            // Primary contexts go through retain/release.
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        teardown(p, &mut inner, h)
+    };
+    std::thread::sleep(knobs().destroy_delay);
+    result
 }
 
 /// `cuDevicePrimaryCtxRetain`.

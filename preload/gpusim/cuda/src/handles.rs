@@ -48,6 +48,7 @@ pub struct Registry<T> {
     kind: Kind,
     slots: Vec<(u32, Option<T>)>,
     free: Vec<usize>,
+    reuse: bool,
 }
 
 const INDEX_BITS: u32 = 24;
@@ -61,7 +62,15 @@ impl<T> Registry<T> {
             kind,
             slots: Vec::new(),
             free: Vec::new(),
+            reuse: false,
         }
+    }
+
+    /// From now on a freed slot's next object gets the same handle, as the
+    /// driver's handles (pointers to freed memory) may be reused: a stale
+    /// handle then names the new object.
+    pub fn reuse_handles(&mut self) {
+        self.reuse = true;
     }
 
     fn encode(&self, index: usize, generation: u32) -> u64 {
@@ -85,7 +94,9 @@ impl<T> Registry<T> {
         match self.free.pop() {
             Some(i) => {
                 let slot = &mut self.slots[i];
-                slot.0 = slot.0.wrapping_add(1);
+                if !self.reuse {
+                    slot.0 = slot.0.wrapping_add(1);
+                }
                 slot.1 = Some(value);
                 let generation = slot.0;
                 self.encode(i, generation)
@@ -155,5 +166,15 @@ mod tests {
         assert!(a.get(0).is_err());
         assert!(a.get(u64::MAX).is_err());
         assert_eq!(a.iter().count(), 1);
+    }
+
+    #[test]
+    fn reused_handles_repeat() {
+        let mut a: Registry<u32> = Registry::new(Kind::Context);
+        a.reuse_handles();
+        let h = a.insert(1);
+        a.remove(h).unwrap();
+        assert_eq!(a.insert(2), h);
+        assert_eq!(*a.get(h).unwrap(), 2);
     }
 }

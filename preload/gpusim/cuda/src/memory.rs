@@ -5,7 +5,11 @@
 //! as the process's memory); a charge that does not fit fails with
 //! `CUDA_ERROR_OUT_OF_MEMORY` and allocates nothing. Managed memory is host
 //! memory (so the host can touch it) charged to the current device.
-//! Stream-ordered allocations take effect immediately.
+//! Stream-ordered allocations take effect immediately; on a capturing
+//! stream they become graph memory nodes instead (allocated when the graph
+//! runs). A pool keeps freed memory reserved, still charged, up to its
+//! release threshold (default 0: nothing kept), until it is trimmed or
+//! destroyed.
 
 use gpusim::nvrm::NV01_MEMORY_SYSTEM;
 
@@ -52,7 +56,8 @@ fn allocate(
     Ok(dptr)
 }
 
-/// Removes allocation `dptr` and returns its charge. Everything is undone
+/// Removes allocation `dptr` and returns its charge (to its pool's cache if
+/// the pool keeps it). Everything is undone
 /// even if the simulator cannot take the charge back (its channel may
 /// already be gone); that error is returned afterwards.
 pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult> {
@@ -60,7 +65,6 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         .allocations
         .remove(&dptr)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let charged = p.uncharge(&a.charge);
     match a.kind {
         AllocKind::Managed => {
             // SAFETY: managed allocations are host mappings made by
@@ -69,14 +73,21 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
             unsafe { sys::unmap(dptr as *mut u8, a.size as usize) };
         }
         AllocKind::Pool(pool) => {
+            inner.va.free(dptr, a.size);
             if let Ok(pl) = inner.pools.get_mut(pool) {
                 pl.used = pl.used.saturating_sub(a.charge.bytes);
+                if pl.reserved() + a.charge.bytes <= pl.release_threshold {
+                    // Kept for reuse: still charged.
+                    pl.cached.push(a.charge);
+                    return Ok(());
+                }
             }
-            inner.va.free(dptr, a.size);
         }
+        // The address belongs to the graph's memory node.
+        AllocKind::Graph => {}
         AllocKind::Linear | AllocKind::Pitch => inner.va.free(dptr, a.size),
     }
-    charged
+    p.uncharge(&a.charge)
 }
 
 /// `cuMemAlloc_v2`.
@@ -272,9 +283,24 @@ fn stream_pool(inner: &mut Inner, stream: u64) -> Result<(u64, u64), CUresult> {
     Ok((ctx, inner.device_pools[device].unwrap_or(default)))
 }
 
+/// The graph `stream` is capturing into, if it is.
+fn capturing(inner: &mut Inner, stream: u64) -> Result<Option<u64>, CUresult> {
+    Ok(inner.stream_mut(stream)?.1.capture)
+}
+
+/// A stream-ordered allocation on a capturing stream: a memory node.
+fn capture_alloc(inner: &mut Inner, stream: u64, graph: u64, size: u64) -> Result<u64, CUresult> {
+    let (node, dptr) = crate::graph::capture_alloc(inner, graph, size)?;
+    inner.stream_mut(stream)?.1.capture_tail = Some(node);
+    Ok(dptr)
+}
+
 /// `cuMemAllocAsync`.
 pub fn alloc_async(p: &Process, size: u64, stream: u64) -> Result<u64, CUresult> {
     let mut inner = p.lock();
+    if let Some(g) = capturing(&mut inner, stream)? {
+        return capture_alloc(&mut inner, stream, g, size);
+    }
     let (ctx, pool) = stream_pool(&mut inner, stream)?;
     pool_alloc(p, &mut inner, ctx, pool, size)
 }
@@ -282,6 +308,10 @@ pub fn alloc_async(p: &Process, size: u64, stream: u64) -> Result<u64, CUresult>
 /// `cuMemAllocFromPoolAsync`.
 pub fn alloc_from_pool(p: &Process, size: u64, pool: u64, stream: u64) -> Result<u64, CUresult> {
     let mut inner = p.lock();
+    if let Some(g) = capturing(&mut inner, stream)? {
+        inner.pools.get(pool)?;
+        return capture_alloc(&mut inner, stream, g, size);
+    }
     let (ctx, _) = inner.stream_mut(stream)?;
     let device = inner.pools.get(pool)?.device;
     // The allocation is charged to the pool's device through a context on
@@ -303,7 +333,34 @@ fn pool_alloc(
     pool: u64,
     size: u64,
 ) -> Result<u64, CUresult> {
-    let dptr = allocate(p, inner, ctx, size, AllocKind::Pool(pool), None)?;
+    if size == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let rounded = p.sim.round_allocation(size);
+    let cached = inner
+        .pools
+        .get_mut(pool)?
+        .cached
+        .iter()
+        .position(|c| c.bytes == rounded);
+    let dptr = match cached {
+        // Memory the pool kept: no new charge.
+        Some(i) => {
+            let charge = inner.pools.get_mut(pool)?.cached.swap_remove(i);
+            let dptr = inner.va.alloc(size, 1).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+            inner.allocations.insert(
+                dptr,
+                Allocation {
+                    ctx,
+                    size,
+                    charge,
+                    kind: AllocKind::Pool(pool),
+                },
+            );
+            dptr
+        }
+        None => allocate(p, inner, ctx, size, AllocKind::Pool(pool), None)?,
+    };
     let charged = inner.allocations[&dptr].charge.bytes;
     let pl = inner.pools.get_mut(pool)?;
     pl.used += charged;
@@ -311,11 +368,27 @@ fn pool_alloc(
     Ok(dptr)
 }
 
-/// `cuMemFreeAsync`.
+/// `cuMemFreeAsync` (on a capturing stream: a free node).
 pub fn free_async(p: &Process, dptr: u64, stream: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();
-    inner.stream_mut(stream)?;
+    if let Some(g) = capturing(&mut inner, stream)? {
+        let node = crate::graph::capture_free(&mut inner, g, dptr)?;
+        inner.stream_mut(stream)?.1.capture_tail = Some(node);
+        return Ok(());
+    }
     release(p, &mut inner, dptr)
+}
+
+/// A graph launch reached a memory node: charges `bytes` at `dptr` to
+/// `stream`'s context. The previous launch's allocation must have been
+/// freed (`CUDA_ERROR_INVALID_VALUE` otherwise, nothing charged).
+pub fn graph_alloc(p: &Process, stream: u64, bytes: u64, dptr: u64) -> Result<(), CUresult> {
+    let mut inner = p.lock();
+    if inner.allocations.contains_key(&dptr) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (ctx, _) = inner.stream_mut(stream)?;
+    allocate(p, &mut inner, ctx, bytes, AllocKind::Graph, Some(dptr)).map(|_| ())
 }
 
 /// `cuMemPoolCreate` for a device location.
@@ -331,16 +404,22 @@ pub fn pool_create(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let device = p.device(device)?;
-    Ok(p.lock().pools.insert(Pool {
-        device,
-        release_threshold: 0,
-        used: 0,
-        used_high: 0,
-        default: false,
-    }))
+    Ok(p.lock().pools.insert(Pool::new(device, false)))
 }
 
-/// `cuMemPoolDestroy` (allocations from it stay valid until freed).
+/// Gives back cached memory of `pool` until it holds at most `keep` bytes.
+fn trim(p: &Process, inner: &mut Inner, pool: u64, keep: u64) -> Result<(), CUresult> {
+    let pl = inner.pools.get_mut(pool)?;
+    let mut result = Ok(());
+    while pl.reserved() > keep {
+        let Some(c) = pl.cached.pop() else { break };
+        result = result.and(p.uncharge(&c));
+    }
+    result
+}
+
+/// `cuMemPoolDestroy`: its cached memory goes back at once; allocations
+/// from it stay valid until freed.
 pub fn pool_destroy(p: &Process, pool: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();
     if inner.pools.get(pool)?.default {
@@ -351,7 +430,8 @@ pub fn pool_destroy(p: &Process, pool: u64) -> Result<(), CUresult> {
             *slot = None;
         }
     }
-    inner.pools.remove(pool).map(|_| ())
+    let trimmed = trim(p, &mut inner, pool, 0);
+    inner.pools.remove(pool).map(|_| ()).and(trimmed)
 }
 
 /// `cuDeviceGetDefaultMemPool`.
@@ -386,8 +466,10 @@ pub fn pool_attribute(p: &Process, pool: u64, attr: i32) -> Result<u64, CUresult
     match attr {
         // RELEASE_THRESHOLD
         4 => Ok(pl.release_threshold),
-        // RESERVED_MEM_CURRENT, USED_MEM_CURRENT
-        5 | 7 => Ok(pl.used),
+        // RESERVED_MEM_CURRENT
+        5 => Ok(pl.reserved()),
+        // USED_MEM_CURRENT
+        7 => Ok(pl.used),
         // RESERVED_MEM_HIGH, USED_MEM_HIGH
         6 | 8 => Ok(pl.used_high),
         // The reuse policies (1..=3) are booleans, reported enabled.
@@ -414,7 +496,7 @@ pub fn set_pool_attribute(p: &Process, pool: u64, attr: i32, value: u64) -> Resu
     }
 }
 
-/// `cuMemPoolTrimTo`: nothing is cached, so only the handle is checked.
-pub fn pool_trim(p: &Process, pool: u64) -> Result<(), CUresult> {
-    p.lock().pools.get(pool).map(|_| ())
+/// `cuMemPoolTrimTo`.
+pub fn pool_trim(p: &Process, pool: u64, keep: u64) -> Result<(), CUresult> {
+    trim(p, &mut p.lock(), pool, keep)
 }

@@ -43,6 +43,7 @@ fn function_in(inner: &mut Inner, module: u64, name: &str) -> Result<u64, CUresu
         name: CString::new(name).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
         costs: vec![None; gpus],
         max_dynamic_shared: 48 * 1024,
+        block_shape: [1, 1, 1],
     });
     inner
         .modules

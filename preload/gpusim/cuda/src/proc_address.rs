@@ -8,7 +8,7 @@
 //! later is `cuMemAlloc_v2`. With `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`
 //! the per-thread-stream variant (`_ptds` / `_ptsz`) is preferred where
 //! one exists at that version; `CU_GET_PROC_ADDRESS_DEFAULT` means legacy
-//! stream semantics. Variants this simulator does not implement (the
+//! stream semantics. Variants this simulator does not implement (some
 //! 32-bit CUDA 2.x entry points, the newest `cuStreamGetCtx_v2`) resolve
 //! to `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
 
@@ -60,7 +60,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
         [
             (
                 "cuArray3DCreate",
-                vec![D(2000, None), D(3020, Some(f!(cuArray3DCreate_v2)))],
+                vec![
+                    D(2000, Some(f!(cuArray3DCreate))),
+                    D(3020, Some(f!(cuArray3DCreate_v2))),
+                ],
             ),
             (
                 "cuArray3DGetDescriptor",
@@ -68,7 +71,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             ),
             (
                 "cuArrayCreate",
-                vec![D(2000, None), D(3020, Some(f!(cuArrayCreate_v2)))],
+                vec![
+                    D(2000, Some(f!(cuArrayCreate))),
+                    D(3020, Some(f!(cuArrayCreate_v2))),
+                ],
             ),
             ("cuArrayDestroy", vec![D(2000, Some(f!(cuArrayDestroy)))]),
             (
@@ -288,6 +294,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                 ],
             ),
             (
+                "cuGraphAddChildGraphNode",
+                vec![D(10000, Some(f!(cuGraphAddChildGraphNode)))],
+            ),
+            (
                 "cuGraphAddEmptyNode",
                 vec![D(10000, Some(f!(cuGraphAddEmptyNode)))],
             ),
@@ -298,11 +308,52 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                     D(12000, Some(f!(cuGraphAddKernelNode_v2))),
                 ],
             ),
+            (
+                "cuGraphAddMemAllocNode",
+                vec![D(11040, Some(f!(cuGraphAddMemAllocNode)))],
+            ),
+            (
+                "cuGraphAddMemFreeNode",
+                vec![D(11040, Some(f!(cuGraphAddMemFreeNode)))],
+            ),
+            (
+                "cuGraphAddNode",
+                vec![
+                    D(12020, Some(f!(cuGraphAddNode))),
+                    D(12030, Some(f!(cuGraphAddNode_v2))),
+                ],
+            ),
+            (
+                "cuGraphChildGraphNodeGetGraph",
+                vec![D(10000, Some(f!(cuGraphChildGraphNodeGetGraph)))],
+            ),
             ("cuGraphCreate", vec![D(10000, Some(f!(cuGraphCreate)))]),
             ("cuGraphDestroy", vec![D(10000, Some(f!(cuGraphDestroy)))]),
             (
                 "cuGraphExecDestroy",
                 vec![D(10000, Some(f!(cuGraphExecDestroy)))],
+            ),
+            (
+                "cuGraphExecChildGraphNodeSetParams",
+                vec![D(11010, Some(f!(cuGraphExecChildGraphNodeSetParams)))],
+            ),
+            (
+                "cuGraphExecKernelNodeSetParams",
+                vec![
+                    D(10010, Some(f!(cuGraphExecKernelNodeSetParams))),
+                    D(12000, Some(f!(cuGraphExecKernelNodeSetParams_v2))),
+                ],
+            ),
+            (
+                "cuGraphExecNodeSetParams",
+                vec![D(12020, Some(f!(cuGraphExecNodeSetParams)))],
+            ),
+            (
+                "cuGraphExecUpdate",
+                vec![
+                    D(10020, Some(f!(cuGraphExecUpdate))),
+                    D(12000, Some(f!(cuGraphExecUpdate_v2))),
+                ],
             ),
             ("cuGraphGetNodes", vec![D(10000, Some(f!(cuGraphGetNodes)))]),
             (
@@ -316,6 +367,13 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             (
                 "cuGraphInstantiateWithFlags",
                 vec![D(11040, Some(f!(cuGraphInstantiateWithFlags)))],
+            ),
+            (
+                "cuGraphInstantiateWithParams",
+                vec![
+                    D(12000, Some(f!(cuGraphInstantiateWithParams))),
+                    P(12000, Some(f!(cuGraphInstantiateWithParams_ptsz))),
+                ],
             ),
             (
                 "cuGraphKernelNodeGetParams",
@@ -342,7 +400,17 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                     P(11010, Some(f!(cuGraphUpload_ptsz))),
                 ],
             ),
+            (
+                "cuFuncSetBlockShape",
+                vec![D(2000, Some(f!(cuFuncSetBlockShape)))],
+            ),
             ("cuInit", vec![D(2000, Some(f!(cuInit)))]),
+            ("cuLaunch", vec![D(2000, Some(f!(cuLaunch)))]),
+            ("cuLaunchGrid", vec![D(2000, Some(f!(cuLaunchGrid)))]),
+            (
+                "cuLaunchGridAsync",
+                vec![D(2000, Some(f!(cuLaunchGridAsync)))],
+            ),
             (
                 "cuKernelGetFunction",
                 vec![D(12000, Some(f!(cuKernelGetFunction)))],
@@ -405,7 +473,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             ),
             (
                 "cuMemAlloc",
-                vec![D(2000, None), D(3020, Some(f!(cuMemAlloc_v2)))],
+                vec![
+                    D(2000, Some(f!(cuMemAlloc))),
+                    D(3020, Some(f!(cuMemAlloc_v2))),
+                ],
             ),
             (
                 "cuMemAllocAsync",
@@ -431,7 +502,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             ),
             (
                 "cuMemAllocPitch",
-                vec![D(2000, None), D(3020, Some(f!(cuMemAllocPitch_v2)))],
+                vec![
+                    D(2000, Some(f!(cuMemAllocPitch))),
+                    D(3020, Some(f!(cuMemAllocPitch_v2))),
+                ],
             ),
             ("cuMemCreate", vec![D(10020, Some(f!(cuMemCreate)))]),
             (
@@ -460,7 +534,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             ),
             (
                 "cuMemGetInfo",
-                vec![D(2000, None), D(3020, Some(f!(cuMemGetInfo_v2)))],
+                vec![
+                    D(2000, Some(f!(cuMemGetInfo))),
+                    D(3020, Some(f!(cuMemGetInfo_v2))),
+                ],
             ),
             ("cuMemHostAlloc", vec![D(2020, Some(f!(cuMemHostAlloc)))]),
             (
@@ -807,8 +884,9 @@ mod tests {
     fn versions_pick_the_right_variant() {
         assert_eq!(sym("cuMemAlloc", 12080, 0), f!(cuMemAlloc_v2));
         assert_eq!(sym("cuMemAlloc", 3020, 0), f!(cuMemAlloc_v2));
+        assert_eq!(sym("cuMemAlloc", 2000, 0), f!(cuMemAlloc));
         assert_eq!(
-            lookup("cuMemAlloc", 2000, 0).unwrap_err(),
+            lookup("cuMemFree", 2000, 0).unwrap_err(),
             CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
         );
         assert_eq!(

@@ -32,6 +32,9 @@ pub struct Process {
     pub callbacks: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
     /// The host-callback worker's queue.
     pub callback_queue: std::sync::OnceLock<std::sync::mpsc::Sender<crate::stream::QueuedCall>>,
+    /// Work this process has submitted: kernels and their warps
+    /// (`gpusimExecutedWork`).
+    pub executed: crate::launch::Executed,
 }
 
 static PROCESS: OnceLock<Result<Process, CUresult>> = OnceLock::new();
@@ -68,6 +71,7 @@ pub fn init() -> Result<&'static Process, CUresult> {
                 inner: Mutex::new(Inner::new(n)),
                 callbacks: Default::default(),
                 callback_queue: std::sync::OnceLock::new(),
+                executed: Default::default(),
             })
         })
         .as_ref()
@@ -148,6 +152,9 @@ pub struct StreamState {
     pub capture: Option<u64>,
     /// Last node captured (the next one depends on it).
     pub capture_tail: Option<u64>,
+    /// The capture was invalidated (an illegal call during it): it ends
+    /// in `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, with no graph.
+    pub capture_invalid: bool,
 }
 
 /// A context.
@@ -211,6 +218,9 @@ pub struct Function {
     pub costs: Vec<Option<KernelCost>>,
     /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` as set.
     pub max_dynamic_shared: i32,
+    /// Block shape for the pre-`cuLaunchKernel` launch calls
+    /// (`cuFuncSetBlockShape`; 1×1×1 until set).
+    pub block_shape: [u32; 3],
 }
 
 /// A library (`cuLibraryLoadData`); kernels resolve to functions.
@@ -238,12 +248,33 @@ pub struct KernelLaunch {
     pub shared_mem: u32,
 }
 
+/// What a graph node does.
+#[derive(Clone, Copy, Debug)]
+pub enum NodeKind {
+    /// Nothing (`CU_GRAPH_NODE_TYPE_EMPTY`).
+    Empty,
+    /// A kernel launch.
+    Kernel(KernelLaunch),
+    /// A child graph: the node owns this clone of the graph it was given.
+    Child(u64),
+    /// Graph memory: `bytes` at the address `dptr` reserved when the node
+    /// was made, allocated each time the graph runs (until freed).
+    MemAlloc {
+        /// Requested size.
+        bytes: u64,
+        /// Its address.
+        dptr: u64,
+    },
+    /// Frees the graph allocation at `dptr` when the graph runs.
+    MemFree(u64),
+}
+
 /// A graph node.
 pub struct GraphNode {
     /// Owning graph.
     pub graph: u64,
-    /// What it does (`None` = empty node).
-    pub kernel: Option<KernelLaunch>,
+    /// What it does.
+    pub kind: NodeKind,
 }
 
 /// A graph.
@@ -253,10 +284,32 @@ pub struct Graph {
     pub nodes: Vec<u64>,
 }
 
+/// One thing an executable graph does when launched.
+#[derive(Clone, Copy, Debug)]
+pub enum Step {
+    /// Launch a kernel.
+    Kernel(KernelLaunch),
+    /// Allocate graph memory (`bytes` at `dptr`).
+    Alloc {
+        /// Requested size.
+        bytes: u64,
+        /// Its address.
+        dptr: u64,
+    },
+    /// Free the graph allocation at this address.
+    Free(u64),
+}
+
+/// The steps one node of the instantiated graph contributes: (the node
+/// they come from, which is the top-level node itself or a node inside
+/// its child graph; the step).
+pub type NodeSteps = Vec<(u64, Step)>;
+
 /// An executable graph.
 pub struct GraphExec {
-    /// Kernels to launch, in order.
-    pub kernels: Vec<KernelLaunch>,
+    /// Per top-level node of the graph it was instantiated from, in order:
+    /// the node and its steps (flattened through child graphs).
+    pub nodes: Vec<(u64, NodeSteps)>,
 }
 
 /// A memory pool.
@@ -271,6 +324,28 @@ pub struct Pool {
     pub used_high: u64,
     /// Whether it is the device's default pool.
     pub default: bool,
+    /// Freed allocations' memory the pool keeps reserved (still charged to
+    /// the process) for reuse, up to its release threshold.
+    pub cached: Vec<Charge>,
+}
+
+impl Pool {
+    /// A pool of `device` with nothing in it.
+    pub fn new(device: usize, default: bool) -> Self {
+        Self {
+            device,
+            release_threshold: 0,
+            used: 0,
+            used_high: 0,
+            default,
+            cached: Vec::new(),
+        }
+    }
+
+    /// Bytes it holds from the device: in use plus cached.
+    pub fn reserved(&self) -> u64 {
+        self.used + self.cached.iter().map(|c| c.bytes).sum::<u64>()
+    }
 }
 
 /// How a device allocation was made.
@@ -284,6 +359,9 @@ pub enum AllocKind {
     Managed,
     /// `cuMemAllocAsync` / `cuMemAllocFromPoolAsync`.
     Pool(u64),
+    /// Graph memory, allocated by a launch (its address belongs to the
+    /// graph's memory node and outlives the allocation).
+    Graph,
 }
 
 /// A device allocation.
@@ -441,8 +519,12 @@ impl EventSlots {
 
 impl Inner {
     fn new(gpus: usize) -> Self {
+        let mut contexts = Registry::new(Kind::Context);
+        if crate::context::knobs().reuse_handles {
+            contexts.reuse_handles();
+        }
         Self {
-            contexts: Registry::new(Kind::Context),
+            contexts,
             primary: vec![Primary::default(); gpus],
             modules: Registry::new(Kind::Module),
             functions: Registry::new(Kind::Function),
@@ -496,13 +578,7 @@ impl Inner {
         if let Some(p) = self.default_pools[device] {
             return p;
         }
-        let p = self.pools.insert(Pool {
-            device,
-            release_threshold: 0,
-            used: 0,
-            used_high: 0,
-            default: true,
-        });
+        let p = self.pools.insert(Pool::new(device, true));
         self.default_pools[device] = Some(p);
         if self.device_pools[device].is_none() {
             self.device_pools[device] = Some(p);

@@ -1,5 +1,10 @@
 //! Streams, events, host callbacks and stream capture.
 //!
+//! Synchronising or querying a capturing stream is illegal and
+//! invalidates its capture, as in the driver. `GPUSIM_IS_CAPTURING_DELAY_MS=N`
+//! makes `cuStreamIsCapturing` answer N ms late (the answer as it was when
+//! asked), to reproduce races with a capture beginning meanwhile.
+//!
 //! All streams of a process on one GPU feed the same channel in launch
 //! order, so a stream is a position on that channel: synchronising it
 //! waits for its last item. Events are zero-length markers whose
@@ -86,8 +91,20 @@ pub fn destroy(p: &Process, stream: u64) -> Result<(), CUresult> {
     p.lock().streams.remove(stream).map(|_| ())
 }
 
+/// Invalidates `stream`'s capture if it is capturing (an illegal call).
+fn forbid_capture(p: &Process, stream: u64) -> Result<(), CUresult> {
+    let mut inner = p.lock();
+    let (_, st) = inner.stream_mut(stream)?;
+    if st.capture.is_some() {
+        st.capture_invalid = true;
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    Ok(())
+}
+
 /// `cuStreamSynchronize`.
 pub fn synchronize(p: &Process, stream: u64) -> Result<(), CUresult> {
+    forbid_capture(p, stream)?;
     let (att, last) = position(p, stream)?;
     if let Some(seq) = last {
         p.sim.wait(&att, seq).map_err(sim_err)?;
@@ -98,6 +115,7 @@ pub fn synchronize(p: &Process, stream: u64) -> Result<(), CUresult> {
 
 /// `cuStreamQuery`: `CUDA_SUCCESS` when idle, else `CUDA_ERROR_NOT_READY`.
 pub fn query(p: &Process, stream: u64) -> Result<(), CUresult> {
+    forbid_capture(p, stream)?;
     let (att, last) = position(p, stream)?;
     match last {
         Some(seq) if !p.sim.is_complete(&att, seq).map_err(sim_err)? => Err(CUDA_ERROR_NOT_READY),
@@ -183,6 +201,7 @@ pub fn begin_capture(p: &Process, stream: u64) -> Result<(), CUresult> {
     let st = &mut inner.streams.get_mut(stream)?.state;
     st.capture = Some(g);
     st.capture_tail = None;
+    st.capture_invalid = false;
     Ok(())
 }
 
@@ -192,13 +211,30 @@ pub fn end_capture(p: &Process, stream: u64) -> Result<u64, CUresult> {
     let (_, st) = inner.stream_mut(stream)?;
     let g = st.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
     st.capture_tail = None;
+    if std::mem::take(&mut st.capture_invalid) {
+        let _ = crate::graph::destroy_in(&mut inner, g);
+        return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
     Ok(g)
 }
 
 /// `cuStreamIsCapturing`.
 pub fn is_capturing(p: &Process, stream: u64) -> Result<bool, CUresult> {
-    let mut inner = p.lock();
-    Ok(inner.stream_mut(stream)?.1.capture.is_some())
+    let active = {
+        let mut inner = p.lock();
+        inner.stream_mut(stream)?.1.capture.is_some()
+    };
+    static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *DELAY.get_or_init(|| {
+        std::env::var("GPUSIM_IS_CAPTURING_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    Ok(active)
 }
 
 /// `cuEventCreate`.

@@ -37,6 +37,41 @@ cu_export! {
         out(arr, hp(array::create(p, d)?))
     }
 
+    /// CUDA 2.x: 32-bit sizes.
+    fn cuArrayCreate(arr: *mut Handle, desc: *const CudaArrayDescriptorV1) {
+        let p = process::get()?;
+        let d = read(desc)?;
+        if arr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let a = array::create(p, CudaArray3dDescriptor {
+            width: d.width as usize,
+            height: d.height as usize,
+            depth: 0,
+            format: d.format,
+            num_channels: d.num_channels,
+            flags: 0,
+        })?;
+        out(arr, hp(a))
+    }
+
+    /// CUDA 2.x: 32-bit sizes.
+    fn cuArray3DCreate(arr: *mut Handle, desc: *const CudaArray3dDescriptorV1) {
+        let p = process::get()?;
+        let d = read(desc)?;
+        if arr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(arr, hp(array::create(p, CudaArray3dDescriptor {
+            width: d.width as usize,
+            height: d.height as usize,
+            depth: d.depth as usize,
+            format: d.format,
+            num_channels: d.num_channels,
+            flags: d.flags,
+        })?))
+    }
+
     fn cuArrayDestroy(arr: Handle) {
         let p = process::get()?;
         let mut inner = p.lock();

@@ -1,11 +1,11 @@
 //! Graph construction and instantiation.
 
-use std::ffi::{c_char, c_ulonglong};
+use std::ffi::{c_char, c_ulonglong, c_void};
 
 use gpusim::cost::LaunchShape;
 
 use super::ptr::{out, out_opt, read, slice};
-use super::{cu_export, h, hp};
+use super::{Code, cu_export, h, hp};
 use crate::abi::*;
 use crate::graph;
 use crate::process::{self, KernelLaunch};
@@ -143,8 +143,203 @@ cu_export! {
         let p = process::get()?;
         graph::exec_destroy(p, h(exec))
     }
+
+    fn cuGraphAddChildGraphNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, child: Handle) {
+        let p = process::get()?;
+        let deps = handles(&slice(deps, n)?);
+        if node.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(node, hp(graph::add_child_node(p, h(g), &deps, h(child))?))
+    }
+
+    fn cuGraphChildGraphNodeGetGraph(node: Handle, child: *mut Handle) {
+        let p = process::get()?;
+        out(child, hp(graph::child_graph(p, h(node))?))
+    }
+
+    fn cuGraphAddMemAllocNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *mut MemAllocNodeParams) {
+        let p = process::get()?;
+        let mut prm = read(params)?;
+        let deps = handles(&slice(deps, n)?);
+        if node.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (made, dptr) = add_mem_alloc(p, h(g), &deps, &prm)?;
+        prm.dptr = dptr;
+        out(params, prm)?;
+        out(node, hp(made))
+    }
+
+    fn cuGraphAddMemFreeNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, dptr: CUdeviceptr) {
+        let p = process::get()?;
+        let deps = handles(&slice(deps, n)?);
+        if node.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(node, hp(graph::add_mem_free_node(p, h(g), &deps, dptr)?))
+    }
+
+    /// CUDA 12.2: any node type from one parameter structure.
+    fn cuGraphAddNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *mut GraphNodeParams) {
+        let p = process::get()?;
+        let deps = handles(&slice(deps, n)?);
+        if node.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(node, hp(add_node(p, h(g), &deps, params)?))
+    }
+
+    /// CUDA 12.3: [`cuGraphAddNode`] with per-edge data (only the default
+    /// edges are modelled: the data is ignored).
+    fn cuGraphAddNode_v2(node: *mut Handle, g: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: *mut GraphNodeParams) {
+        let _ = edges;
+        cuGraphAddNode(node, g, deps, n, params).ok()
+    }
+
+    /// The CUDA 12 form, with the options in a structure.
+    fn cuGraphInstantiateWithParams(exec: *mut Handle, g: Handle, params: *mut GraphInstantiateParams) {
+        let p = process::get()?;
+        if exec.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let made = graph::instantiate(p, h(g));
+        if !params.is_null() {
+            let mut prm = read(params)?;
+            prm.err_node_out = std::ptr::null_mut();
+            // CUDA_GRAPH_INSTANTIATE_SUCCESS / _ERROR.
+            prm.result_out = i32::from(made.is_err());
+            out(params, prm)?;
+        }
+        out(exec, hp(made?))
+    }
+
+    fn cuGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const KernelNodeParamsV1) {
+        let p = process::get()?;
+        let prm = read(params)?;
+        graph::exec_set_kernel(p, h(exec), h(node), launch_of(&prm, std::ptr::null_mut()))
+    }
+
+    fn cuGraphExecKernelNodeSetParams_v2(exec: Handle, node: Handle, params: *const KernelNodeParamsV2) {
+        let p = process::get()?;
+        let prm = read(params)?;
+        graph::exec_set_kernel(p, h(exec), h(node), launch_of(&prm.v1, prm.kern))
+    }
+
+    fn cuGraphExecChildGraphNodeSetParams(exec: Handle, node: Handle, child: Handle) {
+        let p = process::get()?;
+        graph::exec_set_child(p, h(exec), h(node), h(child))
+    }
+
+    /// CUDA 12.2: kernel and child-graph nodes (other types: not
+    /// supported by the simulator; memory nodes: not by the driver either).
+    fn cuGraphExecNodeSetParams(exec: Handle, node: Handle, params: *mut GraphNodeParams) {
+        let p = process::get()?;
+        let prm = read(params)?;
+        match prm.kind {
+            CU_GRAPH_NODE_TYPE_KERNEL => {
+                let k = prm.body.kernel;
+                graph::exec_set_kernel(p, h(exec), h(node), launch_of(&k.v1, k.kern))
+            }
+            CU_GRAPH_NODE_TYPE_GRAPH => graph::exec_set_child(p, h(exec), h(node), h(prm.body.graph)),
+            _ => Err(CUDA_ERROR_NOT_SUPPORTED),
+        }
+    }
+
+    /// The CUDA 10.2 form: the failing node and a result code.
+    fn cuGraphExecUpdate(exec: Handle, g: Handle, error_node: *mut Handle, result: *mut i32) {
+        let p = process::get()?;
+        out_opt(error_node, std::ptr::null_mut());
+        let r = graph::exec_update(p, h(exec), h(g));
+        // CU_GRAPH_EXEC_UPDATE_SUCCESS / _ERROR.
+        out_opt(result, i32::from(r.is_err()));
+        r
+    }
+
+    /// The CUDA 12 form: `CUgraphExecUpdateResultInfo` (result, error node,
+    /// error-from node).
+    fn cuGraphExecUpdate_v2(exec: Handle, g: Handle, info: *mut UpdateResultInfo) {
+        let p = process::get()?;
+        let r = graph::exec_update(p, h(exec), h(g));
+        out_opt(info, UpdateResultInfo {
+            result: i32::from(r.is_err()),
+            error_node: std::ptr::null_mut(),
+            error_from_node: std::ptr::null_mut(),
+        });
+        r
+    }
+}
+
+/// `CUgraphExecUpdateResultInfo`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UpdateResultInfo {
+    /// `CUgraphExecUpdateResult`.
+    pub result: i32,
+    /// The node that made the update fail.
+    pub error_node: Handle,
+    /// Its counterpart in the executable.
+    pub error_from_node: Handle,
+}
+
+/// A memory node of `prm`'s size on its device.
+fn add_mem_alloc(
+    p: &process::Process,
+    g: u64,
+    deps: &[u64],
+    prm: &MemAllocNodeParams,
+) -> Result<(u64, u64), CUresult> {
+    if prm.pool_props.location.kind != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    graph::add_mem_alloc_node(p, g, deps, prm.bytesize as u64, prm.pool_props.location.id)
+}
+
+/// `cuGraphAddNode` by type: kernel, empty, child graph and memory nodes.
+///
+/// # Safety
+/// `params` is NULL or points to a `CUgraphNodeParams` (written back for
+/// memory nodes, whose address is an output).
+unsafe fn add_node(
+    p: &process::Process,
+    g: u64,
+    deps: &[u64],
+    params: *mut GraphNodeParams,
+) -> Result<u64, CUresult> {
+    // SAFETY: per the contract.
+    let mut prm = unsafe { read(params) }?;
+    match prm.kind {
+        CU_GRAPH_NODE_TYPE_KERNEL => {
+            // SAFETY: the type says the kernel member is the one set.
+            let k = unsafe { prm.body.kernel };
+            graph::add_kernel_node(p, g, deps, launch_of(&k.v1, k.kern))
+        }
+        CU_GRAPH_NODE_TYPE_EMPTY => graph::add_empty_node(p, g, deps),
+        CU_GRAPH_NODE_TYPE_GRAPH => {
+            // SAFETY: the type says the graph member is the one set.
+            let child = unsafe { prm.body.graph };
+            graph::add_child_node(p, g, deps, h(child))
+        }
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+            // SAFETY: the type says the alloc member is the one set.
+            let mut a = unsafe { prm.body.alloc };
+            let (node, dptr) = add_mem_alloc(p, g, deps, &a)?;
+            a.dptr = dptr;
+            prm.body.alloc = a;
+            // SAFETY: per the contract (the read succeeded: not NULL).
+            unsafe { out(params, prm) }?;
+            Ok(node)
+        }
+        CU_GRAPH_NODE_TYPE_MEM_FREE => {
+            // SAFETY: the type says the free member is the one set.
+            let dptr = unsafe { prm.body.free };
+            graph::add_mem_free_node(p, g, deps, dptr)
+        }
+        _ => Err(CUDA_ERROR_NOT_SUPPORTED),
+    }
 }
 
 super::cu_alias! {
     cuGraphInstantiate => cuGraphInstantiate_v2(exec: *mut Handle, g: Handle, error_node: *mut Handle, log: *mut c_char, log_size: usize);
+    cuGraphInstantiateWithParams_ptsz => cuGraphInstantiateWithParams(exec: *mut Handle, g: Handle, params: *mut GraphInstantiateParams);
 }

@@ -42,6 +42,36 @@ cu_export! {
         memory::free(p, dptr)
     }
 
+    /// CUDA 2.x: a 32-bit size and pointer (the low half of the address;
+    /// the simulator keeps no 32-bit address space).
+    fn cuMemAlloc(dptr: *mut c_uint, bytes: c_uint) {
+        let p = process::get()?;
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        out(dptr, memory::alloc(p, u64::from(bytes))? as c_uint)
+    }
+
+    /// CUDA 2.x `cuMemAllocPitch` (32-bit sizes and pointer).
+    fn cuMemAllocPitch(dptr: *mut c_uint, pitch: *mut c_uint, width: c_uint, height: c_uint, element: c_uint) {
+        let p = process::get()?;
+        if dptr.is_null() || pitch.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let (d, pt) = memory::alloc_pitch(p, u64::from(width), u64::from(height), element)?;
+        out(pitch, pt as c_uint)?;
+        out(dptr, d as c_uint)
+    }
+
+    /// CUDA 2.x `cuMemGetInfo`: 32-bit sizes, clamped.
+    fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) {
+        let p = process::get()?;
+        let (f, t) = memory::info(p)?;
+        let clamp = |v: u64| c_uint::try_from(v).unwrap_or(c_uint::MAX);
+        out(free, clamp(f))?;
+        out(total, clamp(t))
+    }
+
     fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
         let p = process::get()?;
         let (f, t) = memory::info(p)?;
@@ -140,8 +170,7 @@ cu_export! {
 
     fn cuMemPoolTrimTo(pool: Handle, keep: usize) {
         let p = process::get()?;
-        let _ = keep;
-        memory::pool_trim(p, h(pool))
+        memory::pool_trim(p, h(pool), keep as u64)
     }
 
     fn cuMemPoolGetAttribute(pool: Handle, attr: c_int, value: *mut c_void) {
