@@ -7,7 +7,6 @@
 //! `CUDA_ERROR_NOT_FOUND` / `NVML_ERROR_FUNCTION_NOT_FOUND`.
 
 use std::ffi::{CStr, c_int, c_uint, c_ulonglong, c_void};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ffi::*;
@@ -219,7 +218,7 @@ pub fn is_driver(object: usize) -> bool {
 
 /// The real libcuda, loading it if the program has not.
 pub fn cuda() -> Option<&'static Cuda> {
-    static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
+    static CUDA: crate::fork::Once<Option<Cuda>> = crate::fork::Once::new();
     CUDA.get_or_init(|| {
         let h = CUDA_DRIVER.open();
         (!h.is_null()).then(|| Cuda::load(h))
@@ -229,7 +228,7 @@ pub fn cuda() -> Option<&'static Cuda> {
 
 /// The real libnvidia-ml, loading it if the program has not.
 pub fn nvml() -> Option<&'static Nvml> {
-    static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+    static NVML: crate::fork::Once<Option<Nvml>> = crate::fork::Once::new();
     NVML.get_or_init(|| {
         let h = NVML_DRIVER.open();
         (!h.is_null()).then(|| Nvml::load(h))

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use tessera_region::error::RegionError;
 use tessera_region::file::{CONTROL_FILE, Mapped, USAGE_FILE, open_control, open_usage};
@@ -141,7 +141,7 @@ pub struct Enforcer {
     pub primary_ops: Mutex<()>,
 }
 
-static MODE: OnceLock<Mode> = OnceLock::new();
+static MODE: crate::fork::Once<Mode> = crate::fork::Once::new();
 
 /// The mode, setting it up on first use.
 pub fn mode() -> &'static Mode {
@@ -154,7 +154,7 @@ pub fn mode() -> &'static Mode {
                 "tessera: warning: the region in {} is unusable and policy is fail-open: GPU use is not limited",
                 dir.display()
             ),
-            Mode::Enforce(_) => sys::at_fork_child(forked),
+            Mode::Enforce(_) => {}
         }
         m
     })
@@ -242,11 +242,34 @@ pub static CUDA_INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// execs starts afresh.
 pub static FORKED: AtomicBool = AtomicBool::new(false);
 
-/// Runs in the child after `fork` (async-signal-safe: atomics only). A
-/// child of a process that never initialised CUDA (say, one that only
-/// asked NVML) may use CUDA itself: it forgets the parent's slot and
-/// claims its own on first use, so its bytes are its own.
-unsafe extern "C" fn forked() {
+/// The locks of the enforcer, held by the forking thread across a fork
+/// (see `fork.rs`); dropping it releases them.
+pub struct ForkHeld {
+    _primary: MutexGuard<'static, ()>,
+    _books: MutexGuard<'static, Books>,
+    _registering: MutexGuard<'static, ()>,
+}
+
+/// Waits for and takes the enforcer's locks, in lock order
+/// (`primary_ops`, `books`, `registering`), for a fork.
+pub fn lock_for_fork() -> Option<ForkHeld> {
+    let Some(Mode::Enforce(e)) = MODE.get() else {
+        return None;
+    };
+    let e: &'static Enforcer = e;
+    let lock = |m: &'static Mutex<()>| m.lock().unwrap_or_else(|p| p.into_inner());
+    Some(ForkHeld {
+        _primary: lock(&e.primary_ops),
+        _books: e.books(),
+        _registering: lock(&e.registering),
+    })
+}
+
+/// Runs in the child after `fork`, once the locks are released (see
+/// `fork.rs`). A child of a process that never initialised CUDA (say, one
+/// that only asked NVML) may use CUDA itself: it forgets the parent's
+/// slot and claims its own on first use, so its bytes are its own.
+pub fn forked() {
     if CUDA_INITIALIZED.load(Ordering::Relaxed) {
         FORKED.store(true, Ordering::Relaxed);
     } else if let Some(Mode::Enforce(e)) = MODE.get() {
@@ -311,7 +334,8 @@ impl Enforcer {
         }
     }
 
-    /// The charged-objects books.
+    /// The charged-objects books. Lock order: after `primary_ops`, before
+    /// `registering`; never held across a driver call.
     pub fn books(&self) -> MutexGuard<'_, Books> {
         self.books.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -209,11 +209,17 @@ pub fn alive(pid: u32, start_time: u64) -> bool {
     }
 }
 
-/// Registers `child` to run in the child after `fork`.
-pub fn at_fork_child(child: unsafe extern "C" fn()) {
-    // SAFETY: registers a handler; the handler only touches atomics.
+/// Registers fork handlers: `prepare` before `fork`, `parent` and `child`
+/// after it in each process.
+pub fn at_fork(
+    prepare: unsafe extern "C" fn(),
+    parent: unsafe extern "C" fn(),
+    child: unsafe extern "C" fn(),
+) {
+    // SAFETY: registers handlers; they only take and release this
+    // library's own locks and store atomics.
     unsafe {
-        libc::pthread_atfork(None, None, Some(child));
+        libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
     }
 }
 

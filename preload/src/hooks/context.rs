@@ -56,8 +56,8 @@ fn drop_context_charges(e: &Enforcer, ctx: usize) {
 /// bookkeeping, so the driver's reference count and ours change together
 /// (two threads' first retains would otherwise both charge the overhead).
 /// Lock order: this before the books.
-fn lock_primary(e: &Enforcer) -> MutexGuard<'_, ()> {
-    e.primary_ops.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock_primary(e: &Enforcer) -> crate::fork::Holding<MutexGuard<'_, ()>> {
+    crate::fork::Holding::new(e.primary_ops.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 fn create(
