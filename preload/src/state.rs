@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use tessera_region::error::RegionError;
@@ -124,15 +124,21 @@ pub struct Enforcer {
     pub control: Mapped<ControlRegion>,
     /// The usage region.
     pub usage: Mapped<UsageRegion>,
-    /// Whether the container has exactly one GPU (launches then need no
-    /// device lookup).
-    pub single_gpu: bool,
+    /// Whether the container has exactly one GPU, and the control epoch
+    /// that was true under: `epoch << 2 | 2 | single` (0 = not known).
+    single: AtomicU64,
     slot: AtomicUsize,
     pid: AtomicU32,
     start_time: AtomicU64,
-    /// Ordinal → control GPU index + 1 (0 = not looked up, -1 = not
-    /// assigned to this container).
-    devices: [AtomicI32; MAX_ORDINALS],
+    /// Ordinal → control GPU index, valid under one control epoch:
+    /// `epoch << 8 | tag`, tag 0 = not looked up, [`NOT_ASSIGNED`] = not
+    /// the container's, else index + 1. An entry made under another epoch
+    /// is looked up again: the agent may have changed the GPU set.
+    devices: [AtomicU64; MAX_ORDINALS],
+    /// Ordinal → the device's UUID (fixed for the process's life), once
+    /// `uuid_known`.
+    uuids: [[AtomicU64; 2]; MAX_ORDINALS],
+    uuid_known: [AtomicBool; MAX_ORDINALS],
     /// Ordinal → allocation granularity (0 = not looked up).
     granularity: [AtomicU64; MAX_ORDINALS],
     books: Mutex<Books>,
@@ -201,15 +207,16 @@ pub fn setup(dir: &Path) -> Mode {
         Ok(u) => u,
         Err(e) => return unusable(chain(&e)),
     };
-    let snapshot = control.snapshot();
     let e = Enforcer {
-        single_gpu: snapshot.gpus.len() == 1,
+        single: AtomicU64::new(0),
         control,
         usage,
         slot: AtomicUsize::new(NO_SLOT),
         pid: AtomicU32::new(0),
         start_time: AtomicU64::new(0),
-        devices: [const { AtomicI32::new(0) }; MAX_ORDINALS],
+        devices: [const { AtomicU64::new(0) }; MAX_ORDINALS],
+        uuids: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; MAX_ORDINALS],
+        uuid_known: [const { AtomicBool::new(false) }; MAX_ORDINALS],
         granularity: [const { AtomicU64::new(0) }; MAX_ORDINALS],
         books: Mutex::new(Books::default()),
         registering: Mutex::new(()),
@@ -278,6 +285,14 @@ pub fn forked() {
     }
 }
 
+/// Tag of a device cache entry for a GPU not assigned to the container.
+const NOT_ASSIGNED: u64 = 0xff;
+
+/// The bits of control epoch `epoch` that fit above `shift` tag bits.
+fn epoch_bits(epoch: u64, shift: u32) -> u64 {
+    (epoch << shift) >> shift
+}
+
 /// Where device `ordinal`'s facts are cached, if it has a place.
 fn cache_index(ordinal: i32) -> Option<usize> {
     usize::try_from(ordinal).ok().filter(|&i| i < MAX_ORDINALS)
@@ -340,21 +355,70 @@ impl Enforcer {
         self.books.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Cached control index of device `ordinal` (`Some(None)` = not
-    /// assigned; `None` = not looked up yet).
-    pub fn cached_device(&self, ordinal: i32) -> Option<Option<usize>> {
-        match self.devices[cache_index(ordinal)?].load(Ordering::Acquire) {
-            0 => None,
-            -1 => Some(None),
-            v => Some(Some(v as usize - 1)),
+    /// The control index of device `ordinal` under the current control
+    /// epoch (`None`: not assigned to the container). `uuid_of` asks the
+    /// driver for the device's UUID, once per ordinal; the index is looked
+    /// up again whenever the epoch changed, so a new GPU set (the agent
+    /// rewrote the control region) is seen by the next call.
+    pub fn device_index(
+        &self,
+        ordinal: i32,
+        uuid_of: impl FnOnce() -> Result<[u8; 16], crate::ffi::CUresult>,
+    ) -> Result<Option<usize>, crate::ffi::CUresult> {
+        let slot = cache_index(ordinal);
+        if let Some(i) = slot {
+            let v = self.devices[i].load(Ordering::Acquire);
+            let tag = v & 0xff;
+            if tag != 0 && v >> 8 == epoch_bits(self.control.epoch(), 8) {
+                return Ok((tag != NOT_ASSIGNED).then(|| tag as usize - 1));
+            }
         }
+        let uuid = match slot.filter(|&i| self.uuid_known[i].load(Ordering::Acquire)) {
+            Some(i) => {
+                let [lo, hi] = &self.uuids[i];
+                let mut u = [0u8; 16];
+                u[..8].copy_from_slice(&lo.load(Ordering::Relaxed).to_le_bytes());
+                u[8..].copy_from_slice(&hi.load(Ordering::Relaxed).to_le_bytes());
+                u
+            }
+            None => {
+                let u = uuid_of()?;
+                if let Some(i) = slot {
+                    let (lo, hi) = u.split_at(8);
+                    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                    self.uuids[i][0].store(word(lo), Ordering::Relaxed);
+                    self.uuids[i][1].store(word(hi), Ordering::Relaxed);
+                    self.uuid_known[i].store(true, Ordering::Release);
+                }
+                u
+            }
+        };
+        // The index and the epoch it holds for come from one consistent
+        // view, so a write racing this lookup leaves a stale epoch (looked
+        // up again), never a stale index under the new epoch.
+        let view = self.control.snapshot();
+        let index = view.gpus.iter().position(|g| g.uuid == uuid);
+        if let Some(i) = slot {
+            let tag = index.map_or(NOT_ASSIGNED, |x| x as u64 + 1);
+            self.devices[i].store(epoch_bits(view.epoch, 8) << 8 | tag, Ordering::Release);
+        }
+        Ok(index)
     }
 
-    /// Caches the control index of device `ordinal`.
-    pub fn cache_device(&self, ordinal: i32, index: Option<usize>) {
-        if let Some(i) = cache_index(ordinal) {
-            self.devices[i].store(index.map_or(-1, |x| x as i32 + 1), Ordering::Release);
+    /// Whether the container has exactly one GPU under the current control
+    /// epoch (launches then need no device lookup: they go to GPU 0).
+    pub fn single_gpu(&self) -> bool {
+        let v = self.single.load(Ordering::Acquire);
+        if v & 2 != 0 && v >> 2 == epoch_bits(self.control.epoch(), 2) {
+            return v & 1 != 0;
         }
+        let view = self.control.snapshot();
+        let single = view.gpus.len() == 1;
+        self.single.store(
+            epoch_bits(view.epoch, 2) << 2 | 2 | u64::from(single),
+            Ordering::Release,
+        );
+        single
     }
 
     /// Cached allocation granularity of device `ordinal`.

@@ -21,7 +21,7 @@ pub fn cost(grid: [c_uint; 3], block: [c_uint; 3]) -> u64 {
 
 /// Admits a launch of `warps` on the current device, then runs `real`.
 pub fn launch(e: &Enforcer, warps: u64, real: impl FnOnce() -> CUresult) -> CUresult {
-    let gpu = if e.single_gpu {
+    let gpu = if e.single_gpu() {
         0
     } else {
         match current_device().and_then(|d| gpu_index(e, d)) {
