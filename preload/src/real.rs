@@ -46,7 +46,8 @@ macro_rules! real_fns {
 
 /// Calls a real CUDA entry point, or answers `CUDA_ERROR_NOT_FOUND` if the
 /// driver lacks it. The arguments are the hook's own (plain values and
-/// pointers), evaluated inside the call.
+/// pointers), evaluated inside the call's `unsafe` block: they are never
+/// dereferences (the hooks read caller memory in blocks of their own).
 #[allow(clippy::macro_metavars_in_unsafe)]
 macro_rules! real_cuda {
     ($name:ident($($arg:expr),* $(,)?)) => {

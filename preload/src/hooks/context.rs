@@ -138,7 +138,9 @@ hook! {
                     Err(rc) => return rc,
                 };
                 accounting::settle(e, real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev)), charge, |b, charge| {
-                    let ctx = *pctx as usize;
+                    // SAFETY: the real retain succeeded, so it wrote the
+                    // context through pctx (valid per the caller's contract).
+                    let ctx = unsafe { *pctx } as usize;
                     b.primary.insert(dev, Primary { ctx, retains: 1, charge: Charge { ctx, ..charge } });
                 })
             },

@@ -166,28 +166,48 @@ hook! {
     fn cuGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: c_ulonglong) {
         dispatch(
             || real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
     fn cuGraphInstantiate_v2(exec: *mut Handle, graph: Handle, err: *mut Handle, log: *mut c_char, size: usize) {
         dispatch(
             || real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
     fn cuGraphInstantiateWithParams(exec: *mut Handle, graph: Handle, params: *mut c_void) {
         dispatch(
             || real_cuda!(cuGraphInstantiateWithParams(exec, graph, params)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithParams(exec, graph, params)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiateWithParams(exec, graph, params));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
     fn cuGraphInstantiateWithParams_ptsz(exec: *mut Handle, graph: Handle, params: *mut c_void) {
         dispatch(
             || real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
@@ -196,7 +216,9 @@ hook! {
             || real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params)),
             |e| {
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
-                node_changed(e, rc, exec, node, params);
+                // SAFETY: the caller's contract: params is NULL or points
+                // to kernel node parameters.
+                unsafe { node_changed(e, rc, exec, node, params) };
                 rc
             },
         )
@@ -207,7 +229,9 @@ hook! {
             || real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params)),
             |e| {
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
-                node_changed(e, rc, exec, node, params);
+                // SAFETY: the caller's contract: params is NULL or points
+                // to kernel node parameters.
+                unsafe { node_changed(e, rc, exec, node, params) };
                 rc
             },
         )

@@ -62,7 +62,9 @@ hook! {
         dispatch(
             || real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
             |e| {
-                let Some(c) = config.as_ref() else {
+                // SAFETY: the caller's contract: config is NULL or points
+                // to a launch configuration.
+                let Some(c) = (unsafe { config.as_ref() }) else {
                     return real_cuda!(cuLaunchKernelEx(config, f, params, extra));
                 };
                 launch(e, cost(c.grid, c.block), || real_cuda!(cuLaunchKernelEx(config, f, params, extra)))
@@ -74,7 +76,9 @@ hook! {
         dispatch(
             || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
             |e| {
-                let Some(c) = config.as_ref() else {
+                // SAFETY: the caller's contract: config is NULL or points
+                // to a launch configuration.
+                let Some(c) = (unsafe { config.as_ref() }) else {
                     return real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra));
                 };
                 launch(e, cost(c.grid, c.block), || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)))
