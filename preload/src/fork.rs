@@ -148,3 +148,47 @@ unsafe extern "C" fn child() {
         crate::state::forked();
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    static SLOW: Once<u32> = Once::new();
+    static STARTED: AtomicBool = AtomicBool::new(false);
+
+    #[test]
+    fn a_child_forked_during_an_initialisation_finds_it_done() {
+        let t = std::thread::spawn(|| {
+            *SLOW.get_or_init(|| {
+                STARTED.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(300));
+                1
+            })
+        });
+        while !STARTED.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child only reads the value (no allocation, no lock
+        // other than the gate the fork handlers released) and exits with
+        // _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            // SAFETY: alarm and _exit are async-signal-safe.
+            unsafe { libc::alarm(5) };
+            let v = *SLOW.get_or_init(|| 2);
+            // SAFETY: as above.
+            unsafe { libc::_exit(if v == 1 { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child; status is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child hung or saw another value: status {status:#x}"
+        );
+        assert_eq!(t.join().unwrap(), 1);
+    }
+}
