@@ -190,9 +190,10 @@ impl Driver {
         h
     }
 
-    /// The loaded object ([`sys::Object::id`]), without loading it: 0 if
-    /// the library is not loaded. Safe to call from anywhere, including a
-    /// library constructor running inside `dlopen` (no lock of ours).
+    /// The loaded object (as [`sys::object_at`] names it), without
+    /// loading it: 0 if the library is not loaded. Safe to call from
+    /// anywhere, including a library constructor running inside `dlopen`
+    /// (no lock of ours).
     pub fn object(&self) -> usize {
         let known = self.object.load(Ordering::Acquire);
         if known != 0 {
@@ -208,8 +209,8 @@ impl Driver {
     }
 }
 
-/// Whether `object` ([`sys::Object::id`]) is one of the real driver
-/// libraries this library forwards to.
+/// Whether `object` (as [`sys::object_at`] names it) is one of the real
+/// driver libraries this library forwards to.
 pub fn is_driver(object: usize) -> bool {
     object != 0
         && [&CUDA_DRIVER, &NVML_DRIVER]

@@ -53,20 +53,10 @@ pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
 /// object's link map.
 const RTLD_DL_LINKMAP: libc::c_int = 2;
 
-/// The loaded object holding address `addr`, as the loader knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Object {
-    /// Its link map's address: the loader's identity of one loaded object
-    /// (two copies of the same file loaded twice are two objects).
-    pub id: usize,
-    /// Whether its file name starts with one of the prefixes asked about.
-    pub named_like: bool,
-}
-
-/// The object holding address `addr`, and whether its file name starts
-/// with one of `prefixes`; `None` when the loader does not know the
-/// address.
-pub fn object_at(addr: usize, prefixes: &[&[u8]]) -> Option<Object> {
+/// The loaded object holding address `addr`: its link map's address,
+/// the loader's identity of one loaded object (the same file loaded twice
+/// is two objects); `None` when the loader does not know the address.
+pub fn object_at(addr: usize) -> Option<usize> {
     // SAFETY: Dl_info is plain data; zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let mut map: *mut c_void = std::ptr::null_mut();
@@ -74,25 +64,10 @@ pub fn object_at(addr: usize, prefixes: &[&[u8]]) -> Option<Object> {
     // `struct link_map *`, with RTLD_DL_LINKMAP) only on success.
     let found =
         unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) };
-    if found == 0 || map.is_null() {
-        return None;
-    }
-    let named_like = !info.dli_fname.is_null() && {
-        // SAFETY: on success dli_fname points to a NUL-terminated string
-        // owned by the loader that lives as long as the object stays
-        // loaded, which the caller (code running in it, or holding a
-        // reference) guarantees for this call.
-        let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
-        let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
-        prefixes.iter().any(|p| base.starts_with(p))
-    };
-    Some(Object {
-        id: map as usize,
-        named_like,
-    })
+    (found != 0 && !map.is_null()).then_some(map as usize)
 }
 
-/// The identity ([`Object::id`]) of the object behind `dlopen` handle
+/// The identity (as [`object_at`] gives it) of the object behind `dlopen` handle
 /// `handle`; 0 if the loader cannot say.
 pub fn object_of_handle(handle: *mut c_void) -> usize {
     let mut map: *mut c_void = std::ptr::null_mut();
@@ -230,21 +205,16 @@ mod tests {
     #[test]
     fn code_addresses_are_attributed_to_their_object() {
         let in_libc = libc::getpid as *const () as usize;
-        let libc_obj = object_at(in_libc, &[b"libc.so"]).unwrap();
-        assert!(libc_obj.named_like);
-        assert!(
-            !object_at(in_libc, &[b"libcuda.so", b"libnvidia-ml.so"])
-                .unwrap()
-                .named_like
-        );
-        assert_eq!(object_at(0, &[b"libc.so"]), None);
+        let libc_obj = object_at(in_libc).unwrap();
+        assert_eq!(object_at(libc::close as *const () as usize), Some(libc_obj));
+        assert_eq!(object_at(0), None);
         // The same object whether found by address or by handle, and
         // another one for code elsewhere.
         let h = dlopen_loaded(c"libc.so.6");
         assert!(!h.is_null());
-        assert_eq!(object_of_handle(h), libc_obj.id);
+        assert_eq!(object_of_handle(h), libc_obj);
         let here = code_addresses_are_attributed_to_their_object as *const () as usize;
-        assert_ne!(object_at(here, &[]).unwrap().id, libc_obj.id);
+        assert_ne!(object_at(here).unwrap(), libc_obj);
         assert!(dlopen_loaded(c"libtessera-not-loaded.so.9").is_null());
     }
 }

@@ -17,7 +17,8 @@
 //! ([`real::is_driver`]), and for a library handle the real answer must
 //! lie in a driver object too. A helper library merely *named*
 //! `libcuda.so.whatever` gets the hooks like any other code, and so does
-//! a driver asking for another object's copy of a driver function.
+//! a driver asking for another object's copy of a driver function; a
+//! driver loaded under any file name is still recognised.
 //!
 //! Only x86_64 has the hook; elsewhere programs that `dlsym` driver
 //! functions reach the real ones (linking and `cuGetProcAddress` still go
@@ -27,19 +28,14 @@ use std::ffi::{CStr, c_char, c_void};
 
 use crate::{real, sys};
 
-/// File-name prefixes of the driver libraries: a cheap first test, so
-/// that ordinary callers never pay for finding the driver objects. Being
-/// named like a driver proves nothing (see the module docs).
-const DRIVER_NAMES: &[&[u8]] = &[b"libcuda.so", b"libnvidia-ml.so"];
-
 /// Whether code address `caller` lies in a real driver library.
 fn called_by_driver(caller: usize) -> bool {
-    sys::object_at(caller, DRIVER_NAMES).is_some_and(|o| o.named_like && real::is_driver(o.id))
+    sys::object_at(caller).is_some_and(real::is_driver)
 }
 
 /// Whether address `addr` (a function) lies in a real driver library.
 fn in_driver(addr: *mut c_void) -> bool {
-    sys::object_at(addr as usize, &[]).is_some_and(|o| real::is_driver(o.id))
+    sys::object_at(addr as usize).is_some_and(real::is_driver)
 }
 
 /// Decides a `dlsym(handle, name)` call made from code address `caller`:
