@@ -24,6 +24,7 @@ fn build(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         &format!("-L{}", sim.display()),
         "-Wl,--no-as-needed",
         "-lcuda",
+        "-lnvidia-ml",
         "-ldl",
     ]);
     let probe = dir.join("dlsym_escape");
@@ -56,6 +57,12 @@ fn a_library_named_like_the_driver_is_limited_and_the_driver_is_not() {
                 field(&p.seen.join("\n"), "allocs"),
                 ["7", "2"],
                 "{name} (how {how}): refused at the limit with CUDA_ERROR_OUT_OF_MEMORY"
+            );
+            // NVML functions it found itself show the limit too.
+            assert_eq!(
+                field(&p.seen.join("\n"), "nvml-total"),
+                [(1000 * MIB).to_string()],
+                "{name} (how {how})"
             );
             // The driver (the simulator) holds exactly the limit for it.
             let held: u64 = sim

@@ -2,7 +2,8 @@
  * dlsym_escape HELPER HOW: loads the helper library at path HELPER, lets
  * it allocate 100 MiB pieces through functions it found with dlsym (HOW:
  * 0 = on the libcuda handle, 1 = RTLD_NEXT) and prints
- * "allocs <count> <last CUresult>". Then asks the driver whether its own
+ * "allocs <count> <last CUresult>", and the total memory NVML functions
+ * it found report: "nvml-total <bytes>". Then asks the driver whether its own
  * dlsym lookups still find its own functions: "driver-own <0|1> <rc>".
  * Prints "ready" and holds its memory until killed.
  */
@@ -26,6 +27,9 @@ int main(int argc, char **argv) {
     CUresult last = 0;
     int n = fill(atoi(argv[2]), 100, &last);
     printf("allocs %d %d\n", n, last);
+    unsigned long long (*nvml_total)(void) =
+        (unsigned long long (*)(void))dlsym(helper, "helper_nvml_total");
+    printf("nvml-total %llu\n", nvml_total ? nvml_total() : 0);
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     CUresult (*own)(const char *, int *) =
         cuda ? (CUresult(*)(const char *, int *))dlsym(cuda, "gpusimLooksUpItself") : NULL;

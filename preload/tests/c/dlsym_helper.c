@@ -8,6 +8,9 @@
  * by dlsym on the libcuda handle (how = 0) or RTLD_NEXT (how = 1), then
  * allocates `mib` MiB with the found cuMemAlloc_v2 up to 30 times. Returns
  * how many allocations succeeded and the last result in *last.
+ *
+ * helper_nvml_total(): device 0's total memory as NVML functions found by
+ * dlsym on the libnvidia-ml handle report it (0 on failure).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -38,4 +41,18 @@ int helper_fill(int how, int mib, CUresult *last) {
         n++;
     }
     return n;
+}
+
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+
+unsigned long long helper_nvml_total(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h) return 0;
+    int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+    int (*get)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    int (*info)(void *, nvmlMemory_t *) = (int (*)(void *, nvmlMemory_t *))dlsym(h, "nvmlDeviceGetMemoryInfo");
+    void *dev;
+    nvmlMemory_t m;
+    if (!init || !get || !info || init() || get(0, &dev) || info(dev, &m)) return 0;
+    return m.total;
 }
