@@ -11,19 +11,29 @@
 //! initialisation is half-done at the fork.
 //!
 //! Lock order (every path takes them in this order, the prepare handler
-//! too): the [`Once`] gates in the order they were first used, then
-//! `primary_ops`, `books`, `registering` (see `state.rs`).
+//! too): the [`Once`] gates in the order they were first used, the list
+//! of gates, then `primary_ops`, `books`, `registering` (see `state.rs`).
+//! No [`Once`] is first used under `primary_ops` (which pre-initialises
+//! the driver table), `books` or `registering`; a library constructor the
+//! driver's `dlopen` runs under a gate is assumed not to make
+//! primary-context calls.
 
 use std::cell::{Cell, RefCell};
 use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-/// Locks held across a fork by the forking thread.
-pub type Held = Vec<MutexGuard<'static, ()>>;
+/// Locks held across a fork by the forking thread. The fields are in the
+/// reverse of the order the locks were taken, so dropping releases the
+/// state's locks first and the gates last.
+pub struct ForkHeld {
+    _state: Option<crate::state::ForkHeld>,
+    _list: MutexGuard<'static, Vec<&'static Mutex<()>>>,
+    _gates: Vec<MutexGuard<'static, ()>>,
+}
 
 thread_local! {
     /// What the prepare handler holds (the forking thread's).
-    static HELD: RefCell<Option<(Held, Option<crate::state::ForkHeld>)>> = const { RefCell::new(None) };
+    static HELD: RefCell<Option<ForkHeld>> = const { RefCell::new(None) };
 }
 
 thread_local! {
@@ -109,26 +119,44 @@ impl<T> Once<T> {
     }
 }
 
-/// Registers the fork handlers (once).
+/// Registers the fork handlers (once; never waits, so a child forked
+/// mid-registration cannot hang here).
 pub fn install() {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| crate::sys::at_fork(prepare, parent, child));
+    static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !INSTALLED.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        crate::sys::at_fork(prepare, parent, child);
+    }
 }
 
 /// Before `fork`: waits for and takes every lock (see the module docs).
+/// The gates are taken without holding their list (an initialisation
+/// under way may first use another [`Once`]); once every listed gate is
+/// held, no initialisation is under way, and holding the list keeps a new
+/// one from starting before the fork.
 unsafe extern "C" fn prepare() {
     crate::hooks::guard((), || {
         if HOLDING.get() > 0 {
             return;
         }
-        let gates: Vec<&'static Mutex<()>> =
-            GATES.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let held: Held = gates
-            .into_iter()
-            .map(|g| g.lock().unwrap_or_else(PoisonError::into_inner))
-            .collect();
-        let state = crate::state::lock_for_fork();
-        HELD.with(|h| *h.borrow_mut() = Some((held, state)));
+        let mut gates = Vec::new();
+        let list = loop {
+            let list = GATES.lock().unwrap_or_else(PoisonError::into_inner);
+            if list.len() == gates.len() {
+                break list;
+            }
+            let new: Vec<&'static Mutex<()>> = list[gates.len()..].to_vec();
+            drop(list);
+            gates.extend(
+                new.into_iter()
+                    .map(|g| g.lock().unwrap_or_else(PoisonError::into_inner)),
+            );
+        };
+        let held = ForkHeld {
+            _state: crate::state::lock_for_fork(),
+            _list: list,
+            _gates: gates,
+        };
+        HELD.with(|h| *h.borrow_mut() = Some(held));
     })
 }
 

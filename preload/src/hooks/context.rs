@@ -55,8 +55,11 @@ fn drop_context_charges(e: &Enforcer, ctx: usize) {
 /// Held across a primary-context retain, release or reset and its
 /// bookkeeping, so the driver's reference count and ours change together
 /// (two threads' first retains would otherwise both charge the overhead).
-/// Lock order: this before the books.
+/// Lock order: this before the books (see `fork.rs`).
 fn lock_primary(e: &Enforcer) -> crate::fork::Holding<MutexGuard<'_, ()>> {
+    // The driver table is first loaded outside the lock (fork.rs: no
+    // one-time initialisation under this lock).
+    let _ = crate::real::cuda();
     crate::fork::Holding::new(e.primary_ops.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
