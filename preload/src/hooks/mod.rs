@@ -40,7 +40,6 @@ pub use pool::*;
 pub use vmm::*;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 
 #[cfg(test)]
@@ -132,7 +131,7 @@ macro_rules! table {
 
 /// Every hooked name and its address, sorted by name.
 pub fn table() -> &'static [(&'static str, usize)] {
-    static TABLE: OnceLock<Vec<(&'static str, usize)>> = OnceLock::new();
+    static TABLE: crate::fork::Once<Vec<(&'static str, usize)>> = crate::fork::Once::new();
     TABLE.get_or_init(|| {
         let mut t = table![
             cuInit,
