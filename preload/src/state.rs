@@ -288,6 +288,15 @@ pub fn forked() {
 /// Tag of a device cache entry for a GPU not assigned to the container.
 const NOT_ASSIGNED: u64 = 0xff;
 
+/// The control epoch a cached fact must have been computed under to
+/// hold now. While a write is under way (odd epoch) that is the epoch
+/// before it: a fact from then reads as a read made just before the write
+/// began (and a writer that died mid-write does not make every call look
+/// the facts up again).
+fn current_epoch(control: &ControlRegion) -> u64 {
+    control.epoch() & !1
+}
+
 /// The bits of control epoch `epoch` that fit above `shift` tag bits.
 fn epoch_bits(epoch: u64, shift: u32) -> u64 {
     (epoch << shift) >> shift
@@ -369,7 +378,7 @@ impl Enforcer {
         if let Some(i) = slot {
             let v = self.devices[i].load(Ordering::Acquire);
             let tag = v & 0xff;
-            if tag != 0 && v >> 8 == epoch_bits(self.control.epoch(), 8) {
+            if tag != 0 && v >> 8 == epoch_bits(current_epoch(&self.control), 8) {
                 return Ok((tag != NOT_ASSIGNED).then(|| tag as usize - 1));
             }
         }
@@ -409,7 +418,7 @@ impl Enforcer {
     /// epoch (launches then need no device lookup: they go to GPU 0).
     pub fn single_gpu(&self) -> bool {
         let v = self.single.load(Ordering::Acquire);
-        if v & 2 != 0 && v >> 2 == epoch_bits(self.control.epoch(), 2) {
+        if v & 2 != 0 && v >> 2 == epoch_bits(current_epoch(&self.control), 2) {
             return v & 1 != 0;
         }
         let view = self.control.snapshot();
