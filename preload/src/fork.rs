@@ -101,10 +101,18 @@ impl<T> Once<T> {
 
     /// The value, initialising it with `f` first if needed. Like
     /// [`OnceLock::get_or_init`], `f` must not initialise this same value.
+    #[inline]
     pub fn get_or_init(&'static self, f: impl FnOnce() -> T) -> &'static T {
-        if let Some(v) = self.cell.get() {
-            return v;
+        match self.cell.get() {
+            Some(v) => v,
+            None => self.init(f),
         }
+    }
+
+    /// The slow path of [`Once::get_or_init`].
+    #[cold]
+    #[inline(never)]
+    fn init(&'static self, f: impl FnOnce() -> T) -> &'static T {
         install();
         {
             let mut gates = GATES.lock().unwrap_or_else(PoisonError::into_inner);

@@ -416,6 +416,7 @@ impl Enforcer {
 
     /// Whether the container has exactly one GPU under the current control
     /// epoch (launches then need no device lookup: they go to GPU 0).
+    #[inline]
     pub fn single_gpu(&self) -> bool {
         let v = self.single.load(Ordering::Acquire);
         if v & 2 != 0 && v >> 2 == epoch_bits(current_epoch(&self.control), 2) {
