@@ -124,8 +124,9 @@ pub struct Enforcer {
     pub control: Mapped<ControlRegion>,
     /// The usage region.
     pub usage: Mapped<UsageRegion>,
-    /// Whether the container has exactly one GPU, and the control epoch
-    /// that was true under: `epoch << 2 | 2 | single` (0 = not known).
+    /// The control epoch (even) under which the container had exactly one
+    /// GPU, or that epoch | 1 if it had another number; any other value
+    /// (initially `u64::MAX`): count again.
     single: AtomicU64,
     slot: AtomicUsize,
     pid: AtomicU32,
@@ -208,7 +209,7 @@ pub fn setup(dir: &Path) -> Mode {
         Err(e) => return unusable(chain(&e)),
     };
     let e = Enforcer {
-        single: AtomicU64::new(0),
+        single: AtomicU64::new(u64::MAX),
         control,
         usage,
         slot: AtomicUsize::new(NO_SLOT),
@@ -418,16 +419,24 @@ impl Enforcer {
     /// epoch (launches then need no device lookup: they go to GPU 0).
     #[inline]
     pub fn single_gpu(&self) -> bool {
-        let v = self.single.load(Ordering::Acquire);
-        if v & 2 != 0 && v >> 2 == epoch_bits(current_epoch(&self.control), 2) {
-            return v & 1 != 0;
+        let now = current_epoch(&self.control);
+        let v = self.single.load(Ordering::Relaxed);
+        if v == now {
+            return true;
         }
+        if v == now | 1 {
+            return false;
+        }
+        self.count_gpus()
+    }
+
+    /// [`Enforcer::single_gpu`]'s slow path: counts the GPUs afresh.
+    #[cold]
+    fn count_gpus(&self) -> bool {
         let view = self.control.snapshot();
         let single = view.gpus.len() == 1;
-        self.single.store(
-            epoch_bits(view.epoch, 2) << 2 | 2 | u64::from(single),
-            Ordering::Release,
-        );
+        let v = if single { view.epoch } else { view.epoch | 1 };
+        self.single.store(v, Ordering::Relaxed);
         single
     }
 
