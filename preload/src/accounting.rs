@@ -64,28 +64,28 @@ pub fn current_context() -> usize {
 /// The control-region index of device `ordinal`, or
 /// `CUDA_ERROR_INVALID_DEVICE` if the GPU is not assigned to the container.
 pub fn gpu_index(e: &Enforcer, ordinal: CUdevice) -> Result<usize, CUresult> {
-    if let Some(cached) = e.cached_device(ordinal) {
-        return cached.ok_or(CUDA_ERROR_INVALID_DEVICE);
-    }
-    let mut uuid = CUuuid::default();
-    let mut rc = real_cuda!(cuDeviceGetUuid_v2(&mut uuid, ordinal));
-    if rc == CUDA_ERROR_NOT_FOUND {
-        rc = real_cuda!(cuDeviceGetUuid(&mut uuid, ordinal));
-    }
-    if rc != CUDA_SUCCESS {
-        return Err(rc);
-    }
-    let index = e.control.find(&uuid.bytes);
-    if index.is_none() {
+    let mut asked = None;
+    let index = e.device_index(ordinal, || {
+        let mut uuid = CUuuid::default();
+        let mut rc = real_cuda!(cuDeviceGetUuid_v2(&mut uuid, ordinal));
+        if rc == CUDA_ERROR_NOT_FOUND {
+            rc = real_cuda!(cuDeviceGetUuid(&mut uuid, ordinal));
+        }
+        if rc != CUDA_SUCCESS {
+            return Err(rc);
+        }
+        asked = Some(uuid.bytes);
+        Ok(uuid.bytes)
+    })?;
+    if let (None, Some(uuid)) = (index, asked) {
         static ONCE: AtomicBool = AtomicBool::new(false);
         if !ONCE.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "tessera: GPU {} (device {ordinal}) is not assigned to this container",
-                uuid_string(&uuid.bytes)
+                uuid_string(&uuid)
             );
         }
     }
-    e.cache_device(ordinal, index);
     index.ok_or(CUDA_ERROR_INVALID_DEVICE)
 }
 

@@ -26,6 +26,7 @@ pub use tessera_region as region;
 pub mod accounting;
 pub mod config;
 pub mod ffi;
+pub mod fork;
 pub mod hooks;
 pub mod proc_table;
 pub mod real;

@@ -7,7 +7,7 @@
 //! `CUDA_ERROR_NOT_FOUND` / `NVML_ERROR_FUNCTION_NOT_FOUND`.
 
 use std::ffi::{CStr, c_int, c_uint, c_ulonglong, c_void};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ffi::*;
 use crate::sys;
@@ -46,7 +46,8 @@ macro_rules! real_fns {
 
 /// Calls a real CUDA entry point, or answers `CUDA_ERROR_NOT_FOUND` if the
 /// driver lacks it. The arguments are the hook's own (plain values and
-/// pointers), evaluated inside the call.
+/// pointers), evaluated inside the call's `unsafe` block: they are never
+/// dereferences (the hooks read caller memory in blocks of their own).
 #[allow(clippy::macro_metavars_in_unsafe)]
 macro_rules! real_cuda {
     ($name:ident($($arg:expr),* $(,)?)) => {
@@ -157,11 +158,77 @@ real_fns!(Nvml {
 /// `const char *`.
 type CStr_ = *const std::ffi::c_char;
 
+/// One real driver library: the SONAME it is opened by and the loaded
+/// object that is.
+///
+/// Invariant: once [`Driver::object`] is non-zero it stays the identity of
+/// the object this library forwards to. The object is found by opening the
+/// SONAME, as [`cuda`] and [`nvml`] do (the loader answers with the copy
+/// already loaded), and the reference that opening takes is never given
+/// back, so the object cannot be unloaded and another one loaded at its
+/// address.
+pub struct Driver {
+    soname: &'static CStr,
+    object: AtomicUsize,
+}
+
+/// `libcuda.so.1`.
+pub static CUDA_DRIVER: Driver = Driver::new(c"libcuda.so.1");
+/// `libnvidia-ml.so.1`.
+pub static NVML_DRIVER: Driver = Driver::new(c"libnvidia-ml.so.1");
+
+impl Driver {
+    const fn new(soname: &'static CStr) -> Self {
+        Self {
+            soname,
+            object: AtomicUsize::new(0),
+        }
+    }
+
+    /// Opens the library (loading it if needed) and records its object;
+    /// NULL if it cannot be loaded.
+    fn open(&self) -> *mut c_void {
+        let h = sys::dlopen(self.soname);
+        if !h.is_null() {
+            self.object
+                .store(sys::object_of_handle(h), Ordering::Release);
+        }
+        h
+    }
+
+    /// The loaded object (as [`sys::object_at`] names it), without
+    /// loading it: 0 if the library is not loaded. Safe to call from
+    /// anywhere, including a library constructor running inside `dlopen`
+    /// (no lock of ours).
+    pub fn object(&self) -> usize {
+        let known = self.object.load(Ordering::Acquire);
+        if known != 0 {
+            return known;
+        }
+        let h = sys::dlopen_loaded(self.soname);
+        if h.is_null() {
+            return 0;
+        }
+        let id = sys::object_of_handle(h);
+        self.object.store(id, Ordering::Release);
+        id
+    }
+}
+
+/// Whether `object` (as [`sys::object_at`] names it) is one of the real
+/// driver libraries this library forwards to.
+pub fn is_driver(object: usize) -> bool {
+    object != 0
+        && [&CUDA_DRIVER, &NVML_DRIVER]
+            .iter()
+            .any(|d| d.object() == object)
+}
+
 /// The real libcuda, loading it if the program has not.
 pub fn cuda() -> Option<&'static Cuda> {
-    static CUDA: OnceLock<Option<Cuda>> = OnceLock::new();
+    static CUDA: crate::fork::Once<Option<Cuda>> = crate::fork::Once::new();
     CUDA.get_or_init(|| {
-        let h = sys::dlopen(c"libcuda.so.1");
+        let h = CUDA_DRIVER.open();
         (!h.is_null()).then(|| Cuda::load(h))
     })
     .as_ref()
@@ -169,9 +236,9 @@ pub fn cuda() -> Option<&'static Cuda> {
 
 /// The real libnvidia-ml, loading it if the program has not.
 pub fn nvml() -> Option<&'static Nvml> {
-    static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+    static NVML: crate::fork::Once<Option<Nvml>> = crate::fork::Once::new();
     NVML.get_or_init(|| {
-        let h = sys::dlopen(c"libnvidia-ml.so.1");
+        let h = NVML_DRIVER.open();
         (!h.is_null()).then(|| Nvml::load(h))
     })
     .as_ref()

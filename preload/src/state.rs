@@ -18,8 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use tessera_region::error::RegionError;
 use tessera_region::file::{CONTROL_FILE, Mapped, USAGE_FILE, open_control, open_usage};
@@ -127,18 +127,25 @@ pub struct Enforcer {
     pub control: Mapped<ControlRegion>,
     /// The usage region.
     pub usage: Mapped<UsageRegion>,
-    /// Whether the container has exactly one GPU (launches then need no
-    /// device lookup).
-    pub single_gpu: bool,
+    /// The control epoch (even) under which the container had exactly one
+    /// GPU, or that epoch | 1 if it had another number; any other value
+    /// (initially `u64::MAX`): count again.
+    single: AtomicU64,
     slot: AtomicUsize,
     /// The owner word of this process's claim on `slot` (generation
     /// included, so a reclaimed and re-claimed slot is not taken for ours).
     owner: AtomicU64,
     pid: AtomicU32,
     start_time: AtomicU64,
-    /// Ordinal → control GPU index + 1 (0 = not looked up, -1 = not
-    /// assigned to this container).
-    devices: [AtomicI32; MAX_ORDINALS],
+    /// Ordinal → control GPU index, valid under one control epoch:
+    /// `epoch << 8 | tag`, tag 0 = not looked up, [`NOT_ASSIGNED`] = not
+    /// the container's, else index + 1. An entry made under another epoch
+    /// is looked up again: the agent may have changed the GPU set.
+    devices: [AtomicU64; MAX_ORDINALS],
+    /// Ordinal → the device's UUID (fixed for the process's life), once
+    /// `uuid_known`.
+    uuids: [[AtomicU64; 2]; MAX_ORDINALS],
+    uuid_known: [AtomicBool; MAX_ORDINALS],
     /// Ordinal → allocation granularity (0 = not looked up).
     granularity: [AtomicU64; MAX_ORDINALS],
     books: Mutex<Books>,
@@ -147,7 +154,7 @@ pub struct Enforcer {
     pub primary_ops: Mutex<()>,
 }
 
-static MODE: OnceLock<Mode> = OnceLock::new();
+static MODE: crate::fork::Once<Mode> = crate::fork::Once::new();
 
 /// The mode, setting it up on first use.
 pub fn mode() -> &'static Mode {
@@ -160,7 +167,7 @@ pub fn mode() -> &'static Mode {
                 "tessera: warning: the region in {} is unusable and policy is fail-open: GPU use is not limited",
                 dir.display()
             ),
-            Mode::Enforce(_) => sys::at_fork_child(forked),
+            Mode::Enforce(_) => {}
         }
         m
     })
@@ -207,16 +214,17 @@ pub fn setup(dir: &Path) -> Mode {
         Ok(u) => u,
         Err(e) => return unusable(tessera_error_chain::with_causes(&e)),
     };
-    let snapshot = control.snapshot();
     let e = Enforcer {
-        single_gpu: snapshot.gpus.len() == 1,
+        single: AtomicU64::new(u64::MAX),
         control,
         usage,
         slot: AtomicUsize::new(NO_SLOT),
         owner: AtomicU64::new(0),
         pid: AtomicU32::new(0),
         start_time: AtomicU64::new(0),
-        devices: [const { AtomicI32::new(0) }; MAX_ORDINALS],
+        devices: [const { AtomicU64::new(0) }; MAX_ORDINALS],
+        uuids: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; MAX_ORDINALS],
+        uuid_known: [const { AtomicBool::new(false) }; MAX_ORDINALS],
         granularity: [const { AtomicU64::new(0) }; MAX_ORDINALS],
         books: Mutex::new(Books::default()),
         registering: Mutex::new(()),
@@ -238,17 +246,57 @@ pub static CUDA_INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// execs starts afresh.
 pub static FORKED: AtomicBool = AtomicBool::new(false);
 
-/// Runs in the child after `fork` (async-signal-safe: atomics only). A
-/// child of a process that never initialised CUDA (say, one that only
-/// asked NVML) may use CUDA itself: it forgets the parent's slot and
-/// claims its own on first use, so its bytes are its own.
-unsafe extern "C" fn forked() {
+/// The locks of the enforcer, held by the forking thread across a fork
+/// (see `fork.rs`); dropping it releases them.
+pub struct ForkHeld {
+    _primary: MutexGuard<'static, ()>,
+    _books: MutexGuard<'static, Books>,
+    _registering: MutexGuard<'static, ()>,
+}
+
+/// Waits for and takes the enforcer's locks, in lock order
+/// (`primary_ops`, `books`, `registering`), for a fork.
+pub fn lock_for_fork() -> Option<ForkHeld> {
+    let Some(Mode::Enforce(e)) = MODE.get() else {
+        return None;
+    };
+    let e: &'static Enforcer = e;
+    let lock = |m: &'static Mutex<()>| m.lock().unwrap_or_else(|p| p.into_inner());
+    Some(ForkHeld {
+        _primary: lock(&e.primary_ops),
+        _books: e.books(),
+        _registering: lock(&e.registering),
+    })
+}
+
+/// Runs in the child after `fork`, once the locks are released (see
+/// `fork.rs`). A child of a process that never initialised CUDA (say, one
+/// that only asked NVML) may use CUDA itself: it forgets the parent's
+/// slot and claims its own on first use, so its bytes are its own.
+pub fn forked() {
     if CUDA_INITIALIZED.load(Ordering::Relaxed) {
         FORKED.store(true, Ordering::Relaxed);
     } else if let Some(Mode::Enforce(e)) = MODE.get() {
         e.slot.store(NO_SLOT, Ordering::Relaxed);
         e.pid.store(0, Ordering::Relaxed);
     }
+}
+
+/// Tag of a device cache entry for a GPU not assigned to the container.
+const NOT_ASSIGNED: u64 = 0xff;
+
+/// The control epoch a cached fact must have been computed under to
+/// hold now. While a write is under way (odd epoch) that is the epoch
+/// before it: a fact from then reads as a read made just before the write
+/// began (and a writer that died mid-write does not make every call look
+/// the facts up again).
+fn current_epoch(control: &ControlRegion) -> u64 {
+    control.epoch() & !1
+}
+
+/// The bits of control epoch `epoch` that fit above `shift` tag bits.
+fn epoch_bits(epoch: u64, shift: u32) -> u64 {
+    (epoch << shift) >> shift
 }
 
 /// Where device `ordinal`'s facts are cached, if it has a place.
@@ -315,26 +363,85 @@ impl Enforcer {
         }
     }
 
-    /// The charged-objects books.
+    /// The charged-objects books. Lock order: after `primary_ops`, before
+    /// `registering`; never held across a driver call.
     pub fn books(&self) -> MutexGuard<'_, Books> {
         self.books.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Cached control index of device `ordinal` (`Some(None)` = not
-    /// assigned; `None` = not looked up yet).
-    pub fn cached_device(&self, ordinal: i32) -> Option<Option<usize>> {
-        match self.devices[cache_index(ordinal)?].load(Ordering::Acquire) {
-            0 => None,
-            -1 => Some(None),
-            v => Some(Some(v as usize - 1)),
+    /// The control index of device `ordinal` under the current control
+    /// epoch (`None`: not assigned to the container). `uuid_of` asks the
+    /// driver for the device's UUID, once per ordinal; the index is looked
+    /// up again whenever the epoch changed, so a new GPU set (the agent
+    /// rewrote the control region) is seen by the next call.
+    pub fn device_index(
+        &self,
+        ordinal: i32,
+        uuid_of: impl FnOnce() -> Result<[u8; 16], crate::ffi::CUresult>,
+    ) -> Result<Option<usize>, crate::ffi::CUresult> {
+        let slot = cache_index(ordinal);
+        if let Some(i) = slot {
+            let v = self.devices[i].load(Ordering::Acquire);
+            let tag = v & 0xff;
+            if tag != 0 && v >> 8 == epoch_bits(current_epoch(&self.control), 8) {
+                return Ok((tag != NOT_ASSIGNED).then(|| tag as usize - 1));
+            }
         }
+        let uuid = match slot.filter(|&i| self.uuid_known[i].load(Ordering::Acquire)) {
+            Some(i) => {
+                let [lo, hi] = &self.uuids[i];
+                let mut u = [0u8; 16];
+                u[..8].copy_from_slice(&lo.load(Ordering::Relaxed).to_le_bytes());
+                u[8..].copy_from_slice(&hi.load(Ordering::Relaxed).to_le_bytes());
+                u
+            }
+            None => {
+                let u = uuid_of()?;
+                if let Some(i) = slot {
+                    let (lo, hi) = u.split_at(8);
+                    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                    self.uuids[i][0].store(word(lo), Ordering::Relaxed);
+                    self.uuids[i][1].store(word(hi), Ordering::Relaxed);
+                    self.uuid_known[i].store(true, Ordering::Release);
+                }
+                u
+            }
+        };
+        // The index and the epoch it holds for come from one consistent
+        // view, so a write racing this lookup leaves a stale epoch (looked
+        // up again), never a stale index under the new epoch.
+        let view = self.control.snapshot();
+        let index = view.gpus.iter().position(|g| g.uuid == uuid);
+        if let Some(i) = slot {
+            let tag = index.map_or(NOT_ASSIGNED, |x| x as u64 + 1);
+            self.devices[i].store(epoch_bits(view.epoch, 8) << 8 | tag, Ordering::Release);
+        }
+        Ok(index)
     }
 
-    /// Caches the control index of device `ordinal`.
-    pub fn cache_device(&self, ordinal: i32, index: Option<usize>) {
-        if let Some(i) = cache_index(ordinal) {
-            self.devices[i].store(index.map_or(-1, |x| x as i32 + 1), Ordering::Release);
+    /// Whether the container has exactly one GPU under the current control
+    /// epoch (launches then need no device lookup: they go to GPU 0).
+    #[inline]
+    pub fn single_gpu(&self) -> bool {
+        let now = current_epoch(&self.control);
+        let v = self.single.load(Ordering::Relaxed);
+        if v == now {
+            return true;
         }
+        if v == now | 1 {
+            return false;
+        }
+        self.count_gpus()
+    }
+
+    /// [`Enforcer::single_gpu`]'s slow path: counts the GPUs afresh.
+    #[cold]
+    fn count_gpus(&self) -> bool {
+        let view = self.control.snapshot();
+        let single = view.gpus.len() == 1;
+        let v = if single { view.epoch } else { view.epoch | 1 };
+        self.single.store(v, Ordering::Relaxed);
+        single
     }
 
     /// Cached allocation granularity of device `ordinal`.

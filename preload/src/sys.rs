@@ -49,24 +49,68 @@ pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     }
 }
 
-/// Whether code address `addr` lies in a shared object whose file name
-/// starts with one of `prefixes` (`libcuda.so`, say). False when the
-/// loader does not know the address.
-pub fn code_in_object(addr: usize, prefixes: &[&[u8]]) -> bool {
+/// `RTLD_DL_LINKMAP` (glibc's `dlfcn.h`): `dladdr1` also returns the
+/// object's link map.
+const RTLD_DL_LINKMAP: libc::c_int = 2;
+
+/// The loaded object holding address `addr`: its link map's address,
+/// the loader's identity of one loaded object (the same file loaded twice
+/// is two objects); `None` when the loader does not know the address.
+pub fn object_at(addr: usize) -> Option<usize> {
     // SAFETY: Dl_info is plain data; zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr accepts any address and writes `info` only on
-    // success; dli_fname then points to a NUL-terminated string owned by
-    // the loader that lives as long as the object stays loaded, which the
-    // caller (code running in it) guarantees for this call.
-    let name = unsafe {
-        if libc::dladdr(addr as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
-            return false;
-        }
-        CStr::from_ptr(info.dli_fname).to_bytes()
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 accepts any address and writes `info` and `map` (a
+    // `struct link_map *`, with RTLD_DL_LINKMAP) only on success.
+    let found =
+        unsafe { libc::dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) };
+    (found != 0 && !map.is_null()).then_some(map as usize)
+}
+
+/// The identity (as [`object_at`] gives it) of the object behind `dlopen` handle
+/// `handle`; 0 if the loader cannot say.
+pub fn object_of_handle(handle: *mut c_void) -> usize {
+    let mut map: *mut c_void = std::ptr::null_mut();
+    // SAFETY: handle came from dlopen and was never closed; RTLD_DI_LINKMAP
+    // writes one `struct link_map *` into `map`.
+    let rc = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            (&mut map as *mut *mut c_void).cast(),
+        )
     };
-    let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
-    prefixes.iter().any(|p| base.starts_with(p))
+    if rc == 0 { map as usize } else { 0 }
+}
+
+/// `dlopen(name, RTLD_NOW | RTLD_NOLOAD)`: the handle of `name` if it is
+/// already loaded (one more reference), NULL otherwise. Loads nothing;
+/// the failure's `dlerror` message is consumed, so a program's own
+/// `dlerror` check after a `dlsym` does not see it.
+pub fn dlopen_loaded(name: &CStr) -> *mut c_void {
+    // SAFETY: name is NUL-terminated; dlopen reports failure as NULL.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        // SAFETY: dlerror takes no arguments; the string it returns is
+        // not used.
+        unsafe { libc::dlerror() };
+    }
+    h
+}
+
+/// Makes a lookup of `name` fail the way a missing symbol does, leaving
+/// its `dlerror` message (a version no object defines, so nothing is
+/// found).
+pub fn fail_lookup(name: &CStr) {
+    // SAFETY: dlvsym with RTLD_DEFAULT and NUL-terminated strings; it
+    // reports failure by returning NULL and setting the dlerror message.
+    unsafe {
+        libc::dlvsym(
+            libc::RTLD_DEFAULT,
+            name.as_ptr(),
+            c"TESSERA_NO_DLSYM".as_ptr(),
+        );
+    }
 }
 
 /// `dlopen(name, RTLD_NOW)`; NULL when it cannot be loaded.
@@ -140,11 +184,17 @@ pub fn alive(pid: u32, start_time: u64) -> bool {
     }
 }
 
-/// Registers `child` to run in the child after `fork`.
-pub fn at_fork_child(child: unsafe extern "C" fn()) {
-    // SAFETY: registers a handler; the handler only touches atomics.
+/// Registers fork handlers: `prepare` before `fork`, `parent` and `child`
+/// after it in each process.
+pub fn at_fork(
+    prepare: unsafe extern "C" fn(),
+    parent: unsafe extern "C" fn(),
+    child: unsafe extern "C" fn(),
+) {
+    // SAFETY: registers handlers; they only take and release this
+    // library's own locks and store atomics.
     unsafe {
-        libc::pthread_atfork(None, None, Some(child));
+        libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
     }
 }
 
@@ -155,11 +205,16 @@ mod tests {
     #[test]
     fn code_addresses_are_attributed_to_their_object() {
         let in_libc = libc::getpid as *const () as usize;
-        assert!(code_in_object(in_libc, &[b"libc.so"]));
-        assert!(!code_in_object(
-            in_libc,
-            &[b"libcuda.so", b"libnvidia-ml.so"]
-        ));
-        assert!(!code_in_object(0, &[b"libc.so"]));
+        let libc_obj = object_at(in_libc).unwrap();
+        assert_eq!(object_at(libc::close as *const () as usize), Some(libc_obj));
+        assert_eq!(object_at(0), None);
+        // The same object whether found by address or by handle, and
+        // another one for code elsewhere.
+        let h = dlopen_loaded(c"libc.so.6");
+        assert!(!h.is_null());
+        assert_eq!(object_of_handle(h), libc_obj);
+        let here = code_addresses_are_attributed_to_their_object as *const () as usize;
+        assert_ne!(object_at(here).unwrap(), libc_obj);
+        assert!(dlopen_loaded(c"libtessera-not-loaded.so.9").is_null());
     }
 }

@@ -64,7 +64,9 @@ hook! {
         dispatch(
             || real_cuda!(cuArrayCreate_v2(arr, desc)),
             |e| {
-                let bytes = desc.as_ref().and_then(|d| {
+                // SAFETY: the caller's contract: desc is NULL or points to
+                // an array descriptor.
+                let bytes = unsafe { desc.as_ref() }.and_then(|d| {
                     let shape = ArrayShape { extent: [d.width, d.height, 0], format: d.format, channels: d.num_channels, flags: 0 };
                     array_bytes(&shape, 0)
                 });
@@ -77,7 +79,9 @@ hook! {
         dispatch(
             || real_cuda!(cuArray3DCreate_v2(arr, desc)),
             |e| {
-                let bytes = desc.as_ref().and_then(|d| array_bytes(&shape_3d(d), 0));
+                // SAFETY: the caller's contract: desc is NULL or points to
+                // a 3D array descriptor.
+                let bytes = unsafe { desc.as_ref() }.and_then(|d| array_bytes(&shape_3d(d), 0));
                 create(e, arr, bytes, || real_cuda!(cuArray3DCreate_v2(arr, desc)))
             },
         )
@@ -94,7 +98,9 @@ hook! {
         dispatch(
             || real_cuda!(cuMipmappedArrayCreate(arr, desc, levels)),
             |e| {
-                let bytes = desc.as_ref().and_then(|d| mip_bytes(d, levels));
+                // SAFETY: the caller's contract: desc is NULL or points to
+                // a 3D array descriptor.
+                let bytes = unsafe { desc.as_ref() }.and_then(|d| mip_bytes(d, levels));
                 create(e, arr, bytes, || real_cuda!(cuMipmappedArrayCreate(arr, desc, levels)))
             },
         )

@@ -98,9 +98,12 @@ fn retire(
 /// Held across a primary-context retain, release or reset and its
 /// bookkeeping, so the driver's reference count and ours change together
 /// (two threads' first retains would otherwise both charge the overhead).
-/// Lock order: this before the books.
-fn lock_primary(e: &Enforcer) -> MutexGuard<'_, ()> {
-    e.primary_ops.lock().unwrap_or_else(PoisonError::into_inner)
+/// Lock order: this before the books (see `fork.rs`).
+fn lock_primary(e: &Enforcer) -> crate::fork::Holding<MutexGuard<'_, ()>> {
+    // The driver table is first loaded outside the lock (fork.rs: no
+    // one-time initialisation under this lock).
+    let _ = crate::real::cuda();
+    crate::fork::Holding::new(e.primary_ops.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 fn create(
@@ -182,7 +185,9 @@ hook! {
                     Err(rc) => return rc,
                 };
                 accounting::settle(e, real_cuda!(cuDevicePrimaryCtxRetain(pctx, dev)), charge, |b, charge| {
-                    let ctx = *pctx as usize;
+                    // SAFETY: the real retain succeeded, so it wrote the
+                    // context through pctx (valid per the caller's contract).
+                    let ctx = unsafe { *pctx } as usize;
                     b.primary.insert(dev, Primary { ctx, retains: 1, charge: Charge { ctx, ..charge } });
                 })
             },

@@ -234,28 +234,48 @@ hook! {
     fn cuGraphInstantiateWithFlags(exec: *mut Handle, graph: Handle, flags: c_ulonglong) {
         dispatch(
             || real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiateWithFlags(exec, graph, flags));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
     fn cuGraphInstantiate_v2(exec: *mut Handle, graph: Handle, err: *mut Handle, log: *mut c_char, size: usize) {
         dispatch(
             || real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiate_v2(exec, graph, err, log, size));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
     fn cuGraphInstantiateWithParams(exec: *mut Handle, graph: Handle, params: *mut c_void) {
         dispatch(
             || real_cuda!(cuGraphInstantiateWithParams(exec, graph, params)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithParams(exec, graph, params)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiateWithParams(exec, graph, params));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
     fn cuGraphInstantiateWithParams_ptsz(exec: *mut Handle, graph: Handle, params: *mut c_void) {
         dispatch(
             || real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params)),
-            |e| note_graph(e, real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params)), exec, graph),
+            |e| {
+                let rc = real_cuda!(cuGraphInstantiateWithParams_ptsz(exec, graph, params));
+                // SAFETY: exec is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_graph(e, rc, exec, graph) }
+            },
         )
     }
 
@@ -263,7 +283,9 @@ hook! {
         dispatch(
             || real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params)),
             |e| {
-                let Some(own) = copied(params) else {
+                // SAFETY: the caller's contract: params is NULL or points to
+                // kernel node parameters.
+                let Some(own) = (unsafe { copied(params) }) else {
                     return real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
                 };
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, &own));
@@ -277,7 +299,9 @@ hook! {
         dispatch(
             || real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params)),
             |e| {
-                let Some(own) = copied(params) else {
+                // SAFETY: the caller's contract: params is NULL or points to
+                // kernel node parameters.
+                let Some(own) = (unsafe { copied(params) }) else {
                     return real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
                 };
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, &own));
@@ -301,21 +325,33 @@ hook! {
     fn cuGraphExecNodeSetParams(exec: Handle, node: Handle, params: *mut GraphNodeParams) {
         dispatch(
             || real_cuda!(cuGraphExecNodeSetParams(exec, node, params)),
-            |e| exec_set_node(e, exec, node, params),
+            // SAFETY: the caller's contract: params is NULL or points to a
+            // CUgraphNodeParams.
+            |e| unsafe { exec_set_node(e, exec, node, params) },
         )
     }
 
     fn cuGraphAddNode(node: *mut Handle, graph: Handle, deps: *const Handle, n: usize, params: *mut GraphNodeParams) {
         dispatch(
             || real_cuda!(cuGraphAddNode(node, graph, deps, n, params)),
-            |_| add_node(params, |p| real_cuda!(cuGraphAddNode(node, graph, deps, n, p))),
+            |_| {
+                let call = |p| real_cuda!(cuGraphAddNode(node, graph, deps, n, p));
+                // SAFETY: the caller's contract: params is NULL or points to
+                // a CUgraphNodeParams the driver may write outputs into.
+                unsafe { add_node(params, call) }
+            },
         )
     }
 
     fn cuGraphAddNode_v2(node: *mut Handle, graph: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: *mut GraphNodeParams) {
         dispatch(
             || real_cuda!(cuGraphAddNode_v2(node, graph, deps, edges, n, params)),
-            |_| add_node(params, |p| real_cuda!(cuGraphAddNode_v2(node, graph, deps, edges, n, p))),
+            |_| {
+                let call = |p| real_cuda!(cuGraphAddNode_v2(node, graph, deps, edges, n, p));
+                // SAFETY: the caller's contract: params is NULL or points to
+                // a CUgraphNodeParams the driver may write outputs into.
+                unsafe { add_node(params, call) }
+            },
         )
     }
 

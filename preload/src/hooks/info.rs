@@ -31,9 +31,16 @@ hook! {
                     Ok(g) => g,
                     Err(rc) => return rc,
                 };
-                let (t, f) = virtual_memory(e, gpu, *total as u64, *free as u64);
-                *total = t as usize;
-                *free = f as usize;
+                // SAFETY: both are non-NULL (checked above) output
+                // arguments, valid per the caller's contract, which the
+                // successful real call wrote.
+                let (real_total, real_free) = unsafe { (*total, *free) };
+                let (t, f) = virtual_memory(e, gpu, real_total as u64, real_free as u64);
+                // SAFETY: as above.
+                unsafe {
+                    *total = t as usize;
+                    *free = f as usize;
+                }
                 rc
             },
         )
@@ -49,7 +56,13 @@ hook! {
                 }
                 match gpu_index(e, dev) {
                     Ok(g) => {
-                        *bytes = (e.control.gpu(g).0.memory_limit.min(*bytes as u64)) as usize;
+                        // SAFETY: non-NULL (checked above) output argument,
+                        // valid per the caller's contract, which the
+                        // successful real call wrote.
+                        let real = unsafe { *bytes } as u64;
+                        let shown = e.control.gpu(g).0.memory_limit.min(real);
+                        // SAFETY: as above.
+                        unsafe { *bytes = shown as usize };
                         rc
                     }
                     Err(rc) => rc,

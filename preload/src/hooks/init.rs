@@ -45,7 +45,10 @@ hook! {
     fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: c_ulonglong) {
         let rc = real_cuda!(cuGetProcAddress(symbol, pfn, version, flags));
         if rc == CUDA_SUCCESS && !matches!(mode(), Mode::PassThrough) {
-            swap(symbol, version, flags, pfn);
+            // SAFETY: the caller's contract: symbol is a NUL-terminated
+            // name and pfn a valid output argument, which the successful
+            // real call wrote.
+            unsafe { swap(symbol, version, flags, pfn) };
         }
         rc
     }
@@ -59,7 +62,10 @@ hook! {
     ) {
         let rc = real_cuda!(cuGetProcAddress_v2(symbol, pfn, version, flags, status));
         if rc == CUDA_SUCCESS && !matches!(mode(), Mode::PassThrough) {
-            swap(symbol, version, flags, pfn);
+            // SAFETY: the caller's contract: symbol is a NUL-terminated
+            // name and pfn a valid output argument, which the successful
+            // real call wrote.
+            unsafe { swap(symbol, version, flags, pfn) };
         }
         rc
     }

@@ -21,7 +21,7 @@ pub fn cost(grid: [c_uint; 3], block: [c_uint; 3]) -> u64 {
 
 /// Admits a launch of `warps` on the current device, then runs `real`.
 pub fn launch(e: &Enforcer, warps: u64, real: impl FnOnce() -> CUresult) -> CUresult {
-    let gpu = if e.single_gpu {
+    let gpu = if e.single_gpu() {
         0
     } else {
         match current_device().and_then(|d| gpu_index(e, d)) {
@@ -62,7 +62,9 @@ hook! {
         dispatch(
             || real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
             |e| {
-                let Some(c) = config.as_ref() else {
+                // SAFETY: the caller's contract: config is NULL or points
+                // to a launch configuration.
+                let Some(c) = (unsafe { config.as_ref() }) else {
                     return real_cuda!(cuLaunchKernelEx(config, f, params, extra));
                 };
                 launch(e, cost(c.grid, c.block), || real_cuda!(cuLaunchKernelEx(config, f, params, extra)))
@@ -74,7 +76,9 @@ hook! {
         dispatch(
             || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
             |e| {
-                let Some(c) = config.as_ref() else {
+                // SAFETY: the caller's contract: config is NULL or points
+                // to a launch configuration.
+                let Some(c) = (unsafe { config.as_ref() }) else {
                     return real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra));
                 };
                 launch(e, cost(c.grid, c.block), || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)))

@@ -94,16 +94,24 @@ hook! {
                     accounting::release(e, c);
                     return rc;
                 }
-                let actual = rounded(e, ordinal, (*pitch as u64).saturating_mul(height as u64));
+                // SAFETY: pitch is non-NULL (checked above), valid per the
+                // caller's contract, and the successful real call wrote it.
+                let chosen = unsafe { *pitch } as u64;
+                let actual = rounded(e, ordinal, chosen.saturating_mul(height as u64));
                 if actual < c.bytes {
                     accounting::unreserve(e, c.gpu, c.bytes - actual);
                 } else if actual > c.bytes && reserve(e, c.gpu, actual - c.bytes).is_err() {
-                    let _ = real_cuda!(cuMemFree_v2(*dptr));
+                    // SAFETY: dptr is non-NULL (checked above), valid per
+                    // the caller's contract, and the real call wrote it.
+                    let ptr = unsafe { *dptr };
+                    let _ = real_cuda!(cuMemFree_v2(ptr));
                     accounting::release(e, c);
                     return CUDA_ERROR_OUT_OF_MEMORY;
                 }
                 c.bytes = actual;
-                book(e, rc, dptr, c)
+                // SAFETY: dptr is non-NULL and the successful real call
+                // wrote it.
+                unsafe { book(e, rc, dptr, c) }
             },
         )
     }

@@ -40,7 +40,6 @@ pub use pool::*;
 pub use vmm::*;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 
 #[cfg(test)]
@@ -86,32 +85,33 @@ pub fn refused_when_limited(pass: impl FnOnce() -> CUresult) -> CUresult {
 }
 
 /// Declares exported CUDA hooks returning `CUresult`.
+///
+/// Each hook is `unsafe extern "C"`: its caller (C code) promises the
+/// driver API contract of the function, in particular that pointer
+/// arguments are valid as the API documents. The body is ordinary Rust:
+/// every dereference of such a pointer is its own `unsafe` block stating
+/// which part of that contract makes it sound. The symbol is exported
+/// only from the built library, not from this crate's unit tests (which
+/// would otherwise interpose on themselves).
 macro_rules! hook {
     ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $(
             $(#[$m])*
-            #[unsafe(no_mangle)]
+            #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
-                $crate::hooks::guard($crate::ffi::CUDA_ERROR_UNKNOWN, move || {
-                    #[allow(unused_unsafe)]
-                    // SAFETY: the caller passes arguments valid per the
-                    // driver API contract of this function; the body
-                    // forwards them to the real function with the same
-                    // contract, and touches caller memory only after a
-                    // successful real call has written it.
-                    unsafe { $body }
-                })
+                $crate::hooks::guard($crate::ffi::CUDA_ERROR_UNKNOWN, move || $body)
             }
         )*
     };
 }
 
-/// Declares exported aliases forwarding to a hook with the same signature.
+/// Declares exported aliases forwarding to a hook with the same signature
+/// (the hook catches panics).
 macro_rules! alias {
     ($( $alias:ident => $target:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
         $(
-            #[unsafe(no_mangle)]
+            #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $alias($($arg: $ty),*) -> $crate::ffi::CUresult {
                 // SAFETY: same contract and arguments as the target.
@@ -131,7 +131,7 @@ macro_rules! table {
 
 /// Every hooked name and its address, sorted by name.
 pub fn table() -> &'static [(&'static str, usize)] {
-    static TABLE: OnceLock<Vec<(&'static str, usize)>> = OnceLock::new();
+    static TABLE: crate::fork::Once<Vec<(&'static str, usize)>> = crate::fork::Once::new();
     TABLE.get_or_init(|| {
         let mut t = table![
             cuInit,

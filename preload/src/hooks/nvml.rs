@@ -22,20 +22,16 @@ macro_rules! real_nvml {
     };
 }
 
-/// Declares exported NVML hooks returning `nvmlReturn_t`.
+/// Declares exported NVML hooks returning `nvmlReturn_t` (as `hook!`
+/// does for CUDA: the NVML contract for the arguments, one `unsafe` block
+/// per dereference in the body, exported only from the built library).
 macro_rules! nvml_hook {
     ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $(
-            #[unsafe(no_mangle)]
+            #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> NvmlReturn {
-                guard(NVML_ERROR_UNKNOWN, move || {
-                    #[allow(unused_unsafe)]
-                    // SAFETY: the caller's arguments follow the NVML
-                    // contract; they are forwarded to the real function,
-                    // and output memory is touched only after it succeeded.
-                    unsafe { $body }
-                })
+                guard(NVML_ERROR_UNKNOWN, move || $body)
             }
         )*
     };
@@ -97,7 +93,10 @@ nvml_hook! {
             |e| {
                 let rc = real_nvml!(nvmlDeviceGetMemoryInfo(dev, mem));
                 if rc == NVML_SUCCESS && !mem.is_null() {
-                    let m = &mut *mem;
+                    // SAFETY: mem is non-NULL (checked), points to the
+                    // caller's memory structure per the NVML contract, and
+                    // the successful real call filled it.
+                    let m = unsafe { &mut *mem };
                     show_limit(e, dev, &mut m.total, &mut m.free, &mut m.used);
                 }
                 rc
@@ -111,7 +110,10 @@ nvml_hook! {
             |e| {
                 let rc = real_nvml!(nvmlDeviceGetMemoryInfo_v2(dev, mem));
                 if rc == NVML_SUCCESS && !mem.is_null() {
-                    let m = &mut *mem;
+                    // SAFETY: mem is non-NULL (checked), points to the
+                    // caller's memory structure per the NVML contract, and
+                    // the successful real call filled it.
+                    let m = unsafe { &mut *mem };
                     if show_limit(e, dev, &mut m.total, &mut m.free, &mut m.used) {
                         m.reserved = 0;
                     }

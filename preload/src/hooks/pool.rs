@@ -316,7 +316,12 @@ hook! {
                 if props.is_null() {
                     return rc;
                 }
-                note_pool(e, rc, pool, (*props).location.id)
+                // SAFETY: props is non-NULL (checked above) and points to
+                // pool properties per the caller's contract.
+                let dev = unsafe { (*props).location.id };
+                // SAFETY: pool is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_pool(e, rc, pool, dev) }
             },
         )
     }
@@ -324,14 +329,24 @@ hook! {
     fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: CUdevice) {
         dispatch(
             || real_cuda!(cuDeviceGetDefaultMemPool(pool, dev)),
-            |e| note_pool(e, real_cuda!(cuDeviceGetDefaultMemPool(pool, dev)), pool, dev),
+            |e| {
+                let rc = real_cuda!(cuDeviceGetDefaultMemPool(pool, dev));
+                // SAFETY: pool is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_pool(e, rc, pool, dev) }
+            },
         )
     }
 
     fn cuDeviceGetMemPool(pool: *mut Handle, dev: CUdevice) {
         dispatch(
             || real_cuda!(cuDeviceGetMemPool(pool, dev)),
-            |e| note_pool(e, real_cuda!(cuDeviceGetMemPool(pool, dev)), pool, dev),
+            |e| {
+                let rc = real_cuda!(cuDeviceGetMemPool(pool, dev));
+                // SAFETY: pool is the call's output argument (valid per the
+                // caller's contract); the real call wrote it if rc is success.
+                unsafe { note_pool(e, rc, pool, dev) }
+            },
         )
     }
 }

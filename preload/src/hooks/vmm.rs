@@ -33,7 +33,9 @@ hook! {
                 if prop.is_null() || handle.is_null() || size == 0 {
                     return real_cuda!(cuMemCreate(handle, size, prop, flags));
                 }
-                let p = *prop;
+                // SAFETY: prop is non-NULL (checked above) and points to
+                // allocation properties per the caller's contract.
+                let p = unsafe { *prop };
                 let ordinal = if p.location.kind == CU_MEM_LOCATION_TYPE_DEVICE {
                     p.location.id
                 } else {
@@ -51,7 +53,10 @@ hook! {
                     return rc;
                 }
                 accounting::settle(e, real_cuda!(cuMemCreate(handle, size, prop, flags)), charge, |b, charge| {
-                    b.physical.insert(*handle, Physical { charge, mappings: 0, refs: 1 });
+                    // SAFETY: handle is non-NULL (checked above), valid per
+                    // the caller's contract; the successful call wrote it.
+                    let h = unsafe { *handle };
+                    b.physical.insert(h, Physical { charge, mappings: 0, refs: 1 });
                 })
             },
         )
@@ -80,7 +85,9 @@ hook! {
                 let rc = real_cuda!(cuMemRetainAllocationHandle(handle, addr));
                 if rc == CUDA_SUCCESS
                     && !handle.is_null()
-                    && let Some(p) = e.books().physical.get_mut(&*handle)
+                    // SAFETY: handle is non-NULL (checked), valid per the
+                    // caller's contract; the successful call wrote it.
+                    && let Some(p) = e.books().physical.get_mut(&unsafe { *handle })
                 {
                     p.refs += 1;
                 }

@@ -42,3 +42,37 @@ pub fn at_fork_child(child: extern "C" fn()) {
         libc::pthread_atfork(None, None, Some(child));
     }
 }
+
+/// The start address of the loaded object holding `addr` (0: none).
+fn object_base(addr: *const libc::c_void) -> usize {
+    // SAFETY: Dl_info is plain data; zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr accepts any address and writes `info` only on success.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 {
+        return 0;
+    }
+    info.dli_fbase as usize
+}
+
+/// Whether `dlsym`, called from this library on its own handle (opened by
+/// its SONAME, as a driver looking up its own entry points would), answers
+/// `name` with a function of this library; `None` if the lookup fails.
+pub fn looks_up_itself(name: &std::ffi::CStr) -> Option<bool> {
+    // SAFETY: NUL-terminated SONAME; RTLD_NOLOAD only finds this library,
+    // which is loaded (this code runs in it); the reference is given back
+    // below.
+    let own = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if own.is_null() {
+        return None;
+    }
+    // SAFETY: a live handle and a NUL-terminated name.
+    let f = unsafe { libc::dlsym(own, name.as_ptr()) };
+    // SAFETY: the reference taken above; this library stays loaded (the
+    // program's own reference).
+    unsafe { libc::dlclose(own) };
+    if f.is_null() {
+        return None;
+    }
+    let me = looks_up_itself as *const libc::c_void;
+    Some(object_base(f) == object_base(me))
+}

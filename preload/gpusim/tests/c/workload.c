@@ -26,6 +26,7 @@
  *   sync                    cuCtxSynchronize
  *   sleep MS
  *   ready                   print "ready" (the parent waits for it)
+ *   wait                    read a line from stdin  -> "waited"
  *   hold                    sleep until killed
  *   procaddress             check cuGetProcAddress_v2 answers
  *   fill FAMILY MIB         allocate MIB-sized objects of FAMILY until one
@@ -449,6 +450,15 @@ int main(int argc, char **argv) {
             usleep(atoi(ARG()) * 1000);
         } else if (!strcmp(op, "ready")) {
             printf("ready\n");
+        } else if (!strcmp(op, "wait")) {
+            /* Until the test writes a line to stdin (say, after changing
+             * the limits). */
+            char line[64];
+            if (!fgets(line, sizeof line, stdin)) {
+                printf("error wait end-of-input\n");
+                return 1;
+            }
+            printf("waited\n");
         } else if (!strcmp(op, "hold")) {
             fflush(stdout);
             for (;;) pause();

@@ -88,4 +88,17 @@ cu_export! {
             }
         }
     }
+
+    /// Not in the driver API: a probe for interposers. Writes to `own`
+    /// whether `dlsym` called from inside this library on its own handle
+    /// answers `name` with this library's function (as a driver looking up
+    /// its own entry points needs); `CUDA_ERROR_NOT_FOUND` if the lookup
+    /// fails.
+    fn gpusimLooksUpItself(name: *const c_char, own: *mut c_int) {
+        let name = std::ffi::CString::new(cstr(name)?).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        match crate::sys::looks_up_itself(&name) {
+            Some(yes) => out(own, c_int::from(yes)),
+            None => Err(CUDA_ERROR_NOT_FOUND),
+        }
+    }
 }
