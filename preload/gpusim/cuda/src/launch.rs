@@ -60,7 +60,7 @@ pub fn launch(
         let ns = crate::module::duration(p, &mut inner, f, att.gpu, &shape)?;
         (att, ns)
     };
-    stream::submit_on(p, stream, att, ItemKind::Kernel, ns).map(|_| ())
+    stream::submit_kernel_on(p, stream, att, ns, shape.warps())
 }
 
 /// A copy or memset of `bytes` on `stream`; `sync` waits for it (and for
