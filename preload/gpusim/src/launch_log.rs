@@ -18,6 +18,9 @@ pub struct Launches {
     pub kernels: u64,
     /// Their warps.
     pub warps: u64,
+    /// The latest millisecond a kernel was queued in: `kernels` and
+    /// `warps` count every launch up to its end.
+    pub last_ms: u64,
     /// `(millisecond, warps)` for every millisecond with launches in the
     /// last [`LAUNCH_LOG_MS`] ms up to the latest one, oldest first
     /// (millisecond = monotonic ns / 10⁶).
@@ -78,6 +81,7 @@ pub fn read(log: &LaunchLog, pid: i32, active: bool) -> Launches {
         active,
         kernels: log.kernels,
         warps: log.warps,
+        last_ms: log.last_ms,
         per_ms,
     }
 }
