@@ -242,11 +242,14 @@ pub static CUDA_INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// execs starts afresh.
 pub static FORKED: AtomicBool = AtomicBool::new(false);
 
-/// Runs in the child after `fork` (async-signal-safe: atomics only). A
+/// Runs in the child after `fork` (async-signal-safe: atomics and
+/// thread-local cells only). A
 /// child of a process that never initialised CUDA (say, one that only
 /// asked NVML) may use CUDA itself: it forgets the parent's slot and
 /// claims its own on first use, so its bytes are its own.
 unsafe extern "C" fn forked() {
+    // The forking thread's launch batch is the parent's.
+    crate::throttle::forget();
     if CUDA_INITIALIZED.load(Ordering::Relaxed) {
         FORKED.store(true, Ordering::Relaxed);
     } else if let Some(Mode::Enforce(e)) = MODE.get() {
