@@ -40,7 +40,8 @@ impl LaunchShape {
     }
     /// Warps: blocks × ceil(threads per block / 32).
     pub fn warps(&self) -> u64 {
-        self.blocks().saturating_mul(self.threads_per_block().div_ceil(32))
+        self.blocks()
+            .saturating_mul(self.threads_per_block().div_ceil(32))
     }
 }
 
