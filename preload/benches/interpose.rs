@@ -32,7 +32,7 @@ fn artifacts() -> PathBuf {
 
 fn run(program: &Path, env: &[(&str, &Path)]) -> (f64, f64) {
     let out = Command::new(program)
-        .args(["100000", "20000", "1"])
+        .args(["100000", "20000", "5"])
         .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
         .output()
         .expect("run bench program");

@@ -24,10 +24,11 @@
 //! before batches existed: a launch that waits anyway does not need a
 //! fast path.
 //!
-//! Launch counters in the usage region are added per batch: at the next
-//! batch, when the thread exits, and when the process exits normally.
-//! They lag a running thread by at most one batch; a killed process's last
-//! batch goes uncounted. The simulator's launch log, not these counters,
+//! Launch counters in the usage region are added per batch (without a
+//! limit, every [`FLUSH_EVERY`] launches): at the next batch, when the
+//! thread exits, and when the process exits normally. They lag a running
+//! thread by at most one batch; a killed process's last batch goes
+//! uncounted. The simulator's launch log, not these counters,
 //! is what the tests judge launch limits by.
 //!
 //! A launch the bucket says must wait sleeps in steps of at most
@@ -49,8 +50,12 @@ use crate::sys;
 pub const CHECK_NS: u64 = 5_000_000;
 
 /// How long a batch may be spent after its admission by the coarse
-/// clock; also how often an unlimited thread's counts are added (4 ms).
+/// clock (4 ms).
 pub const SPEND_NS: u64 = 4_000_000;
+
+/// Launches an unlimited thread counts before adding them to the usage
+/// region.
+pub const FLUSH_EVERY: u64 = 64;
 
 /// Coarse clocks ticking slower than this are not used (no batches).
 const MAX_COARSE_TICK_NS: u64 = 10_000_000;
@@ -100,6 +105,9 @@ struct Local {
     /// Launches (and their warps) on `gpu` not yet counted.
     launches: Cell<u64>,
     warps: Cell<u64>,
+    /// The rate was unlimited when the thread last looked (under `epoch`):
+    /// launches are only counted, and `left` is infinite.
+    unlimited: Cell<bool>,
     /// Whether the exit flushes are registered for this thread.
     hooked: Cell<bool>,
 }
@@ -114,6 +122,7 @@ impl Local {
             size: Cell::new(0),
             launches: Cell::new(0),
             warps: Cell::new(0),
+            unlimited: Cell::new(false),
             hooked: Cell::new(false),
         }
     }
@@ -135,17 +144,23 @@ thread_local! {
 /// Waits until a launch of `cost` warps on control GPU `gpu` may start,
 /// and counts it.
 pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
-    let epoch = e.control.epoch();
+    // (The field, not `ControlRegion::epoch`: a call into another crate
+    // that is not inlined.)
+    let epoch = e.control.header.epoch.load(Ordering::Acquire);
     LOCAL.with(|l| {
-        if l.gpu.get() == gpu
-            && l.epoch.get() == epoch
-            && l.left.get() >= cost
-            && sys::coarse_ns() < l.expires.get()
-        {
-            l.spend(cost);
-        } else {
-            refill(e, l, gpu, cost);
+        if l.gpu.get() == gpu && l.epoch.get() == epoch && l.left.get() >= cost {
+            if l.unlimited.get() {
+                // Counted only; the counts go out every FLUSH_EVERY launches.
+                if l.launches.get() < FLUSH_EVERY {
+                    l.spend(cost);
+                    return;
+                }
+            } else if sys::coarse_ns() < l.expires.get() {
+                l.spend(cost);
+                return;
+            }
         }
+        refill(e, l, gpu, cost);
     });
 }
 
@@ -164,6 +179,7 @@ pub fn forget() {
             c.set(0);
         }
         l.gpu.set(NO_GPU);
+        l.unlimited.set(false);
         l.hooked.set(false);
     });
 }
@@ -186,22 +202,16 @@ fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
     l.gpu.set(gpu);
     l.left.set(0);
     l.size.set(0);
+    l.unlimited.set(false);
     let bucket = &e.usage.buckets[gpu];
     loop {
         let (rate, burst, epoch) = e.control.launch_limits(gpu);
         l.epoch.set(epoch);
         if rate == UNLIMITED {
-            match life() {
-                Some(life) => {
-                    // Counted only, every SPEND_NS.
-                    l.left.set(u64::MAX);
-                    l.size.set(u64::MAX);
-                    l.expires
-                        .set(sys::coarse_ns().saturating_add(life.spend_ns));
-                    l.spend(cost);
-                }
-                None => count_now(e, gpu, cost),
-            }
+            // Counted only, in the usage region every FLUSH_EVERY launches.
+            l.unlimited.set(true);
+            l.left.set(u64::MAX);
+            l.spend(cost);
             return;
         }
         if rate == 0 {
@@ -237,14 +247,6 @@ fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
         l.expires
             .set(admitted.saturating_add(life().map_or(0, |life| life.spend_ns)));
         return;
-    }
-}
-
-/// Counts one launch of `cost` warps in the usage region now.
-fn count_now(e: &Enforcer, gpu: usize, cost: u64) {
-    e.usage.buckets[gpu].count(cost);
-    if let Some(slot) = e.slot_fast() {
-        e.usage.count_launch(gpu, slot);
     }
 }
 

@@ -48,6 +48,7 @@ pub enum Admit {
 }
 
 /// Warps launched by `blocks` blocks of `threads` threads (at least 1).
+#[inline]
 pub fn launch_cost(blocks: u64, threads_per_block: u64) -> u64 {
     blocks
         .max(1)
