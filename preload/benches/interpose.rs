@@ -8,7 +8,8 @@
 //! limit of 2³² warps/s with a 100 ms burst, high enough never to make a
 //! launch wait, so the token bucket's fast path (a thread spending a batch
 //! taken ahead) is what is measured. The three configurations run in turn,
-//! 7 times, and the best time of each is kept (the machine is shared).
+//! 15 times (5 rounds each), and the best time of each is kept (the
+//! machine is shared).
 //!
 //! Wall-clock figures on a busy 2-core machine wobble by tens of ns, so
 //! when valgrind is installed the runner also counts *instructions* per
@@ -129,7 +130,7 @@ fn main() {
     }
     let (mut plain, mut a, mut b) = (plain, with(&unlimited), with(&bucket));
     let best = |x: (f64, f64), y: (f64, f64)| (x.0.min(y.0), x.1.min(y.1));
-    for _ in 0..6 {
+    for _ in 0..14 {
         plain = best(plain, run(&bin, &env_for(&base, &lib, None)));
         a = best(a, run(&bin, &env_for(&base, &lib, Some(&unlimited))));
         b = best(b, run(&bin, &env_for(&base, &lib, Some(&bucket))));
