@@ -89,6 +89,56 @@ fn a_fixed_rate_yields_that_launch_rate_within_one_percent() {
     }
 }
 
+/// Processes sharing the container's bucket, each spending batches taken
+/// ahead: together they get the rate, and in no window of the
+/// simulator's log do they launch more than rate × window + burst.
+#[test]
+fn processes_together_keep_to_rate_plus_burst() {
+    let _serial = serial();
+    let (rate_w, burst) = (20_000u64, 200u64);
+    let c = Container::on(node(), |u| rate(u, rate_w, burst));
+    let ps: Vec<_> = (0..3)
+        .map(|_| c.spawn_ready(Link::Direct, "dev 0 ready run tiny 1 256 2500"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let a: Vec<_> = ps.iter().map(|p| executed(&c, p.pid())).collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    let b: Vec<_> = ps.iter().map(|p| executed(&c, p.pid())).collect();
+    drop(ps);
+    let warps: u64 = a.iter().zip(&b).map(|(a, b)| b.warps - a.warps).sum();
+    let ms =
+        b.iter().map(|l| l.last_ms).max().unwrap() - a.iter().map(|l| l.last_ms).min().unwrap();
+    let together = warps as f64 * 1000.0 / ms as f64;
+    assert!(
+        (together - 20_000.0).abs() <= 200.0,
+        "3 processes ran {together:.0} warps/s together at 20000"
+    );
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            b.warps - a.warps >= warps / 10,
+            "process {i} starved: {a:?} {b:?}"
+        );
+    }
+    // Every window of the last 500 ms: k whole milliseconds span less
+    // than k ms, so at most rate × k ms + burst, plus one launch (8 warps)
+    // taken alone that may end a window, as in any GCRA.
+    let end = b.iter().map(|l| l.last_ms).min().unwrap();
+    let per_ms = |m: u64| -> u64 { b.iter().map(|l| l.warps_between(m, m + 1)).sum() };
+    let log: Vec<u64> = (end - 500..end).map(per_ms).collect();
+    for i in 0..log.len() {
+        let mut sum = 0;
+        for (w, &n) in log[i..].iter().enumerate() {
+            sum += n;
+            let allowed = rate_w * (w as u64 + 1) / 1000 + burst + 8;
+            assert!(
+                sum <= allowed,
+                "{sum} warps in {} ms (allowed {allowed})",
+                w + 1
+            );
+        }
+    }
+}
+
 #[test]
 fn a_launch_costs_its_warps_and_a_graph_its_kernels() {
     let _serial = serial();
