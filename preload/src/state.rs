@@ -274,6 +274,8 @@ pub fn lock_for_fork() -> Option<ForkHeld> {
 /// that only asked NVML) may use CUDA itself: it forgets the parent's
 /// slot and claims its own on first use, so its bytes are its own.
 pub fn forked() {
+    // The forking thread's launch batch is the parent's.
+    crate::throttle::forget();
     if CUDA_INITIALIZED.load(Ordering::Relaxed) {
         FORKED.store(true, Ordering::Relaxed);
     } else if let Some(Mode::Enforce(e)) = MODE.get() {

@@ -1,60 +1,317 @@
 //! Admitting launches through the container's bucket for a GPU (see
-//! `tessera_region::rate`): take tokens, and if the bucket says "later",
-//! sleep until then — in steps of at most [`CHECK_NS`], so a new rate
-//! from the agent takes effect within one step.
+//! `tessera_region::rate`).
+//!
+//! Each thread takes warps from the shared bucket in batches ahead of its
+//! launches ([`tessera_region::layout::Bucket::try_take_ahead`]) and spends them from thread-local
+//! state, so most launches touch no shared memory and read no precise
+//! clock: one load of the control epoch, one read of the coarse clock, a
+//! few thread-local cells. Invariants (they make the module docs of
+//! `tessera_region::rate` apply, so threads and processes together never
+//! exceed rate + burst):
+//! - a batch is spent only while the coarse clock is before its admission
+//!   time + [`Life::spend_ns`], i.e. within [`Life::bound_ns`] of its
+//!   admission, and under the control epoch it was taken in; what is left
+//!   after that is dropped, never returned;
+//! - a batch holds at most [`batch_max`] warps for that bound;
+//! - a forked child starts with no batch (its parent's is the parent's).
+//!
+//! Batches grow (doubling) while a thread spends each one before it
+//! expires, and shrink to what was spent when one expires, so a thread
+//! that launches rarely takes exactly what it launches and drops nothing.
+//! A batch is taken only if the bucket holds all of it now; otherwise (a
+//! throttled container, a burst too small for batches, no coarse clock)
+//! the launch takes from the bucket alone and waits its turn there, as
+//! before batches existed: a launch that waits anyway does not need a
+//! fast path.
+//!
+//! Launch counters in the usage region are added per batch (without a
+//! limit, every [`FLUSH_EVERY`] launches): at the next batch, when the
+//! thread exits, and when the process exits normally. They lag a running
+//! thread by at most one batch; a killed process's last batch goes
+//! uncounted. The simulator's launch log, not these counters,
+//! is what the tests judge launch limits by.
+//!
+//! A launch the bucket says must wait sleeps in steps of at most
+//! [`CHECK_NS`], so a new rate from the agent takes effect within one step
+//! (the README claims 10 ms; half of that is left for late wake-ups).
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::{Once, OnceLock};
 
 use tessera_region::UNLIMITED;
-use tessera_region::rate::{Admit, rescaled};
+use tessera_region::rate::{Admit, batch_max, rescaled};
 
-use crate::state::Enforcer;
+use crate::state::{self, Enforcer};
 use crate::sys;
 
-/// Longest sleep before looking at the control region again (10 ms).
-pub const CHECK_NS: u64 = 10_000_000;
+/// Longest sleep before looking at the control region again (5 ms): a
+/// new rate applies within 10 ms even to a thread woken a little late.
+pub const CHECK_NS: u64 = 5_000_000;
+
+/// How long a batch may be spent after its admission by the coarse
+/// clock (4 ms).
+pub const SPEND_NS: u64 = 4_000_000;
+
+/// Launches an unlimited thread counts before adding them to the usage
+/// region.
+pub const FLUSH_EVERY: u64 = 64;
+
+/// Coarse clocks ticking slower than this are not used (no batches).
+const MAX_COARSE_TICK_NS: u64 = 10_000_000;
+
+/// How long batches live on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Life {
+    /// A batch is spent while the coarse clock reads less than its
+    /// admission time plus this.
+    pub spend_ns: u64,
+    /// Upper bound on the real time between a batch's admission and its
+    /// last launch: `spend_ns` plus one coarse tick (the coarse clock lags
+    /// the real one by less than a tick).
+    pub bound_ns: u64,
+}
+
+impl Life {
+    /// For a coarse clock ticking every `tick_ns` (`None`: none).
+    pub fn for_tick(tick_ns: Option<u64>) -> Option<Self> {
+        let tick = tick_ns.filter(|&t| t > 0 && t <= MAX_COARSE_TICK_NS)?;
+        Some(Self {
+            spend_ns: SPEND_NS,
+            bound_ns: SPEND_NS + tick,
+        })
+    }
+}
+
+fn life() -> Option<Life> {
+    static LIFE: OnceLock<Option<Life>> = OnceLock::new();
+    *LIFE.get_or_init(|| Life::for_tick(sys::coarse_resolution_ns()))
+}
+
+const NO_GPU: usize = usize::MAX;
+
+/// A thread's batch and its launches not yet counted.
+struct Local {
+    /// Control GPU index of the batch (`NO_GPU`: none).
+    gpu: Cell<usize>,
+    /// Control epoch the batch was taken in.
+    epoch: Cell<u64>,
+    /// Spend only while the coarse clock reads less than this.
+    expires: Cell<u64>,
+    /// Warps left in the batch.
+    left: Cell<u64>,
+    /// Warps the batch held.
+    size: Cell<u64>,
+    /// Launches (and their warps) on `gpu` not yet counted.
+    launches: Cell<u64>,
+    warps: Cell<u64>,
+    /// The rate was unlimited when the thread last looked (under `epoch`):
+    /// launches are only counted, and `left` is infinite.
+    unlimited: Cell<bool>,
+    /// Whether the exit flushes are registered for this thread.
+    hooked: Cell<bool>,
+}
+
+impl Local {
+    const fn new() -> Self {
+        Self {
+            gpu: Cell::new(NO_GPU),
+            epoch: Cell::new(0),
+            expires: Cell::new(0),
+            left: Cell::new(0),
+            size: Cell::new(0),
+            launches: Cell::new(0),
+            warps: Cell::new(0),
+            unlimited: Cell::new(false),
+            hooked: Cell::new(false),
+        }
+    }
+
+    fn spend(&self, cost: u64) {
+        self.left.set(self.left.get() - cost);
+        self.launches.set(self.launches.get() + 1);
+        self.warps.set(self.warps.get() + cost);
+    }
+}
+
+thread_local! {
+    // No destructor: always accessible, also from the fork handler and
+    // other thread-local destructors.
+    static LOCAL: Local = const { Local::new() };
+    static FLUSH_AT_THREAD_EXIT: FlushAtThreadExit = const { FlushAtThreadExit };
+}
 
 /// Waits until a launch of `cost` warps on control GPU `gpu` may start,
 /// and counts it.
 pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
+    // (The field, not `ControlRegion::epoch`: a call into another crate
+    // that is not inlined.)
+    let epoch = e.control.header.epoch.load(Ordering::Acquire);
+    LOCAL.with(|l| {
+        if l.gpu.get() == gpu && l.epoch.get() == epoch && l.left.get() >= cost {
+            if l.unlimited.get() {
+                // Counted only; the counts go out every FLUSH_EVERY launches.
+                if l.launches.get() < FLUSH_EVERY {
+                    l.spend(cost);
+                    return;
+                }
+            } else if sys::coarse_ns() < l.expires.get() {
+                l.spend(cost);
+                return;
+            }
+        }
+        refill(e, l, gpu, cost);
+    });
+}
+
+/// Drops this thread's batch and uncounted launches (in a forked child:
+/// they are the parent's).
+pub fn forget() {
+    LOCAL.with(|l| {
+        for c in [
+            &l.epoch,
+            &l.expires,
+            &l.left,
+            &l.size,
+            &l.launches,
+            &l.warps,
+        ] {
+            c.set(0);
+        }
+        l.gpu.set(NO_GPU);
+        l.unlimited.set(false);
+        l.hooked.set(false);
+    });
+}
+
+/// The slow path: counts what the thread launched, drops what is left of
+/// its batch, and admits this launch with a new batch.
+#[cold]
+#[inline(never)]
+fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
+    flush(e, l);
+    hook_exits(l);
+    let before_expiry = l.gpu.get() == gpu && sys::coarse_ns() < l.expires.get();
+    let spent = l.size.get().saturating_sub(l.left.get());
+    // Spent before it expired: twice as much; expired: what was spent.
+    let want = if before_expiry && l.left.get() < cost {
+        l.size.get().saturating_mul(2)
+    } else {
+        spent
+    };
+    l.gpu.set(gpu);
+    l.left.set(0);
+    l.size.set(0);
+    l.unlimited.set(false);
     let bucket = &e.usage.buckets[gpu];
     loop {
         let (rate, burst, epoch) = e.control.launch_limits(gpu);
+        l.epoch.set(epoch);
         if rate == UNLIMITED {
-            // Counted only: no clock read, no bucket.
-            bucket.count(cost);
-            break;
+            // Counted only, in the usage region every FLUSH_EVERY launches.
+            l.unlimited.set(true);
+            l.left.set(u64::MAX);
+            l.spend(cost);
+            return;
         }
-        match bucket.take(cost, rate, burst, epoch, sys::monotonic_ns()) {
-            Admit::Now => break,
-            Admit::At(start) => {
-                wait(e, gpu, start, rate, epoch);
-                break;
+        if rate == 0 {
+            sleep_ns(CHECK_NS);
+            continue;
+        }
+        let now = sys::monotonic_ns();
+        if let Some(life) = life() {
+            // Whole launches of this cost: a uniform stream drops nothing.
+            let max = batch_max(rate, burst, life.bound_ns, life.spend_ns);
+            let n = want.min(max) / cost * cost;
+            if n > cost && bucket.try_take_ahead(n, rate, burst, life.bound_ns, epoch, now) {
+                l.size.set(n);
+                l.left.set(n);
+                l.expires.set(now.saturating_add(life.spend_ns));
+                l.spend(cost);
+                return;
             }
-            Admit::Paused => sleep_ns(CHECK_NS),
         }
-    }
-    if let Some(slot) = e.slot_fast() {
-        e.usage.count_launch(gpu, slot);
+        // Alone (no room for a batch now, or none wanted): the bucket
+        // counts it, and it may wait.
+        let admitted = match bucket.take(cost, rate, burst, epoch, now) {
+            Admit::Now => now,
+            Admit::At(start) => wait(e, gpu, start, rate, epoch),
+            Admit::Paused => continue,
+        };
+        if let Some(slot) = e.slot_fast() {
+            e.usage.count_launch(gpu, slot);
+        }
+        // No credit, but a lifetime, so that the next launch knows whether
+        // a batch of this one would have been spent in time.
+        l.size.set(cost);
+        l.expires
+            .set(admitted.saturating_add(life().map_or(0, |life| life.spend_ns)));
+        return;
     }
 }
 
-/// Sleeps until `start`, when a launch already taken from the bucket at
-/// `rate` (control epoch `epoch`) may start. Should the agent set a new
-/// rate meanwhile, the launch is not taken again: its remaining wait is
-/// rescaled as the bucket's debt is (unlimited ends it, zero holds it
-/// until the rate is raised).
-fn wait(e: &Enforcer, gpu: usize, mut start: u64, mut rate: u64, mut epoch: u64) {
+/// Adds this thread's uncounted launches to the usage region.
+fn flush(e: &Enforcer, l: &Local) {
+    let (n, warps, gpu) = (l.launches.replace(0), l.warps.replace(0), l.gpu.get());
+    if n == 0 || gpu == NO_GPU {
+        return;
+    }
+    e.usage.buckets[gpu].count_many(n, warps);
+    if let Some(slot) = e.slot_fast() {
+        e.usage.launches[gpu][slot].fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Registers the flushes at thread exit (this thread) and at process exit
+/// (once).
+fn hook_exits(l: &Local) {
+    if l.hooked.replace(true) {
+        return;
+    }
+    FLUSH_AT_THREAD_EXIT.with(|_| {});
+    static AT_EXIT: Once = Once::new();
+    AT_EXIT.call_once(|| sys::at_exit(flush_at_exit));
+}
+
+fn flush_this_thread() {
+    crate::hooks::guard((), || {
+        if let Some(e) = state::enforcer() {
+            LOCAL.with(|l| flush(e, l));
+        }
+    });
+}
+
+/// Flushes the exiting thread's counts.
+struct FlushAtThreadExit;
+
+impl Drop for FlushAtThreadExit {
+    fn drop(&mut self) {
+        flush_this_thread();
+    }
+}
+
+extern "C" fn flush_at_exit() {
+    flush_this_thread();
+}
+
+/// Sleeps until `start`, when a launch (or batch) already taken from the
+/// bucket at `rate` (control epoch `epoch`) may start, and returns when
+/// that was. Should the agent set a new rate meanwhile, the launch is not
+/// taken again: its remaining wait is rescaled as the bucket's debt is
+/// (unlimited ends it, zero holds it until the rate is raised).
+fn wait(e: &Enforcer, gpu: usize, mut start: u64, mut rate: u64, mut epoch: u64) -> u64 {
     let bucket = &e.usage.buckets[gpu];
     let mut paused = false;
     loop {
         let now = sys::monotonic_ns();
         if !paused && now >= start {
-            return;
+            return start;
         }
         if e.control.epoch() != epoch {
             let (new_rate, _, new_epoch) = e.control.launch_limits(gpu);
             epoch = new_epoch;
             if new_rate == UNLIMITED {
-                return;
+                return now;
             }
             paused = new_rate == 0;
             if !paused {
@@ -74,4 +331,24 @@ fn wait(e: &Enforcer, gpu: usize, mut start: u64, mut rate: u64, mut epoch: u64)
 
 fn sleep_ns(ns: u64) {
     std::thread::sleep(std::time::Duration::from_nanos(ns));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_live_a_spend_time_plus_a_coarse_tick() {
+        assert_eq!(
+            Life::for_tick(Some(4_000_000)),
+            Some(Life {
+                spend_ns: SPEND_NS,
+                bound_ns: SPEND_NS + 4_000_000
+            })
+        );
+        // No coarse clock, or one too slow: no batches.
+        assert_eq!(Life::for_tick(None), None);
+        assert_eq!(Life::for_tick(Some(0)), None);
+        assert_eq!(Life::for_tick(Some(20_000_000)), None);
+    }
 }

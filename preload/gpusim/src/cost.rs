@@ -38,6 +38,11 @@ impl LaunchShape {
     pub fn threads_per_block(&self) -> u64 {
         self.block.iter().map(|&d| u64::from(d.max(1))).product()
     }
+    /// Warps: blocks × ceil(threads per block / 32).
+    pub fn warps(&self) -> u64 {
+        self.blocks()
+            .saturating_mul(self.threads_per_block().div_ceil(32))
+    }
 }
 
 /// The resolved cost of one named kernel on one GPU.

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GPUSIMST"`.
 pub const STATE_MAGIC: [u8; 8] = *b"GPUSIMST";
 /// Layout version of the state file.
-pub const STATE_VERSION: u32 = 3;
+pub const STATE_VERSION: u32 = 4;
 /// GPUs a node may have.
 pub const MAX_GPUS: usize = 16;
 /// Processes that may hold a context on one GPU at a time.
@@ -37,6 +37,8 @@ pub const MARKER_LOG: usize = 256;
 /// Event slots per channel: an event's marker writes its completion time
 /// into its own slot, so it is never forgotten however many markers follow.
 pub const EVENT_SLOTS: usize = 4096;
+/// Milliseconds of kernel launches each channel's [`LaunchLog`] keeps.
+pub const LAUNCH_LOG_MS: usize = 512;
 /// Utilisation history buckets per GPU.
 pub const HISTORY_BUCKETS: usize = 1024;
 /// Width of one history bucket (5 ms; 1024 buckets keep 5.12 s).
@@ -152,6 +154,25 @@ pub struct Channel {
     pub markers: [MarkerDone; MARKER_LOG],
     /// Completion times of event markers by slot (0 = not yet).
     pub event_times: [u64; EVENT_SLOTS],
+    /// The kernels this channel's owner launched (kept after it detaches,
+    /// until the channel is claimed again).
+    pub launches: LaunchLog,
+}
+
+/// The kernels one process launched on one GPU: what the simulated driver
+/// executed, as the judge of launch limits.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LaunchLog {
+    /// Kernels queued.
+    pub kernels: u64,
+    /// Their warps (blocks × ceil(threads per block / 32)).
+    pub warps: u64,
+    /// The latest millisecond (monotonic ns / 10⁶) a kernel was queued in.
+    pub last_ms: u64,
+    /// Warps queued in millisecond `m`, at `m % LAUNCH_LOG_MS`, for the
+    /// [`LAUNCH_LOG_MS`] milliseconds up to `last_ms`.
+    pub per_ms: [u32; LAUNCH_LOG_MS],
 }
 
 /// Activity in one [`BUCKET_NS`] slice of time.
@@ -243,6 +264,7 @@ mod tests {
         assert_eq!(size_of::<MarkerDone>(), 16);
         assert_eq!(size_of::<Bucket>(), 16 + 4 * MAX_CHANNELS);
         assert_eq!(size_of::<RawLock>(), 64);
+        assert_eq!(size_of::<LaunchLog>(), 24 + 4 * LAUNCH_LOG_MS);
         assert_eq!(gpu_offset() % STATE_ALIGN, 0);
         assert_eq!(size_of::<GpuShared>() % STATE_ALIGN, 0);
         // A node of 16 GPUs stays a few tens of MiB (sparse).

@@ -20,6 +20,7 @@ pub mod clocks;
 pub mod connect;
 pub mod cost;
 pub mod ioctl;
+pub mod launch_log;
 pub mod layout;
 pub mod node;
 pub mod nvrm;

@@ -331,6 +331,7 @@ impl Sim {
         self.make_room(&mut g, gpu, overhead)?;
         if first {
             timeline::clear_channel(&mut g, channel);
+            crate::launch_log::clear(&mut g.channels[channel].launches);
             let token = (sys::realtime_ns() ^ ((self.pid as u64) << 40))
                 .wrapping_add(TOKENS.fetch_add(1, Ordering::Relaxed))
                 | 1;
@@ -415,6 +416,40 @@ impl Sim {
             };
             sleep_ns(wait.clamp(20_000, 2_000_000));
         }
+    }
+
+    /// [`submit`](Self::submit) of a kernel of `warps` warps, recorded in
+    /// the channel's launch log (see [`Sim::launches`]).
+    pub fn submit_kernel(&self, a: &Attachment, ns: u64, warps: u64) -> Result<u64, SimError> {
+        loop {
+            let wait = {
+                let mut g = self.lock_live(a.gpu)?;
+                Self::check(&g, a)?;
+                match timeline::enqueue(&mut g, a.channel, ItemKind::Kernel, ns, self.params) {
+                    Ok(seq) => {
+                        let now = g.sim_time_ns;
+                        crate::launch_log::record(&mut g.channels[a.channel].launches, now, warps);
+                        return Ok(seq);
+                    }
+                    Err(timeline::QueueFull) => {
+                        let ch = &g.channels[a.channel];
+                        timeline::work_until(ch, ch.completed)
+                    }
+                }
+            };
+            sleep_ns(wait.clamp(20_000, 2_000_000));
+        }
+    }
+
+    /// The kernels each process launched on `gpu` (processes that detached
+    /// are listed until their channel is claimed again).
+    pub fn launches(&self, gpu: usize) -> Result<Vec<crate::launch_log::Launches>, SimError> {
+        let g = self.lock(gpu)?;
+        Ok(g.channels
+            .iter()
+            .filter(|c| c.launches.kernels != 0)
+            .map(|c| crate::launch_log::read(&c.launches, c.pid, c.active == 1))
+            .collect())
     }
 
     /// Whether item `seq` has completed.

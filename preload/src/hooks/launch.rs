@@ -21,16 +21,37 @@ pub fn cost(grid: [c_uint; 3], block: [c_uint; 3]) -> u64 {
 
 /// Admits a launch of `warps` on the current device, then runs `real`.
 pub fn launch(e: &Enforcer, warps: u64, real: impl FnOnce() -> CUresult) -> CUresult {
+    match admit(e, warps) {
+        Ok(()) => real(),
+        Err(rc) => rc,
+    }
+}
+
+/// Admits a launch of `warps` on the current device (waiting for its
+/// turn), or says what to answer instead.
+fn admit(e: &Enforcer, warps: u64) -> Result<(), CUresult> {
     let gpu = if e.single_gpu() {
         0
     } else {
-        match current_device().and_then(|d| gpu_index(e, d)) {
-            Ok(g) => g,
-            Err(rc) => return rc,
-        }
+        current_device().and_then(|d| gpu_index(e, d))?
     };
     throttle::admit(e, gpu, warps);
-    real()
+    Ok(())
+}
+
+/// The gate of a kernel launch of `warps`: `CUDA_SUCCESS` when the real
+/// launch may go ahead (admitted, or passing through unlimited), else
+/// what to answer instead (see [`dispatch`]). The hooks then call the real
+/// function themselves, so its arguments are not moved through closures
+/// on the launch path.
+fn gate(warps: u64) -> CUresult {
+    dispatch(
+        || CUDA_SUCCESS,
+        |e| match admit(e, warps) {
+            Ok(()) => CUDA_SUCCESS,
+            Err(rc) => rc,
+        },
+    )
 }
 
 hook! {
@@ -38,75 +59,71 @@ hook! {
         f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
         shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void,
     ) {
-        dispatch(
-            || real_cuda!(cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)),
-            |e| launch(e, cost([gx, gy, gz], [bx, by, bz]), || {
-                real_cuda!(cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
-            }),
-        )
+        match gate(cost([gx, gy, gz], [bx, by, bz])) {
+            CUDA_SUCCESS => real_cuda!(cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)),
+            rc => rc,
+        }
     }
 
     fn cuLaunchKernel_ptsz(
         f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
         shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void,
     ) {
-        dispatch(
-            || real_cuda!(cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)),
-            |e| launch(e, cost([gx, gy, gz], [bx, by, bz]), || {
-                real_cuda!(cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
-            }),
-        )
+        match gate(cost([gx, gy, gz], [bx, by, bz])) {
+            CUDA_SUCCESS => real_cuda!(cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)),
+            rc => rc,
+        }
     }
 
     fn cuLaunchKernelEx(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) {
-        dispatch(
-            || real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
-            |e| {
-                // SAFETY: the caller's contract: config is NULL or points
-                // to a launch configuration.
-                let Some(c) = (unsafe { config.as_ref() }) else {
-                    return real_cuda!(cuLaunchKernelEx(config, f, params, extra));
-                };
-                launch(e, cost(c.grid, c.block), || real_cuda!(cuLaunchKernelEx(config, f, params, extra)))
-            },
-        )
+        // SAFETY: the caller's contract: config is NULL or points to a
+        // launch configuration.
+        let Some(c) = (unsafe { config.as_ref() }) else {
+            // Nothing to admit: the driver refuses the call itself.
+            return dispatch(
+                || real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
+                |_| real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
+            );
+        };
+        match gate(cost(c.grid, c.block)) {
+            CUDA_SUCCESS => real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
+            rc => rc,
+        }
     }
 
     fn cuLaunchKernelEx_ptsz(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) {
-        dispatch(
-            || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
-            |e| {
-                // SAFETY: the caller's contract: config is NULL or points
-                // to a launch configuration.
-                let Some(c) = (unsafe { config.as_ref() }) else {
-                    return real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra));
-                };
-                launch(e, cost(c.grid, c.block), || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)))
-            },
-        )
+        // SAFETY: the caller's contract: config is NULL or points to a
+        // launch configuration.
+        let Some(c) = (unsafe { config.as_ref() }) else {
+            // Nothing to admit: the driver refuses the call itself.
+            return dispatch(
+                || real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
+                |_| real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
+            );
+        };
+        match gate(cost(c.grid, c.block)) {
+            CUDA_SUCCESS => real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
+            rc => rc,
+        }
     }
 
     fn cuLaunchCooperativeKernel(
         f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
         shared: c_uint, stream: Handle, params: *mut *mut c_void,
     ) {
-        dispatch(
-            || real_cuda!(cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params)),
-            |e| launch(e, cost([gx, gy, gz], [bx, by, bz]), || {
-                real_cuda!(cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params))
-            }),
-        )
+        match gate(cost([gx, gy, gz], [bx, by, bz])) {
+            CUDA_SUCCESS => real_cuda!(cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params)),
+            rc => rc,
+        }
     }
 
     fn cuLaunchCooperativeKernel_ptsz(
         f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint,
         shared: c_uint, stream: Handle, params: *mut *mut c_void,
     ) {
-        dispatch(
-            || real_cuda!(cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params)),
-            |e| launch(e, cost([gx, gy, gz], [bx, by, bz]), || {
-                real_cuda!(cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params))
-            }),
-        )
+        match gate(cost([gx, gy, gz], [bx, by, bz])) {
+            CUDA_SUCCESS => real_cuda!(cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params)),
+            rc => rc,
+        }
     }
 }

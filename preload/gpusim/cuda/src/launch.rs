@@ -80,9 +80,10 @@ pub fn launch(
         let ns = crate::module::duration(p, &mut inner, f, att.gpu, &shape)?;
         (att, ns)
     };
-    stream::submit_on(p, stream, att, ItemKind::Kernel, ns)?;
+    let warps = shape.warps();
+    stream::submit_kernel_on(p, stream, att, ns, warps)?;
     p.executed.kernels.fetch_add(1, Ordering::Relaxed);
-    p.executed.warps.fetch_add(warps(&shape), Ordering::Relaxed);
+    p.executed.warps.fetch_add(warps, Ordering::Relaxed);
     Ok(())
 }
 

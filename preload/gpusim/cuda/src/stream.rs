@@ -56,6 +56,20 @@ pub fn submit_on(
     Ok((att, seq))
 }
 
+/// [`submit_on`] of a kernel of `warps` warps (recorded in the simulator's
+/// launch log).
+pub fn submit_kernel_on(
+    p: &Process,
+    stream: u64,
+    att: Attachment,
+    ns: u64,
+    warps: u64,
+) -> Result<(), CUresult> {
+    let seq = p.sim.submit_kernel(&att, ns, warps).map_err(sim_err)?;
+    note_submitted(&mut p.lock(), stream, seq);
+    Ok(())
+}
+
 /// Records item `seq` as `stream`'s last (if the stream still exists).
 fn note_submitted(inner: &mut Inner, stream: u64, seq: u64) {
     if let Ok((_, st)) = inner.stream_mut(stream) {
