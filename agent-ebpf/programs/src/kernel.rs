@@ -1,5 +1,13 @@
 //! Walking kernel structs with offsets from the agent:
 //! `current->files->fdt->fd[fd]->f_inode->i_rdev`.
+//!
+//! The first part, `current->files->fdt->{max_fds, fd}`, is plain loads
+//! from BTF-typed pointers (`bpf_get_current_task_btf`): the verifier
+//! checks them against the kernel's BTF (the offsets are constants to it,
+//! read from the frozen `TESSERA_CONFIG`) and the JIT makes them
+//! fault-tolerant, at the cost of a load each. The fd array holds
+//! untyped pointers, so from the fd slot on each step is a
+//! `bpf_probe_read_kernel` helper call.
 
 use aya_ebpf::helpers::{bpf_probe_read_kernel, generated::bpf_get_current_task_btf};
 use tessera_ebpf_common::config::KernelOffsets;
@@ -42,9 +50,10 @@ pub fn file_rdev(file: *const u8, off: &KernelOffsets) -> Option<u32> {
     read(inode, off.inode_rdev)
 }
 
-/// Device number of the current task's file descriptor `fd`.
+/// The `struct file` of the current task's file descriptor `fd`, `None`
+/// if it is not open.
 #[inline(always)]
-pub fn fd_rdev(fd: u32, off: &KernelOffsets) -> Option<u32> {
+pub fn fd_file(fd: u32, off: &KernelOffsets) -> Option<*const u8> {
     // SAFETY: the helper has no preconditions.
     let task = unsafe { bpf_get_current_task_btf() } as *const u8;
     // SAFETY: `task` is the BTF-typed current task; `load`'s contract.
@@ -71,5 +80,5 @@ pub fn fd_rdev(fd: u32, off: &KernelOffsets) -> Option<u32> {
         .ok()?
         .checked_mul(fd)?;
     let file: *const u8 = read(fds, slot)?;
-    file_rdev(file, off)
+    (!file.is_null()).then_some(file)
 }

@@ -22,7 +22,7 @@
 //! (`src/guard/main.rs`), loaded once per pod.
 #![no_std]
 #![no_main]
-// BPF inline assembly: the atomic add (`track::add`).
+// BPF inline assembly: the atomic add (`counters::add`).
 #![feature(asm_experimental_arch)]
 
 mod bypass;
@@ -38,6 +38,7 @@ mod raw_tracepoint;
 mod tracepoint;
 mod track;
 mod user;
+mod verdict;
 
 /// GPL-compatible, as helpers such as `bpf_probe_read_kernel` require.
 /// Matches the crate's licence (GPL-2.0 OR MIT).
