@@ -104,8 +104,10 @@ struct Row {
     cells: [Cell; OPS.len()],
 }
 
-/// Measures every op, `iters` calls per round; `info` reads the attached
-/// program's run-time statistics.
+/// Measures every op, `iters` calls per round, then once more with the
+/// kernel's run-time statistics on (they cost two clock reads per run, so
+/// the timed rounds run without them); `info` reads the attached
+/// program's statistics.
 fn run(label: &str, iters: u32, info: &dyn Fn() -> Option<ProgramInfo>) -> Row {
     let targets = Targets::open();
     let mut cells = [Cell::default(); OPS.len()];
@@ -113,7 +115,6 @@ fn run(label: &str, iters: u32, info: &dyn Fn() -> Option<ProgramInfo>) -> Row {
         for _ in 0..iters / 10 {
             targets.call(i);
         }
-        let before = info();
         let mut per_call: Vec<f64> = (0..ROUNDS)
             .map(|_| {
                 let start = Instant::now();
@@ -123,18 +124,35 @@ fn run(label: &str, iters: u32, info: &dyn Fn() -> Option<ProgramInfo>) -> Row {
                 start.elapsed().as_nanos() as f64 / f64::from(iters)
             })
             .collect();
-        let after = info();
         per_call.sort_by(f64::total_cmp);
         *cell = Cell {
             min: per_call[0],
             median: per_call[ROUNDS / 2],
-            program: before.zip(after).and_then(|(b, a)| mean_run_ns(&b, &a)),
+            program: program_ns(iters, &|| targets.call(i), info),
         };
     }
     Row {
         label: label.to_owned(),
         cells,
     }
+}
+
+/// Mean ns per run of the program over `iters` calls of `op`, with
+/// run-time statistics on; `None` without statistics or when the program
+/// ran mostly for other processes (the op does not trigger it).
+fn program_ns(iters: u32, op: &dyn Fn(), info: &dyn Fn() -> Option<ProgramInfo>) -> Option<f64> {
+    info()?;
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()?;
+    let before = info()?;
+    for _ in 0..iters {
+        op();
+    }
+    let after = info()?;
+    let runs = after.run_count().checked_sub(before.run_count())?;
+    if runs < u64::from(iters) {
+        return None;
+    }
+    mean_run_ns(&before, &after)
 }
 
 /// Mean ns per program run between two readings (other processes' calls
@@ -206,7 +224,7 @@ fn print(rows: &[Row], iters: u32) {
         "ns per call, min / median of {ROUNDS} rounds x {iters} calls; (Δ) = median minus the median without observer"
     );
     println!(
-        "[bpf N] = mean run time of the ioctl program per run during that loop, ns (BPF_STATS_RUN_TIME)"
+        "[bpf N] = mean run time of the ioctl program per run over one more loop with BPF_STATS_RUN_TIME on, ns"
     );
     print!("{:<18}", "observer");
     for op in OPS {
@@ -241,10 +259,9 @@ fn main() {
         .unwrap_or(200_000);
     let zero = device("/dev/zero");
 
-    // Run-time statistics for the program figures; dropped at exit.
-    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
-        .map_err(|e| println!("no program run-time statistics ({e})"))
-        .ok();
+    if let Err(e) = aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+        println!("no program run-time statistics ({e})");
+    }
     let mut rows = vec![run("no observer", iters, &|| None)];
     for mode in [
         AttachMode::Tracepoint,
@@ -256,6 +273,8 @@ fn main() {
         config.mode = ModeRequest::Only(mode);
         match Observer::start(&config) {
             Ok(mut observer) => {
+                let cache = if observer.verdict_cache() { "on" } else { "off" };
+                println!("{mode}: verdict cache {cache}");
                 rows.push(run(mode.name(), iters, &|| {
                     observer.ioctl_program_info().ok()
                 }));
