@@ -11,20 +11,15 @@ use tessera_ebpf_common::{
     uvm::UVM_REGISTER_GPU,
 };
 
-use crate::{
-    bypass,
-    counters::bump,
-    maps::IOCTL_COUNTS,
-    track,
-    user::read_user,
-};
+use crate::{bypass, counters::bump, maps::IOCTL_COUNTS, track, user::read_user};
 
 /// Counts `cmd` on the watched device `rdev` (see [`verdict`]); `arg` is
 /// the ioctl's user-space argument.
 ///
 /// [`verdict`]: crate::verdict
 #[inline(always)]
-pub fn record(rdev: u32, watched: WatchedDevice, cmd: u32, arg: u64) {    let mut xfer = None;
+pub fn record(rdev: u32, watched: WatchedDevice, cmd: u32, arg: u64) {
+    let mut xfer = None;
     let (nr, nr_flags) = decode(watched.decode, cmd, || {
         let x: Xfer = read_user(arg)?;
         xfer = Some(x);

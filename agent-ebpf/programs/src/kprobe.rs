@@ -2,8 +2,8 @@
 //! and `uvm_unlocked_ioctl_entry` (both `(struct file *, unsigned int,
 //! unsigned long)`): only NVIDIA ioctls pay anything.
 
-use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use crate::{config, ioctl, verdict};
+use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 
 #[kprobe]
 pub fn ioctl_kprobe(ctx: ProbeContext) -> u32 {
