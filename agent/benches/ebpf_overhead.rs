@@ -273,7 +273,11 @@ fn main() {
         config.mode = ModeRequest::Only(mode);
         match Observer::start(&config) {
             Ok(mut observer) => {
-                let cache = if observer.verdict_cache() { "on" } else { "off" };
+                let cache = if observer.verdict_cache() {
+                    "on"
+                } else {
+                    "off"
+                };
                 println!("{mode}: verdict cache {cache}");
                 rows.push(run(mode.name(), iters, &|| {
                     observer.ioctl_program_info().ok()
