@@ -17,7 +17,9 @@
 #[path = "ebpf_support/mod.rs"]
 mod support;
 
-use support::{Child, TestCgroup, child_role, device, object, skip_if, skip_reason, sys};
+use support::{
+    Child, TestCgroup, answer, child_role, device, object, skip_if, skip_reason, sys, wait_line,
+};
 use tessera_agent::ebpf::{
     AttachMode, ModeRequest, Observer, ObserverConfig,
     mode::{self, KernelFacts},
@@ -54,6 +56,7 @@ fn child_side() {
     match child_role().as_deref() {
         None => return,
         Some("reuse") => reuse_child(),
+        Some("two-phase") => two_phase_child(),
         Some(_) => ioctls_child(),
     }
     std::process::exit(0);
@@ -225,6 +228,61 @@ fn raw_tracepoint_verdict_cache_cannot_hide_a_watched_device() {
     child_side();
     let name = "raw_tracepoint_verdict_cache_cannot_hide_a_watched_device";
     cache_cannot_hide(name, AttachMode::RawTracepoint);
+}
+
+/// ioctls on the watched device, pausing for the parent in between.
+fn two_phase_child() {
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let mut params = [0u8; 48];
+    for _ in 0..N_CACHED {
+        sys::ioctl(&zero, RM_CONTROL, &mut params);
+    }
+    answer("paused");
+    wait_line("exit");
+    sys::ioctl(&zero, RM_CONTROL, &mut params);
+}
+
+/// The bypass check caches, per cgroup, that the cgroup is outside every
+/// watched one; watching it later must void that, so the process's next
+/// ioctl is reported.
+fn watching_later_is_seen(test_name: &str, mode: AttachMode) {
+    skip_if!(skip_reason());
+    let pod = TestCgroup::new(test_name);
+    let mut config = ObserverConfig::new(object().unwrap(), vec![device("/dev/zero")]);
+    config.mode = ModeRequest::Only(mode);
+    let mut observer = Observer::start(&config).unwrap();
+    let mut events = observer.bypass_events().unwrap();
+    let mut child = Child::spawn(test_name, "two-phase").join(&pod.0);
+    let pid = child.pid();
+    assert_eq!(child.go_until_answer(), "paused");
+    assert!(
+        events.drain().iter().all(|e| e.tgid != pid),
+        "reported while outside every watched cgroup"
+    );
+    observer.watch_cgroup(pod.id()).unwrap();
+    child.finish();
+    let mut ours = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while ours.is_empty() && std::time::Instant::now() < deadline {
+        events.wait(std::time::Duration::from_millis(50)).unwrap();
+        ours.extend(events.drain().into_iter().filter(|e| e.tgid == pid));
+    }
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].watched_cgroup_id, pod.id());
+}
+
+#[test]
+fn tracepoint_watching_a_cgroup_voids_its_cached_verdict() {
+    child_side();
+    let name = "tracepoint_watching_a_cgroup_voids_its_cached_verdict";
+    watching_later_is_seen(name, AttachMode::Tracepoint);
+}
+
+#[test]
+fn raw_tracepoint_watching_a_cgroup_voids_its_cached_verdict() {
+    child_side();
+    let name = "raw_tracepoint_watching_a_cgroup_voids_its_cached_verdict";
+    watching_later_is_seen(name, AttachMode::RawTracepoint);
 }
 
 /// What this test reads of the kernel itself, independently of

@@ -33,8 +33,11 @@ pub const RM_PROCS: &str = "RM_PROCS";
 /// `PerCpuArray<verdict::FileVerdict>` of `verdict::FILE_SLOTS`: files known
 /// not to be watched devices.
 pub const FILE_VERDICTS: &str = "FILE_VERDICTS";
+/// `PerCpuArray<verdict::CgroupVerdict>` of `verdict::CGROUP_SLOTS`: which
+/// watched cgroup a cgroup is in.
+pub const CGROUP_VERDICTS: &str = "CGROUP_VERDICTS";
 /// `Array<u64>` of `verdict::EPOCHS`: the epochs that invalidate
-/// [`FILE_VERDICTS`].
+/// [`FILE_VERDICTS`] and [`CGROUP_VERDICTS`].
 pub const EPOCHS: &str = "EPOCHS";
 
 /// Global `config::ProgramConfig`, set by the agent before loading.

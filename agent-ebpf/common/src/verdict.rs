@@ -27,7 +27,12 @@
 //!   preemption disabled (syscall tracepoints, raw tracepoints and kprobes
 //!   all do), so one CPU's slot is never written by two runs at once.
 //!
-//! Only negative verdicts are cached: a file of a watched device is
+//! The bypass check caches the same way, per CPU, which watched cgroup a
+//! cgroup is in ([`CgroupVerdict`]), so host processes using NVIDIA
+//! devices do not walk their cgroup ancestry on every ioctl; only the
+//! ioctl programs use that cache (device programs can be preempted).
+//!
+//! Only negative file verdicts are cached: a file of a watched device is
 //! resolved on every ioctl, so a reused pointer can never make an
 //! unwatched file count as watched either.
 
@@ -36,8 +41,14 @@ pub const FILE_SLOTS: u32 = 1024;
 
 /// Index of the device epoch in the `EPOCHS` array.
 pub const DEVICE_EPOCH: u32 = 0;
+/// Index of the cgroup epoch: written by the agent after every change of
+/// the watched cgroups, never by the kernel; 0 turns the cgroup cache off.
+pub const CGROUP_EPOCH: u32 = 1;
 /// Number of epochs.
-pub const EPOCHS: u32 = 1;
+pub const EPOCHS: u32 = 2;
+
+/// Slots of the per-CPU cgroup cache (a power of two).
+pub const CGROUP_SLOTS: u32 = 256;
 
 /// One slot: `file` is not a watched device as of device epoch `epoch`.
 #[repr(C)]
@@ -47,6 +58,27 @@ pub struct FileVerdict {
     pub file: u64,
     /// The device epoch read before the file was resolved.
     pub epoch: u64,
+}
+
+/// One slot of the cgroup cache: the watched cgroup that cgroup
+/// `cgroup_id` is in (itself or an ancestor), 0 for none, as of cgroup
+/// epoch `epoch`. Valid for as long as the epoch holds: cgroup ids are
+/// never reused and a cgroup never changes parent, so the answer depends
+/// only on the watched set, whose every change gets a new epoch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupVerdict {
+    /// The cgroup asked about.
+    pub cgroup_id: u64,
+    /// The cgroup epoch read before the ancestry was walked.
+    pub epoch: u64,
+    /// The watched cgroup it is in, 0 for none.
+    pub watched: u64,
+}
+
+/// The slot of cgroup `id` in the cgroup cache.
+pub const fn cgroup_slot(id: u64) -> u32 {
+    (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CGROUP_SLOTS.trailing_zeros())) as u32
 }
 
 /// The slot of `file`: a multiplicative hash of the pointer (slab objects
@@ -87,5 +119,7 @@ mod tests {
         assert_ne!(agent_device_epoch(1), 0);
         assert!(agent_device_epoch(2) > agent_device_epoch(1) + u64::from(u32::MAX));
         assert_eq!(core::mem::size_of::<FileVerdict>(), 16);
+        assert_eq!(core::mem::size_of::<CgroupVerdict>(), 24);
+        assert!((0..1000).all(|id| cgroup_slot(id) < CGROUP_SLOTS));
     }
 }

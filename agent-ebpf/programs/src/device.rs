@@ -69,7 +69,14 @@ fn count(ctx: &DeviceContext) -> Option<OpenKey> {
 #[cgroup_device]
 pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
     if let Some(key) = count(&ctx) {
-        bypass::check(key.cgroup_id, key.dev, kind::OPEN, key.access, 0);
+        bypass::check(
+            bypass::Ancestry::Walked,
+            key.cgroup_id,
+            key.dev,
+            kind::OPEN,
+            key.access,
+            0,
+        );
     }
     ALLOW
 }

@@ -35,7 +35,14 @@ pub fn record(rdev: u32, watched: WatchedDevice, cmd: u32, arg: u64) {
         reserved: 0,
     };
     bump(&IOCTL_COUNTS, &key);
-    bypass::check(cgroup_id, rdev, kind::IOCTL, nr, nr_flags);
+    bypass::check(
+        bypass::Ancestry::Cached,
+        cgroup_id,
+        rdev,
+        kind::IOCTL,
+        nr,
+        nr_flags,
+    );
 
     // The parameter block: XFER names it, else the command's size field.
     let (params, size) = match xfer {

@@ -10,7 +10,7 @@ use tessera_ebpf_common::{
     rm::{RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
     stats,
     uvm::{GpuUse, GpuUseKey},
-    verdict::{self, FileVerdict},
+    verdict::{self, CgroupVerdict, FileVerdict},
 };
 
 /// Devices to count, keyed by kernel `dev_t`; filled by the agent.
@@ -68,7 +68,13 @@ pub static RM_PROCS: HashMap<u32, RmProcess> = HashMap::with_max_entries(16384, 
 pub static FILE_VERDICTS: PerCpuArray<FileVerdict> =
     PerCpuArray::with_max_entries(verdict::FILE_SLOTS, 0);
 
-/// The epochs that invalidate `FILE_VERDICTS`: written by the agent,
-/// bumped by `dev_open_epoch`.
+/// Which watched cgroup a cgroup is in, per CPU; written only by the
+/// ioctl programs.
+#[map(name = "CGROUP_VERDICTS")]
+pub static CGROUP_VERDICTS: PerCpuArray<CgroupVerdict> =
+    PerCpuArray::with_max_entries(verdict::CGROUP_SLOTS, 0);
+
+/// The epochs that invalidate `FILE_VERDICTS` and `CGROUP_VERDICTS`:
+/// written by the agent, the device epoch also bumped by `dev_open_epoch`.
 #[map(name = "EPOCHS")]
 pub static EPOCHS: Array<u64> = Array::with_max_entries(verdict::EPOCHS, 0);

@@ -28,7 +28,7 @@ use super::driver;
 use super::load;
 use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
 use super::mounts;
-use super::verdict::VerdictCache;
+use super::verdict::{CgroupEpoch, VerdictCache};
 use crate::error_chain::with_causes;
 
 /// The kernel struct holding the `sched_process_exit` record, and its
@@ -163,6 +163,7 @@ pub struct Observer {
     open_audit: Option<PathBuf>,
     exit_hook: bool,
     verdicts: Option<VerdictCache>,
+    pub(super) cgroup_epoch: CgroupEpoch,
 }
 
 impl std::fmt::Debug for Observer {
@@ -242,6 +243,9 @@ impl Observer {
             }
         };
 
+        let mut cgroup_epoch = CgroupEpoch::default();
+        cgroup_epoch.advance(&mut ebpf)?;
+
         for mode in plan.candidates {
             match load::attach_ioctl(&mut ebpf, mode, &facts) {
                 Ok(()) => {
@@ -252,6 +256,7 @@ impl Observer {
                         open_audit: None,
                         exit_hook,
                         verdicts,
+                        cgroup_epoch,
                     });
                 }
                 Err(e) => {

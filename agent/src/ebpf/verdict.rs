@@ -7,7 +7,9 @@
 //!
 //! Without the epoch program (no cgroup v2, a kernel that refuses a link
 //! on the root) the epoch stays 0 and every ioctl is resolved: slower,
-//! never wrong.
+//! never wrong. The cgroup cache of the bypass check has an epoch of its
+//! own, which the agent advances after every change of the watched
+//! cgroups ([`CgroupEpoch`]).
 
 use std::path::PathBuf;
 
@@ -18,7 +20,7 @@ use aya::{
 };
 use tessera_ebpf_common::{
     names,
-    verdict::{DEVICE_EPOCH, agent_device_epoch},
+    verdict::{CGROUP_EPOCH, DEVICE_EPOCH, agent_device_epoch},
 };
 
 use super::load;
@@ -63,12 +65,28 @@ impl VerdictCache {
     /// after the watched devices changed.
     pub(super) fn invalidate(&mut self, ebpf: &mut Ebpf) -> Result<(), ObserverError> {
         self.generation = self.generation.wrapping_add(1).max(1);
-        let name = names::EPOCHS;
-        let err = ObserverError::map(name);
-        let map = ebpf.map_mut(name).ok_or(ObserverError::Missing(name))?;
-        let mut epochs = Array::<&mut MapData, u64>::try_from(map).map_err(err)?;
-        epochs
-            .set(DEVICE_EPOCH, agent_device_epoch(self.generation), 0)
-            .map_err(err)
+        write_epoch(ebpf, DEVICE_EPOCH, agent_device_epoch(self.generation))
     }
+}
+
+/// The cgroup cache's epoch, which only the agent writes: every change of
+/// the watched cgroups is followed by a new value; 0 (never written) keeps
+/// the cache off.
+#[derive(Debug, Default)]
+pub(super) struct CgroupEpoch(u64);
+
+impl CgroupEpoch {
+    /// Writes the next epoch: every cached cgroup verdict is void.
+    pub(super) fn advance(&mut self, ebpf: &mut Ebpf) -> Result<(), ObserverError> {
+        self.0 = self.0.wrapping_add(1).max(1);
+        write_epoch(ebpf, CGROUP_EPOCH, self.0)
+    }
+}
+
+fn write_epoch(ebpf: &mut Ebpf, index: u32, value: u64) -> Result<(), ObserverError> {
+    let name = names::EPOCHS;
+    let err = ObserverError::map(name);
+    let map = ebpf.map_mut(name).ok_or(ObserverError::Missing(name))?;
+    let mut epochs = Array::<&mut MapData, u64>::try_from(map).map_err(err)?;
+    epochs.set(index, value, 0).map_err(err)
 }
