@@ -12,10 +12,14 @@
 //! - [`kprobe`]: `nvidia_unlocked_ioctl` / `uvm_unlocked_ioctl_entry`, only
 //!   NVIDIA ioctls pay anything;
 //! - [`device`]: cgroup device programs, count opens and never deny (one
-//!   also reports bypasses, one only counts, for older kernels);
+//!   also reports bypasses, one only counts, for older kernels), and one
+//!   on the cgroup v2 root that voids the verdict cache when a watched
+//!   device is opened;
 //! - [`exit`]: `sched/sched_process_exit`, forgets exited processes.
 //!
-//! Both the ioctl and the open paths report the first access of an
+//! Before any of that, the ioctl programs reject files that are not
+//! watched devices from a per-CPU cache ([`verdict`]) after one kernel
+//! read. Both the ioctl and the open paths report the first access of an
 //! unregistered process in a watched cgroup ([`bypass`]); the ioctl path
 //! also records UVM GPU registrations and estimates video memory
 //! ([`track`]). The per-pod device guard is a separate object

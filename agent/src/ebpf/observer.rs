@@ -179,7 +179,9 @@ impl std::fmt::Debug for Observer {
 
 impl Observer {
     /// Loads the object, fills the watched devices, attaches the
-    /// process-exit hook and the ioctl program in the first mode that
+    /// process-exit hook, the verdict cache's epoch program (a device
+    /// program on the cgroup v2 root that never denies; without it the
+    /// cache stays off) and the ioctl program in the first mode that
     /// works.
     pub fn start(config: &ObserverConfig) -> Result<Self, ObserverError> {
         let btf = Btf::from_kernel().map_err(ObserverError::Offsets)?;
