@@ -1,17 +1,26 @@
-//! What the eBPF ioctl observer costs: ns per ioctl on a watched device, on
-//! an unwatched device, and per `getppid` (a syscall the observer does not
-//! care about), with no observer and in each attach mode that loads here.
+//! What the eBPF ioctl observer costs, per attach mode that loads here:
+//! ns per call of an ioctl on a watched device (`/dev/zero`), on an
+//! unwatched device of the same major (`/dev/null`, the costliest reject:
+//! the device number must be read), on a socket (what network stacks
+//! issue all day), and of `getppid` (a syscall the observer does not care
+//! about), each against the same call without observer; plus the ioctl
+//! program's own mean run time per call from the kernel's run-time
+//! statistics (`BPF_STATS_RUN_TIME`), which is steadier than syscall
+//! timings on a busy machine.
 //!
-//! The bypass check runs on every watched-device ioctl, so the tracepoint
-//! mode is also measured with this process registered (one hash lookup),
-//! and already reported from a watched cgroup (two lookups); the plain
-//! rows are the costliest case, an unregistered process outside every
-//! watched cgroup, which walks its cgroup ancestry on each ioctl.
+//! Each mode is also measured with the program attached but unconfigured
+//! (`no-op`: it returns at its first instruction), which is the floor the
+//! attach point itself costs. The bypass check runs on every
+//! watched-device ioctl, so the tracepoint mode is measured again with this
+//! process registered (one hash lookup) and already reported from a watched
+//! cgroup; the plain rows are an unregistered process outside every watched
+//! cgroup.
 //!
 //! Needs root and the object: `$TESSERA_EBPF_OBJECT`, else
 //! `$TESSERA_ARTIFACTS/ebpf/tessera.bpf.o`, else the debug artifacts.
 //! Run: `cargo xtask build && cargo bench -p tessera-agent --bench ebpf_overhead`
-//! (pin it for steadier figures: `taskset -c 1 cargo bench ...`).
+//! (pin it for steadier figures: `taskset -c 1 cargo bench ...`;
+//! `TESSERA_BENCH_ITERS` sets the calls per round, 200000 by default).
 #![allow(
     clippy::unwrap_used,
     reason = "a benchmark binary: failing loudly is fine"
@@ -22,9 +31,12 @@ mod support;
 
 use std::fs::File;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use aya::programs::{ProgramInfo, RawTracePoint, TracePoint};
 use support::{artifact_in, artifacts, device, or_skip, skip_if};
 use tessera_agent::cgroup;
 use tessera_agent::ebpf::{AttachMode, ModeRequest, Observer, ObserverConfig};
@@ -41,76 +53,157 @@ fn object() -> Result<PathBuf, String> {
     artifact_in(&dir, "ebpf/tessera.bpf.o")
 }
 
-/// (min, median) ns per call of `op` over `ROUNDS` rounds of `iters` calls.
-fn measure(iters: u32, mut op: impl FnMut()) -> (f64, f64) {
-    for _ in 0..iters / 10 {
-        op();
+/// The calls measured, in table order.
+const OPS: [&str; 4] = [
+    "ioctl watched",
+    "ioctl unwatched",
+    "ioctl socket",
+    "getppid",
+];
+
+/// What the calls act on.
+struct Targets {
+    watched: File,
+    unwatched: File,
+    socket: UnixDatagram,
+}
+
+impl Targets {
+    fn open() -> Self {
+        Self {
+            watched: File::open("/dev/zero").unwrap(),
+            unwatched: File::open("/dev/null").unwrap(),
+            socket: UnixDatagram::unbound().unwrap(),
+        }
     }
-    let mut per_call: Vec<f64> = (0..ROUNDS)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                op();
-            }
-            start.elapsed().as_nanos() as f64 / f64::from(iters)
-        })
-        .collect();
-    per_call.sort_by(f64::total_cmp);
-    (per_call[0], per_call[ROUNDS / 2])
+
+    /// One call of op `i` of [`OPS`]. `is_terminal` is one
+    /// `ioctl(TCGETS)`, which all three reject.
+    fn call(&self, i: usize) {
+        match i {
+            0 => std::hint::black_box(self.watched.is_terminal()),
+            1 => std::hint::black_box(self.unwatched.is_terminal()),
+            2 => std::hint::black_box(self.socket.as_fd().is_terminal()),
+            _ => std::hint::black_box(std::os::unix::process::parent_id() != 0),
+        };
+    }
+}
+
+/// One op's figures.
+#[derive(Clone, Copy, Default)]
+struct Cell {
+    /// Min and median ns per call over the rounds.
+    min: f64,
+    median: f64,
+    /// Mean ns per run of the ioctl program while the op ran.
+    program: Option<f64>,
 }
 
 struct Row {
     label: String,
-    watched: (f64, f64),
-    unwatched: (f64, f64),
-    getppid: (f64, f64),
-    /// Mean run time of the ioctl program per watched-device ioctl, ns,
-    /// from the kernel's run-time statistics.
-    program: Option<f64>,
+    cells: [Cell; OPS.len()],
 }
 
-fn run(label: &str, iters: u32, observer: Option<&Observer>) -> Row {
-    let zero = File::open("/dev/zero").unwrap();
-    let null = File::open("/dev/null").unwrap();
-    // isatty() is one ioctl(TCGETS), which the memory devices reject.
+/// Measures every op, `iters` calls per round, then once more with the
+/// kernel's run-time statistics on (they cost two clock reads per run, so
+/// the timed rounds run without them); `info` reads the attached
+/// program's statistics.
+fn run(label: &str, iters: u32, info: &dyn Fn() -> Option<ProgramInfo>) -> Row {
+    let targets = Targets::open();
+    let mut cells = [Cell::default(); OPS.len()];
+    for (i, cell) in cells.iter_mut().enumerate() {
+        for _ in 0..iters / 10 {
+            targets.call(i);
+        }
+        let mut per_call: Vec<f64> = (0..ROUNDS)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    targets.call(i);
+                }
+                start.elapsed().as_nanos() as f64 / f64::from(iters)
+            })
+            .collect();
+        per_call.sort_by(f64::total_cmp);
+        *cell = Cell {
+            min: per_call[0],
+            median: per_call[ROUNDS / 2],
+            program: program_ns(iters, &|| targets.call(i), info),
+        };
+    }
     Row {
         label: label.to_owned(),
-        program: observer.and_then(|o| program_ns(o, &zero, iters)),
-        watched: measure(iters, || {
-            std::hint::black_box(zero.is_terminal());
-        }),
-        unwatched: measure(iters, || {
-            std::hint::black_box(null.is_terminal());
-        }),
-        getppid: measure(iters, || {
-            std::hint::black_box(std::os::unix::process::parent_id());
-        }),
+        cells,
     }
 }
 
-/// Mean ns per run of the ioctl program over `iters` watched ioctls
-/// (other processes' ioctls during the loop add a little noise).
-fn program_ns(observer: &Observer, watched: &File, iters: u32) -> Option<f64> {
-    let before = observer.ioctl_program_info().ok()?;
+/// Mean ns per run of the program over `iters` calls of `op`, with
+/// run-time statistics on; `None` without statistics or when the program
+/// ran mostly for other processes (the op does not trigger it).
+fn program_ns(iters: u32, op: &dyn Fn(), info: &dyn Fn() -> Option<ProgramInfo>) -> Option<f64> {
+    info()?;
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()?;
+    let before = info()?;
     for _ in 0..iters {
-        std::hint::black_box(watched.is_terminal());
+        op();
     }
-    let after = observer.ioctl_program_info().ok()?;
+    let after = info()?;
+    let runs = after.run_count().checked_sub(before.run_count())?;
+    if runs < u64::from(iters) {
+        return None;
+    }
+    mean_run_ns(&before, &after)
+}
+
+/// Mean ns per program run between two readings (other processes' calls
+/// during the loop add a little noise).
+fn mean_run_ns(before: &ProgramInfo, after: &ProgramInfo) -> Option<f64> {
     let runs = after.run_count().checked_sub(before.run_count())?;
     let time = after.run_time().checked_sub(before.run_time())?;
     (runs > 0).then(|| time.as_nanos() as f64 / runs as f64)
+}
+
+/// The mode's ioctl program attached from an object loaded without
+/// configuration, so it returns at once: what the attach point costs.
+fn no_op_row(object: &Path, mode: AttachMode, iters: u32) -> Option<Row> {
+    let mut ebpf = aya::Ebpf::load_file(object)
+        .map_err(|e| println!("{mode} no-op: cannot load the object ({e})"))
+        .ok()?;
+    let name = mode.program();
+    let attached = match mode {
+        AttachMode::Tracepoint => {
+            let p: &mut TracePoint = ebpf.program_mut(name)?.try_into().ok()?;
+            p.load()
+                .and_then(|()| p.attach("syscalls", "sys_enter_ioctl").map(drop))
+        }
+        AttachMode::RawTracepoint => {
+            let p: &mut RawTracePoint = ebpf.program_mut(name)?.try_into().ok()?;
+            p.load().and_then(|()| p.attach("sys_enter").map(drop))
+        }
+        AttachMode::Kprobe => return None,
+    };
+    if let Err(e) = attached {
+        println!("{mode} no-op: not available here ({e})");
+        return None;
+    }
+    let info = || ebpf.program(name).and_then(|p| p.info().ok());
+    Some(run(&format!("{mode}, no-op"), iters, &info))
 }
 
 /// The tracepoint mode again, with this process registered, then reported.
 fn bypass_rows(observer: &mut Observer, rows: &mut Vec<Row>, iters: u32) {
     let pid = std::process::id();
     observer.register_tgid(pid).unwrap();
-    rows.push(run("tp, registered", iters, Some(observer)));
+    rows.push(run("tp, registered", iters, &|| {
+        observer.ioctl_program_info().ok()
+    }));
     observer.unregister_tgid(pid).unwrap();
     match own_cgroup_id() {
         Some(id) => {
             observer.watch_cgroup(id).unwrap();
-            rows.push(run("tp, reported", iters, Some(observer)));
+            rows.push(run("tp, reported", iters, &|| {
+                observer.ioctl_program_info().ok()
+            }));
             assert!(observer.reported_tgids().unwrap().contains(&pid));
             observer.unwatch_cgroup(id).unwrap();
         }
@@ -126,6 +219,37 @@ fn own_cgroup_id() -> Option<u64> {
     cgroup::cgroup_id(&root.join(path.trim_start_matches('/'))).ok()
 }
 
+fn print(rows: &[Row], iters: u32) {
+    println!(
+        "ns per call, min / median of {ROUNDS} rounds x {iters} calls; (Δ) = median minus the median without observer"
+    );
+    println!(
+        "[bpf N] = mean run time of the ioctl program per run over one more loop with BPF_STATS_RUN_TIME on, ns"
+    );
+    print!("{:<18}", "observer");
+    for op in OPS {
+        print!(" {op:>30}");
+    }
+    println!();
+    let base = &rows[0].cells;
+    for row in rows {
+        print!("{:<18}", row.label);
+        for (cell, base) in row.cells.iter().zip(base) {
+            let program = cell
+                .program
+                .map_or(String::new(), |ns| format!(" [bpf {ns:.0}]"));
+            let text = format!(
+                "{:.0} / {:.0} ({:+.0}){program}",
+                cell.min,
+                cell.median,
+                cell.median - base.median
+            );
+            print!(" {text:>30}");
+        }
+        println!();
+    }
+}
+
 fn main() {
     skip_if!(support::not_root());
     let object = or_skip!(object());
@@ -135,21 +259,29 @@ fn main() {
         .unwrap_or(200_000);
     let zero = device("/dev/zero");
 
-    // Run-time statistics for the program column; dropped at exit.
-    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
-        .map_err(|e| println!("no program run-time statistics ({e})"))
-        .ok();
-    let mut rows = vec![run("no observer", iters, None)];
+    if let Err(e) = aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+        println!("no program run-time statistics ({e})");
+    }
+    let mut rows = vec![run("no observer", iters, &|| None)];
     for mode in [
         AttachMode::Tracepoint,
         AttachMode::RawTracepoint,
         AttachMode::Kprobe,
     ] {
+        rows.extend(no_op_row(&object, mode, iters));
         let mut config = ObserverConfig::new(&object, vec![zero.clone()]);
         config.mode = ModeRequest::Only(mode);
         match Observer::start(&config) {
             Ok(mut observer) => {
-                rows.push(run(mode.name(), iters, Some(&observer)));
+                let cache = if observer.verdict_cache() {
+                    "on"
+                } else {
+                    "off"
+                };
+                println!("{mode}: verdict cache {cache}");
+                rows.push(run(mode.name(), iters, &|| {
+                    observer.ioctl_program_info().ok()
+                }));
                 let counted = observer.snapshot().unwrap().ioctls_counted();
                 assert!(
                     counted >= u64::from(iters),
@@ -162,28 +294,5 @@ fn main() {
             Err(e) => println!("{mode}: not available here ({e})"),
         }
     }
-
-    println!(
-        "ns per call, min / median of {ROUNDS} rounds x {iters} calls; Δ = median minus the median without observer"
-    );
-    println!(
-        "bpf ns/run = mean run time of the ioctl program per watched ioctl (BPF_STATS_RUN_TIME)"
-    );
-    println!(
-        "{:<16} {:>24} {:>24} {:>24} {:>12}",
-        "observer", "ioctl watched dev", "ioctl unwatched dev", "getppid", "bpf ns/run"
-    );
-    let base = (rows[0].watched.1, rows[0].unwatched.1, rows[0].getppid.1);
-    let cell =
-        |(min, med): (f64, f64), base: f64| format!("{min:.0} / {med:.0} ({:+.0})", med - base);
-    for row in &rows {
-        println!(
-            "{:<16} {:>24} {:>24} {:>24} {:>12}",
-            row.label,
-            cell(row.watched, base.0),
-            cell(row.unwatched, base.1),
-            cell(row.getppid, base.2),
-            row.program.map_or("-".to_owned(), |ns| format!("{ns:.0}"))
-        );
-    }
+    print(&rows, iters);
 }

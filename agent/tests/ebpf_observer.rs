@@ -1,7 +1,9 @@
 //! Privileged tests of the eBPF observer: a child process moved into a
 //! fresh cgroup v2 directory issues ioctls on a watched stand-in device
 //! (`/dev/zero`) and on an unwatched one (`/dev/null`); the counts for that
-//! cgroup must be exact.
+//! cgroup must be exact, also when the child tries to hide watched ioctls
+//! behind the verdict cache; auto mode must pick the mode the kernel
+//! allows, judged from what the test reads of the kernel itself.
 //!
 //! They need root and the built object (`$TESSERA_ARTIFACTS/ebpf/
 //! tessera.bpf.o`, as `cargo xtask test` sets it) and say `skipped: <why>`
@@ -15,7 +17,9 @@
 #[path = "ebpf_support/mod.rs"]
 mod support;
 
-use support::{Child, TestCgroup, child_role, device, object, skip_if, skip_reason, sys};
+use support::{
+    Child, TestCgroup, answer, child_role, device, object, skip_if, skip_reason, sys, wait_line,
+};
 use tessera_agent::ebpf::{
     AttachMode, ModeRequest, Observer, ObserverConfig,
     mode::{self, KernelFacts},
@@ -39,11 +43,27 @@ const XFER: u64 = sys::iowr(NV_ESC_IOCTL_XFER_CMD, size_of::<Xfer>());
 /// The escape carried inside the XFER calls.
 const XFER_INNER: u32 = NV_ESC_RM_ALLOC;
 
+/// Rounds of "ioctl on a fresh /dev/null, close, ioctl on a fresh
+/// /dev/zero" (the zero file is likely to reuse the null file's memory).
+const K_REUSE: u32 = 300;
+/// ioctls on a /dev/null fd, which the verdict cache then answers.
+const N_CACHED: u32 = 50;
+/// ioctls on a /dev/null fd number after /dev/zero was dup2'ed over it.
+const M_DUP: u32 = 17;
+
 /// Runs the child side and exits, when this process is the child.
 fn child_side() {
-    if child_role().is_none() {
-        return;
+    match child_role().as_deref() {
+        None => return,
+        Some("reuse") => reuse_child(),
+        Some("two-phase") => two_phase_child(),
+        Some(_) => ioctls_child(),
     }
+    std::process::exit(0);
+}
+
+/// The child of [`exact_counts`].
+fn ioctls_child() {
     let zero = std::fs::File::open("/dev/zero").unwrap();
     let null = std::fs::File::open("/dev/null").unwrap();
     let mut params = [0u8; 48];
@@ -61,12 +81,41 @@ fn child_side() {
     for _ in 0..M_UNWATCHED {
         sys::ioctl(&null, RM_CONTROL, &mut params);
     }
-    std::process::exit(0);
 }
 
-/// Runs this test again as the child, inside `cgroup`.
-fn run_child(test_name: &str, cgroup: &TestCgroup) {
-    Child::spawn(test_name, "ioctls").join(&cgroup.0).go();
+/// The child of [`cache_cannot_hide`]: tries to make ioctls on the watched
+/// device look like ones on a file the verdict cache knows is not watched.
+fn reuse_child() {
+    let mut params = [0u8; 48];
+    // A cached "not watched" file.
+    let null = std::fs::File::open("/dev/null").unwrap();
+    for _ in 0..N_CACHED {
+        sys::ioctl(&null, RM_CONTROL, &mut params);
+    }
+    // dup2 of the watched device over the cached fd number.
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let mut over: std::os::fd::OwnedFd = null.into();
+    rustix::io::dup2(&zero, &mut over).unwrap();
+    let over = std::fs::File::from(over);
+    for _ in 0..M_DUP {
+        sys::ioctl(&over, RM_CONTROL, &mut params);
+    }
+    drop((over, zero));
+    // Closing a cached file and opening the watched device, which the
+    // allocator likely places at the same address.
+    for _ in 0..K_REUSE {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        sys::ioctl(&null, RM_CONTROL, &mut params);
+        sys::ioctl(&null, RM_CONTROL, &mut params);
+        drop(null);
+        let zero = std::fs::File::open("/dev/zero").unwrap();
+        sys::ioctl(&zero, RM_CONTROL, &mut params);
+    }
+}
+
+/// Runs this test again as the child in `role`, inside `cgroup`.
+fn run_child(test_name: &str, role: &str, cgroup: &TestCgroup) {
+    Child::spawn(test_name, role).join(&cgroup.0).go();
 }
 
 /// The whole scenario in one attach mode; returns the mode chosen.
@@ -80,7 +129,7 @@ fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
     let mut observer = Observer::start(&config).unwrap();
     observer.audit_opens(&cgroup.0).unwrap();
 
-    run_child(test_name, &cgroup);
+    run_child(test_name, "ioctls", &cgroup);
 
     let snap = observer.snapshot().unwrap();
     let id = cgroup.id();
@@ -134,18 +183,181 @@ fn raw_tracepoint_counts_exactly_per_cgroup_and_device() {
     }
 }
 
+/// The verdict cache answers repeated ioctls on an unwatched file, yet
+/// neither a watched device dup2'ed over a cached fd number nor one opened
+/// where a cached file was freed escapes the count.
+fn cache_cannot_hide(test_name: &str, mode: AttachMode) {
+    skip_if!(skip_reason());
+    let zero = device("/dev/zero");
+    let cgroup = TestCgroup::new(test_name);
+    let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
+    config.mode = ModeRequest::Only(mode);
+    let observer = Observer::start(&config).unwrap();
+    assert!(observer.verdict_cache(), "the verdict cache is off");
+    let before = observer.stats().unwrap().verdicts_cached;
+
+    run_child(test_name, "reuse", &cgroup);
+
+    let snap = observer.snapshot().unwrap();
+    let id = cgroup.id();
+    let mine = snap.ioctls_of(id);
+    assert_eq!(
+        snap.ioctls_on(id, zero.kdev()),
+        u64::from(M_DUP + K_REUSE),
+        "{mine:?}"
+    );
+    assert_eq!(snap.ioctls_on(id, kdev(1, 3)), 0, "{mine:?}");
+    // The repeated ioctls on one /dev/null file were answered from the
+    // cache (other processes' ioctls can only add to this).
+    let cached = snap.stats.verdicts_cached - before;
+    assert!(
+        cached >= u64::from(N_CACHED - 1 + K_REUSE),
+        "only {cached} cached verdicts"
+    );
+}
+
 #[test]
-fn auto_mode_picks_the_first_workable_mode() {
+fn tracepoint_verdict_cache_cannot_hide_a_watched_device() {
     child_side();
-    let name = "auto_mode_picks_the_first_workable_mode";
-    let facts = KernelFacts::probe();
-    if let Some(chosen) = exact_counts(name, ModeRequest::Auto) {
-        let plan = mode::plan(ModeRequest::Auto, &facts);
-        // Without nvidia.ko the kprobe is skipped; the next one must work.
-        if !facts.nvidia_ioctl {
-            assert_eq!(chosen, plan.candidates[0]);
-            assert_ne!(chosen, AttachMode::Kprobe);
+    let name = "tracepoint_verdict_cache_cannot_hide_a_watched_device";
+    cache_cannot_hide(name, AttachMode::Tracepoint);
+}
+
+#[test]
+fn raw_tracepoint_verdict_cache_cannot_hide_a_watched_device() {
+    child_side();
+    let name = "raw_tracepoint_verdict_cache_cannot_hide_a_watched_device";
+    cache_cannot_hide(name, AttachMode::RawTracepoint);
+}
+
+/// ioctls on the watched device, pausing for the parent in between.
+fn two_phase_child() {
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let mut params = [0u8; 48];
+    for _ in 0..N_CACHED {
+        sys::ioctl(&zero, RM_CONTROL, &mut params);
+    }
+    answer("paused");
+    wait_line("exit");
+    sys::ioctl(&zero, RM_CONTROL, &mut params);
+}
+
+/// The bypass check caches, per cgroup, that the cgroup is outside every
+/// watched one; watching it later must void that, so the process's next
+/// ioctl is reported.
+fn watching_later_is_seen(test_name: &str, mode: AttachMode) {
+    skip_if!(skip_reason());
+    let pod = TestCgroup::new(test_name);
+    let mut config = ObserverConfig::new(object().unwrap(), vec![device("/dev/zero")]);
+    config.mode = ModeRequest::Only(mode);
+    let mut observer = Observer::start(&config).unwrap();
+    let mut events = observer.bypass_events().unwrap();
+    let mut child = Child::spawn(test_name, "two-phase").join(&pod.0);
+    let pid = child.pid();
+    assert_eq!(child.go_until_answer(), "paused");
+    assert!(
+        events.drain().iter().all(|e| e.tgid != pid),
+        "reported while outside every watched cgroup"
+    );
+    observer.watch_cgroup(pod.id()).unwrap();
+    child.finish();
+    let mut ours = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while ours.is_empty() && std::time::Instant::now() < deadline {
+        events.wait(std::time::Duration::from_millis(50)).unwrap();
+        ours.extend(events.drain().into_iter().filter(|e| e.tgid == pid));
+    }
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].watched_cgroup_id, pod.id());
+}
+
+#[test]
+fn tracepoint_watching_a_cgroup_voids_its_cached_verdict() {
+    child_side();
+    let name = "tracepoint_watching_a_cgroup_voids_its_cached_verdict";
+    watching_later_is_seen(name, AttachMode::Tracepoint);
+}
+
+#[test]
+fn raw_tracepoint_watching_a_cgroup_voids_its_cached_verdict() {
+    child_side();
+    let name = "raw_tracepoint_watching_a_cgroup_voids_its_cached_verdict";
+    watching_later_is_seen(name, AttachMode::RawTracepoint);
+}
+
+/// What this test reads of the kernel itself, independently of
+/// `KernelFacts`: the kprobe PMU, and the NVIDIA ioctl entry points in
+/// `/proc/kallsyms` (`nvidia.ko`, `nvidia-uvm.ko` loaded).
+struct Seen {
+    kprobes: bool,
+    nvidia_ioctl: bool,
+    uvm_ioctl: bool,
+}
+
+impl Seen {
+    fn read() -> Self {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+        let has = |name: &str| {
+            kallsyms
+                .lines()
+                .any(|l| l.split_whitespace().nth(2) == Some(name))
+        };
+        Self {
+            kprobes: std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
+            nvidia_ioctl: has(mode::NVIDIA_IOCTL_FN),
+            uvm_ioctl: has(mode::UVM_IOCTL_FN),
         }
+    }
+}
+
+/// Whether an observer starts in exactly `mode` here.
+fn starts_in(mode: AttachMode) -> bool {
+    let mut config = ObserverConfig::new(object().unwrap(), vec![device("/dev/zero")]);
+    config.mode = ModeRequest::Only(mode);
+    Observer::start(&config).is_ok()
+}
+
+#[test]
+fn auto_mode_picks_the_mode_the_kernel_allows() {
+    child_side();
+    skip_if!(skip_reason());
+    let seen = Seen::read();
+    let facts = KernelFacts::probe();
+    assert_eq!(
+        (facts.kprobes, facts.nvidia_ioctl, facts.uvm_ioctl),
+        (seen.kprobes, seen.nvidia_ioctl, seen.uvm_ioctl),
+        "the probe misreads the kernel"
+    );
+    // The kprobe first, where the driver is loaded and a kprobe attaches;
+    // else the syscall tracepoint, else the raw tracepoint.
+    let expected = if seen.kprobes && seen.nvidia_ioctl && starts_in(AttachMode::Kprobe) {
+        AttachMode::Kprobe
+    } else if starts_in(AttachMode::Tracepoint) {
+        AttachMode::Tracepoint
+    } else {
+        AttachMode::RawTracepoint
+    };
+    let plan = mode::plan(ModeRequest::Auto, &facts);
+    let kprobe_skip = plan.skipped.iter().find(|(m, _)| *m == AttachMode::Kprobe);
+    match (seen.kprobes, seen.nvidia_ioctl) {
+        (false, _) => assert!(
+            kprobe_skip.is_some_and(|(_, why)| why.starts_with("no kprobe support")),
+            "{plan:?}"
+        ),
+        (true, false) => assert!(
+            kprobe_skip.is_some_and(|(_, why)| why.contains("nvidia.ko not loaded")),
+            "{plan:?}"
+        ),
+        (true, true) => assert_eq!(plan.candidates[0], AttachMode::Kprobe, "{plan:?}"),
+    }
+    if expected == AttachMode::Kprobe {
+        // Stand-in devices never reach the driver's handler: only the
+        // choice can be checked here.
+        let config = ObserverConfig::new(object().unwrap(), vec![device("/dev/zero")]);
+        assert_eq!(Observer::start(&config).unwrap().mode(), AttachMode::Kprobe);
+    } else {
+        let name = "auto_mode_picks_the_mode_the_kernel_allows";
+        assert_eq!(exact_counts(name, ModeRequest::Auto), Some(expected));
     }
 }
 

@@ -21,6 +21,7 @@ pub mod names;
 pub mod rm;
 pub mod stats;
 pub mod uvm;
+pub mod verdict;
 
 #[cfg(feature = "user")]
 mod pod;

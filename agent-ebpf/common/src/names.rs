@@ -30,6 +30,16 @@ pub const RM_CLIENTS: &str = "RM_CLIENTS";
 /// `HashMap<u32 tgid, rm::RmProcess>`: video-memory estimate per process.
 pub const RM_PROCS: &str = "RM_PROCS";
 
+/// `PerCpuArray<verdict::FileVerdict>` of `verdict::FILE_SLOTS`: files known
+/// not to be watched devices.
+pub const FILE_VERDICTS: &str = "FILE_VERDICTS";
+/// `PerCpuArray<verdict::CgroupVerdict>` of `verdict::CGROUP_SLOTS`: which
+/// watched cgroup a cgroup is in.
+pub const CGROUP_VERDICTS: &str = "CGROUP_VERDICTS";
+/// `Array<u64>` of `verdict::EPOCHS`: the epochs that invalidate
+/// [`FILE_VERDICTS`] and [`CGROUP_VERDICTS`].
+pub const EPOCHS: &str = "EPOCHS";
+
 /// Global `config::ProgramConfig`, set by the agent before loading.
 pub const CONFIG_GLOBAL: &str = "TESSERA_CONFIG";
 /// Global `guard::GuardPolicy` of the guard object, set per pod.
@@ -47,6 +57,9 @@ pub const PROG_DEVICE_AUDIT: &str = "dev_open_audit";
 /// Cgroup device program that only counts opens of watched devices; the
 /// fallback where [`PROG_DEVICE_AUDIT`] does not load.
 pub const PROG_DEVICE_COUNT: &str = "dev_open_count";
+/// Cgroup device program, attached to the cgroup v2 root, that bumps the
+/// device epoch at every access check of a watched device (never denies).
+pub const PROG_DEVICE_EPOCH: &str = "dev_open_epoch";
 /// Tracepoint `sched/sched_process_exit`: forgets exited processes.
 pub const PROG_PROCESS_EXIT: &str = "process_exit";
 /// Cgroup device program of `tessera-guard.bpf.o`: the per-pod guard.

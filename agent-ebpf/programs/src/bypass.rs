@@ -3,10 +3,13 @@
 //! process inside a watched cgroup (a GPU pod) goes to the `EVENTS` ring
 //! buffer, once per process.
 //!
-//! Registered processes cost one hash lookup; reported ones two. Only an
-//! unregistered, unreported process walks its cgroup ancestry (one helper
-//! call and lookup per level), which repeats for processes outside every
-//! watched cgroup (host daemons such as nvidia-smi or DCGM).
+//! On the ioctl path, which watched cgroup the task is in comes first,
+//! from a per-CPU cache keyed by cgroup id (one walk of the ancestry per
+//! cgroup and change of the watched set): processes outside every watched
+//! cgroup (host daemons such as nvidia-smi or DCGM) stop there; registered
+//! ones cost one hash lookup more, reported ones two. Device programs walk
+//! the ancestry of unregistered, unreported processes each time (one
+//! helper call and lookup per level).
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
@@ -15,11 +18,15 @@ use aya_ebpf::{
         generated::{bpf_get_current_ancestor_cgroup_id, bpf_ktime_get_ns},
     },
 };
-use tessera_ebpf_common::{events::BypassEvent, stats};
+use tessera_ebpf_common::{
+    events::BypassEvent,
+    stats,
+    verdict::{CGROUP_EPOCH, CgroupVerdict, cgroup_slot},
+};
 
 use crate::{
     counters::stat,
-    maps::{EVENTS, REGISTERED, REPORTED, WATCHED_CGROUPS},
+    maps::{CGROUP_VERDICTS, EPOCHS, EVENTS, REGISTERED, REPORTED, WATCHED_CGROUPS},
 };
 
 /// Deepest cgroup level looked at (the root is level 0; a container under
@@ -45,16 +52,70 @@ fn watched_cgroup() -> Option<u64> {
     None
 }
 
+/// [`watched_cgroup`] of the current task, whose cgroup is `cgroup_id`,
+/// answered from the per-CPU cache while the cgroup epoch holds
+/// (`tessera_ebpf_common::verdict`). Only for programs that are not
+/// preempted (the ioctl programs).
+#[inline(always)]
+fn watched_cgroup_cached(cgroup_id: u64) -> Option<u64> {
+    let epoch = match EPOCHS.get_ptr(CGROUP_EPOCH) {
+        // SAFETY: an element of a live array; volatile, as the agent
+        // changes it.
+        Some(p) => unsafe { core::ptr::read_volatile(p) },
+        None => 0,
+    };
+    let slot = CGROUP_VERDICTS.get_ptr_mut(cgroup_slot(cgroup_id));
+    let (Some(slot), true) = (slot, epoch != 0) else {
+        return watched_cgroup();
+    };
+    // SAFETY: this CPU's element of a live per-CPU array, accessed only by
+    // programs that are not preempted.
+    let cached = unsafe { *slot };
+    if cached.cgroup_id == cgroup_id && cached.epoch == epoch {
+        return (cached.watched != 0).then_some(cached.watched);
+    }
+    let watched = watched_cgroup();
+    // SAFETY: as above.
+    unsafe {
+        *slot = CgroupVerdict {
+            cgroup_id,
+            epoch,
+            watched: watched.unwrap_or(0),
+        }
+    };
+    watched
+}
+
+/// How [`check`] finds the watched cgroup.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ancestry {
+    /// From the per-CPU cache: ioctl programs, which are not preempted.
+    Cached,
+    /// Walked every time: device programs, which can be.
+    Walked,
+}
+
 /// Reports this access if the current process must register, has not, and
 /// has not been reported yet. `kind` is one of `events::kind`.
 #[inline(always)]
-pub fn check(cgroup_id: u64, dev: u32, kind: u32, nr: u32, flags: u32) {
+pub fn check(ancestry: Ancestry, cgroup_id: u64, dev: u32, kind: u32, nr: u32, flags: u32) {
+    // Processes outside every watched cgroup (host daemons) stop at the
+    // cache; inside, registered ones at the first lookup.
+    let watched = match ancestry {
+        Ancestry::Cached => {
+            let Some(id) = watched_cgroup_cached(cgroup_id) else {
+                return;
+            };
+            Some(id)
+        }
+        Ancestry::Walked => None,
+    };
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if REGISTERED.get_ptr(tgid).is_some() || REPORTED.get_ptr(tgid).is_some() {
         return;
     }
-    let Some(watched_cgroup_id) = watched_cgroup() else {
+    let Some(watched_cgroup_id) = watched.or_else(watched_cgroup) else {
         return;
     };
     // SAFETY: the helper has no preconditions.

@@ -33,3 +33,23 @@ pub fn stat(index: u32) {
         unsafe { *count += 1 };
     }
 }
+
+/// Adds `v` to the u64 at `p` with one BPF atomic add: the target has no
+/// atomic read-modify-write in `core` (no CAS), so this is the instruction
+/// itself.
+///
+/// # Safety
+///
+/// `p` points at an aligned u64 inside a live map value.
+#[inline(always)]
+pub unsafe fn add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract; the instruction touches only `*p`.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {v}",
+            p = in(reg) p,
+            v = in(reg) v,
+            options(nostack),
+        )
+    };
+}

@@ -8,7 +8,10 @@
 //! checks; the kernel gives them the device number, so they need no
 //! offsets.
 //!
-//! Two variants, of which the agent attaches one:
+//! [`dev_open_epoch`] counts nothing: it invalidates the ioctl programs'
+//! verdict cache when a watched device is opened.
+//!
+//! Two counting variants, of which the agent attaches one:
 //! - [`dev_open_audit`] also reports the first open by an unregistered
 //!   process ([`bypass`]), which needs `bpf_get_current_ancestor_cgroup_id`,
 //!   `bpf_get_current_pid_tgid` and `bpf_get_current_comm`, which cgroup
@@ -20,21 +23,23 @@
 use aya_ebpf::{
     helpers::bpf_get_current_cgroup_id, macros::cgroup_device, programs::DeviceContext,
 };
-use tessera_ebpf_common::{dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey};
+use tessera_ebpf_common::{
+    dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey, verdict::DEVICE_EPOCH,
+};
 
 use crate::{
     bypass,
-    counters::bump,
-    maps::{OPEN_COUNTS, WATCHED_DEVS},
+    counters::{add, bump},
+    maps::{EPOCHS, OPEN_COUNTS, WATCHED_DEVS},
 };
 
 /// Allow.
 const ALLOW: i32 = 1;
 
-/// Counts the access check if it is of a watched character device;
-/// returns the key counted.
+/// The device number and requested access of the access check, if it is
+/// of a watched character device.
 #[inline(always)]
-fn count(ctx: &DeviceContext) -> Option<OpenKey> {
+fn watched(ctx: &DeviceContext) -> Option<(u32, u32)> {
     // SAFETY: the kernel passes a valid `bpf_cgroup_dev_ctx`.
     let dev = unsafe { &*ctx.device };
     if dev.access_type & 0xFFFF != DEV_CHAR {
@@ -42,11 +47,19 @@ fn count(ctx: &DeviceContext) -> Option<OpenKey> {
     }
     let rdev = kdev(dev.major, dev.minor);
     WATCHED_DEVS.get_ptr(rdev)?;
+    Some((rdev, dev.access_type >> 16))
+}
+
+/// Counts the access check if it is of a watched character device;
+/// returns the key counted.
+#[inline(always)]
+fn count(ctx: &DeviceContext) -> Option<OpenKey> {
+    let (rdev, access) = watched(ctx)?;
     let key = OpenKey {
         // SAFETY: the helper has no preconditions.
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         dev: rdev,
-        access: dev.access_type >> 16,
+        access,
     };
     bump(&OPEN_COUNTS, &key);
     Some(key)
@@ -56,7 +69,14 @@ fn count(ctx: &DeviceContext) -> Option<OpenKey> {
 #[cgroup_device]
 pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
     if let Some(key) = count(&ctx) {
-        bypass::check(key.cgroup_id, key.dev, kind::OPEN, key.access, 0);
+        bypass::check(
+            bypass::Ancestry::Walked,
+            key.cgroup_id,
+            key.dev,
+            kind::OPEN,
+            key.access,
+            0,
+        );
     }
     ALLOW
 }
@@ -66,5 +86,27 @@ pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
 #[cgroup_device]
 pub fn dev_open_count(ctx: DeviceContext) -> i32 {
     let _ = count(&ctx);
+    ALLOW
+}
+
+/// Bumps the device epoch at every access check of a watched device,
+/// which invalidates the ioctl programs' cache of files known not to be
+/// watched (`tessera_ebpf_common::verdict`): attached to the cgroup v2
+/// root, it runs before any new file of a watched device exists in an fd
+/// table. Epoch 0 (the cache is off) is left alone.
+#[cgroup_device]
+pub fn dev_open_epoch(ctx: DeviceContext) -> i32 {
+    if watched(&ctx).is_some()
+        && let Some(epoch) = EPOCHS.get_ptr_mut(DEVICE_EPOCH)
+    {
+        // SAFETY: an element of a live array; the agent only ever writes
+        // fresh non-zero values, so a bump racing with it cannot make the
+        // epoch 0 or repeat an old value.
+        unsafe {
+            if core::ptr::read_volatile(epoch) != 0 {
+                add(epoch, 1);
+            }
+        }
+    }
     ALLOW
 }

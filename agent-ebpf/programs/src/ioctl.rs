@@ -1,9 +1,9 @@
-//! Counting one ioctl on a device, shared by the three attach modes; then
-//! the bypass check and what the ioctl's parameters tell.
+//! Counting one ioctl on a watched device, shared by the three attach
+//! modes; then the bypass check and what the ioctl's parameters tell.
 
 use aya_ebpf::helpers::bpf_get_current_cgroup_id;
 use tessera_ebpf_common::{
-    dev::class,
+    dev::{WatchedDevice, class},
     events::kind,
     ioctl::{Xfer, decode, flags, ioc_size},
     keys::IoctlKey,
@@ -11,23 +11,14 @@ use tessera_ebpf_common::{
     uvm::UVM_REGISTER_GPU,
 };
 
-use crate::{
-    bypass,
-    counters::bump,
-    maps::{IOCTL_COUNTS, WATCHED_DEVS},
-    track,
-    user::read_user,
-};
+use crate::{bypass, counters::bump, maps::IOCTL_COUNTS, track, user::read_user};
 
-/// Counts `cmd` on the device `rdev` if that device is watched; `arg` is the
-/// ioctl's user-space argument.
+/// Counts `cmd` on the watched device `rdev` (see [`verdict`]); `arg` is
+/// the ioctl's user-space argument.
+///
+/// [`verdict`]: crate::verdict
 #[inline(always)]
-pub fn record(rdev: u32, cmd: u32, arg: u64) {
-    // SAFETY: the value is copied out at once; a concurrent update by the
-    // agent can at worst give the old or the new decoding.
-    let Some(watched) = (unsafe { WATCHED_DEVS.get(rdev) }).copied() else {
-        return;
-    };
+pub fn record(rdev: u32, watched: WatchedDevice, cmd: u32, arg: u64) {
     let mut xfer = None;
     let (nr, nr_flags) = decode(watched.decode, cmd, || {
         let x: Xfer = read_user(arg)?;
@@ -44,7 +35,14 @@ pub fn record(rdev: u32, cmd: u32, arg: u64) {
         reserved: 0,
     };
     bump(&IOCTL_COUNTS, &key);
-    bypass::check(cgroup_id, rdev, kind::IOCTL, nr, nr_flags);
+    bypass::check(
+        bypass::Ancestry::Cached,
+        cgroup_id,
+        rdev,
+        kind::IOCTL,
+        nr,
+        nr_flags,
+    );
 
     // The parameter block: XFER names it, else the command's size field.
     let (params, size) = match xfer {

@@ -1,7 +1,15 @@
 //! Walking kernel structs with offsets from the agent:
 //! `current->files->fdt->fd[fd]->f_inode->i_rdev`.
+//!
+//! The first part, `current->files->fdt->{max_fds, fd}`, is plain loads
+//! from BTF-typed pointers (`bpf_get_current_task_btf`): the verifier
+//! checks them against the kernel's BTF (the offsets are constants to it,
+//! read from the frozen `TESSERA_CONFIG`) and the JIT makes them
+//! fault-tolerant, at the cost of a load each. The fd array holds
+//! untyped pointers, so from the fd slot on each step is a
+//! `bpf_probe_read_kernel` helper call.
 
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_probe_read_kernel, generated::bpf_get_current_task_btf};
 use tessera_ebpf_common::config::KernelOffsets;
 
 /// Reads a `T` at `base + offset` in kernel memory.
@@ -10,6 +18,23 @@ fn read<T>(base: *const u8, offset: u32) -> Option<T> {
     // SAFETY: bpf_probe_read_kernel is fault-tolerant: any address is
     // allowed and an unreadable one returns an error.
     unsafe { bpf_probe_read_kernel(base.wrapping_add(offset as usize).cast::<T>()) }.ok()
+}
+
+/// A plain load of a `T` at `base + offset`, where `base` is a pointer the
+/// verifier knows the BTF type of.
+///
+/// # Safety
+///
+/// `base` derives, by such loads only, from `bpf_get_current_task_btf`, and
+/// `offset` is a member offset from the kernel's BTF that the verifier sees
+/// as a constant (the frozen `TESSERA_CONFIG`). The verifier then checks
+/// the access against the member's type and the JIT makes it
+/// fault-tolerant (`BPF_PROBE_MEM`); an offset that is not a member makes
+/// the program fail to load, never a wild read.
+#[inline(always)]
+unsafe fn load<T>(base: *const u8, offset: u32) -> T {
+    // SAFETY: the caller's contract.
+    unsafe { core::ptr::read_volatile(base.wrapping_add(offset as usize).cast::<T>()) }
 }
 
 /// Device number (`i_rdev`) of an open file, 0 for a non-device inode.
@@ -25,41 +50,29 @@ pub fn file_rdev(file: *const u8, off: &KernelOffsets) -> Option<u32> {
     read(inode, off.inode_rdev)
 }
 
-/// `fdtable.max_fds` and `fdtable.fd`; one read when `fd` directly follows
-/// `max_fds` and its padding, as in every kernel so far.
+/// The `struct file` of the current task's file descriptor `fd`, `None`
+/// if it is not open.
 #[inline(always)]
-fn fdtable(fdt: *const u8, off: &KernelOffsets) -> Option<(u32, *const u8)> {
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Head {
-        max_fds: u32,
-        pad: u32,
-        fd: *const u8,
-    }
-    if off.fdtable_fd == off.fdtable_max_fds + 8 {
-        let head: Head = read(fdt, off.fdtable_max_fds)?;
-        return Some((head.max_fds, head.fd));
-    }
-    Some((read(fdt, off.fdtable_max_fds)?, read(fdt, off.fdtable_fd)?))
-}
-
-/// Device number of the current task's file descriptor `fd`.
-#[inline(always)]
-pub fn fd_rdev(fd: u32, off: &KernelOffsets) -> Option<u32> {
+pub fn fd_file(fd: u32, off: &KernelOffsets) -> Option<*const u8> {
     // SAFETY: the helper has no preconditions.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let files: *const u8 = read(task, off.task_files)?;
+    let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+    // SAFETY: `task` is the BTF-typed current task; `load`'s contract.
+    let files: *const u8 = unsafe { load(task, off.task_files) };
     if files.is_null() {
         return None;
     }
-    let fdt: *const u8 = read(files, off.files_fdt)?;
+    // SAFETY: as above, `files` came from such a load.
+    let fdt: *const u8 = unsafe { load(files, off.files_fdt) };
     if fdt.is_null() {
         return None;
     }
-    let (max_fds, fds) = fdtable(fdt, off)?;
+    // SAFETY: as above.
+    let max_fds: u32 = unsafe { load(fdt, off.fdtable_max_fds) };
     if fd >= max_fds {
         return None;
     }
+    // SAFETY: as above.
+    let fds: *const u8 = unsafe { load(fdt, off.fdtable_fd) };
     if fds.is_null() {
         return None;
     }
@@ -67,5 +80,5 @@ pub fn fd_rdev(fd: u32, off: &KernelOffsets) -> Option<u32> {
         .ok()?
         .checked_mul(fd)?;
     let file: *const u8 = read(fds, slot)?;
-    file_rdev(file, off)
+    (!file.is_null()).then_some(file)
 }

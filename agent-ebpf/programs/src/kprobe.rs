@@ -2,10 +2,8 @@
 //! and `uvm_unlocked_ioctl_entry` (both `(struct file *, unsigned int,
 //! unsigned long)`): only NVIDIA ioctls pay anything.
 
+use crate::{config, ioctl, verdict};
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
-use tessera_ebpf_common::stats;
-
-use crate::{config, counters::stat, ioctl, kernel};
 
 #[kprobe]
 pub fn ioctl_kprobe(ctx: ProbeContext) -> u32 {
@@ -19,9 +17,8 @@ pub fn ioctl_kprobe(ctx: ProbeContext) -> u32 {
     ) else {
         return 0;
     };
-    match kernel::file_rdev(file, &offsets) {
-        Some(rdev) => ioctl::record(rdev, cmd as u32, arg),
-        None => stat(stats::FD_UNRESOLVED),
+    if let Some((rdev, watched)) = verdict::watched_file(file, &offsets) {
+        ioctl::record(rdev, watched, cmd as u32, arg);
     }
     0
 }

@@ -12,17 +12,21 @@
 //! - [`kprobe`]: `nvidia_unlocked_ioctl` / `uvm_unlocked_ioctl_entry`, only
 //!   NVIDIA ioctls pay anything;
 //! - [`device`]: cgroup device programs, count opens and never deny (one
-//!   also reports bypasses, one only counts, for older kernels);
+//!   also reports bypasses, one only counts, for older kernels), and one
+//!   on the cgroup v2 root that voids the verdict cache when a watched
+//!   device is opened;
 //! - [`exit`]: `sched/sched_process_exit`, forgets exited processes.
 //!
-//! Both the ioctl and the open paths report the first access of an
+//! Before any of that, the ioctl programs reject files that are not
+//! watched devices from a per-CPU cache ([`verdict`]) after one kernel
+//! read. Both the ioctl and the open paths report the first access of an
 //! unregistered process in a watched cgroup ([`bypass`]); the ioctl path
 //! also records UVM GPU registrations and estimates video memory
 //! ([`track`]). The per-pod device guard is a separate object
 //! (`src/guard/main.rs`), loaded once per pod.
 #![no_std]
 #![no_main]
-// BPF inline assembly: the atomic add (`track::add`).
+// BPF inline assembly: the atomic add (`counters::add`).
 #![feature(asm_experimental_arch)]
 
 mod bypass;
@@ -38,6 +42,7 @@ mod raw_tracepoint;
 mod tracepoint;
 mod track;
 mod user;
+mod verdict;
 
 /// GPL-compatible, as helpers such as `bpf_probe_read_kernel` require.
 /// Matches the crate's licence (GPL-2.0 OR MIT).

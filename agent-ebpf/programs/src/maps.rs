@@ -2,7 +2,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tessera_ebpf_common::{
     dev::WatchedDevice,
@@ -10,6 +10,7 @@ use tessera_ebpf_common::{
     rm::{RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
     stats,
     uvm::{GpuUse, GpuUseKey},
+    verdict::{self, CgroupVerdict, FileVerdict},
 };
 
 /// Devices to count, keyed by kernel `dev_t`; filled by the agent.
@@ -60,3 +61,20 @@ pub static RM_CLIENTS: LruHashMap<RmClientKey, RmClient> = LruHashMap::with_max_
 /// Video-memory estimate per process; removed when the process exits.
 #[map(name = "RM_PROCS")]
 pub static RM_PROCS: HashMap<u32, RmProcess> = HashMap::with_max_entries(16384, 0);
+
+/// Files known not to be watched devices, per CPU (see
+/// `tessera_ebpf_common::verdict`); written only by the ioctl programs.
+#[map(name = "FILE_VERDICTS")]
+pub static FILE_VERDICTS: PerCpuArray<FileVerdict> =
+    PerCpuArray::with_max_entries(verdict::FILE_SLOTS, 0);
+
+/// Which watched cgroup a cgroup is in, per CPU; written only by the
+/// ioctl programs.
+#[map(name = "CGROUP_VERDICTS")]
+pub static CGROUP_VERDICTS: PerCpuArray<CgroupVerdict> =
+    PerCpuArray::with_max_entries(verdict::CGROUP_SLOTS, 0);
+
+/// The epochs that invalidate `FILE_VERDICTS` and `CGROUP_VERDICTS`:
+/// written by the agent, the device epoch also bumped by `dev_open_epoch`.
+#[map(name = "EPOCHS")]
+pub static EPOCHS: Array<u64> = Array::with_max_entries(verdict::EPOCHS, 0);

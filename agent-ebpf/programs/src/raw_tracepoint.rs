@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use tessera_ebpf_common::stats;
 
-use crate::{config, counters::stat, ioctl, kernel};
+use crate::{config, counters::stat, ioctl, kernel, verdict};
 
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn ioctl_raw_tp(ctx: RawTracePointContext) -> i32 {
@@ -22,20 +22,26 @@ pub fn ioctl_raw_tp(ctx: RawTracePointContext) -> i32 {
         return 0;
     };
     let regs: *const pt_regs = ctx.arg(0);
-    // One copy of the user registers, then read the arguments from it.
+    // One copy of the user registers (one helper call, whatever the
+    // size), then read the arguments from it.
     // SAFETY: bpf_probe_read_kernel is fault-tolerant.
     let Ok(mut regs) = (unsafe { bpf_probe_read_kernel(regs) }) else {
         return 0;
     };
     let args = ProbeContext::new((&raw mut regs).cast());
-    let (Some(fd), Some(cmd), Some(arg)) =
-        (args.arg::<u64>(0), args.arg::<u64>(1), args.arg::<u64>(2))
-    else {
+    let Some(fd) = args.arg::<u64>(0) else {
         return 0;
     };
-    match kernel::fd_rdev(fd as u32, &offsets) {
-        Some(rdev) => ioctl::record(rdev, cmd as u32, arg),
-        None => stat(stats::FD_UNRESOLVED),
-    }
+    let Some(file) = kernel::fd_file(fd as u32, &offsets) else {
+        stat(stats::FD_UNRESOLVED);
+        return 0;
+    };
+    let Some((rdev, watched)) = verdict::watched_file(file, &offsets) else {
+        return 0;
+    };
+    let (Some(cmd), Some(arg)) = (args.arg::<u64>(1), args.arg::<u64>(2)) else {
+        return 0;
+    };
+    ioctl::record(rdev, watched, cmd as u32, arg);
     0
 }

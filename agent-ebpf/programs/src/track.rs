@@ -16,7 +16,7 @@ use tessera_ebpf_common::{
 
 use crate::{
     config,
-    counters::stat,
+    counters::{add, stat},
     maps::{GPU_USE, RM_CLIENTS, RM_OBJECTS, RM_PROCS},
     user::read_user,
 };
@@ -24,26 +24,6 @@ use crate::{
 /// `EEXIST`: what an insert with `BPF_NOEXIST` of an existing key returns
 /// (negated).
 const EEXIST: i32 = 17;
-
-/// Adds `v` to the u64 at `p` with one BPF atomic add: the target has no
-/// atomic read-modify-write in `core` (no CAS), so this is the instruction
-/// itself.
-///
-/// # Safety
-///
-/// `p` points at an aligned u64 inside a live map value.
-#[inline(always)]
-unsafe fn add(p: *mut u64, v: u64) {
-    // SAFETY: the caller's contract; the instruction touches only `*p`.
-    unsafe {
-        core::arch::asm!(
-            "lock *(u64 *)({p} + 0) += {v}",
-            p = in(reg) p,
-            v = in(reg) v,
-            options(nostack),
-        )
-    };
-}
 
 /// `UVM_REGISTER_GPU`: the parameters start with the GPU's UUID.
 #[inline(always)]

@@ -9,7 +9,9 @@
 //! ([`link_info`]). Everything else stays with aya.
 //!
 //! This is the agent's only unsafe code outside aya: each function fills a
-//! zeroed `bpf_attr` prefix and makes one system call.
+//! zeroed `bpf_attr` prefix and makes one system call through the
+//! `unsafe` `bpf` wrapper, whose contract (the pointers inside the
+//! attribute block) each caller states.
 
 use std::ffi::CString;
 use std::io;
@@ -93,11 +95,24 @@ pub struct LinkInfo {
 }
 
 /// One `bpf(cmd, attr, sizeof attr)` call.
-fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live, initialised `#[repr(C)]` prefix of
-    // `union bpf_attr` for `cmd`, and its size is passed; the kernel reads
-    // (and for some commands writes) only that many bytes, and treats the
-    // rest of the union as zero.
+///
+/// # Safety
+///
+/// - `T` is a `#[repr(C)]` prefix of `union bpf_attr` with the kernel's
+///   layout of the member that `cmd` reads, fully initialised (padding
+///   spelled out as zeroed fields);
+/// - every user pointer stored in `attr` (a path, an info buffer) points
+///   at memory that stays live for the call and is as large as the kernel
+///   reads or writes through it for `cmd`: a NUL-terminated string for a
+///   path, `info_len` writable bytes for an info buffer.
+///
+/// The kernel copies exactly `size_of::<T>()` bytes of `attr` and treats
+/// the rest of the union as zero; file descriptors in `attr` need no
+/// care (a wrong one is an error, not memory unsafety).
+unsafe fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: the caller's contract: `attr` is live and initialised, its
+    // size is passed, and the pointers in it are valid for the kernel's
+    // accesses during the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -141,7 +156,9 @@ pub fn cgroup_link_create(
         attach_type,
         ..LinkCreateAttr::default()
     };
-    owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+    // SAFETY: `LinkCreateAttr` is the kernel's `link_create` prefix, all
+    // fields initialised; it holds only fds and integers, no pointers.
+    owned(unsafe { bpf(BPF_LINK_CREATE, &mut attr) }?)
 }
 
 /// Pins bpf object `fd` at `path` on a bpf file system.
@@ -152,7 +169,9 @@ pub fn obj_pin(fd: BorrowedFd<'_>, path: &Path) -> io::Result<()> {
         bpf_fd: fd.as_raw_fd() as u32,
         ..ObjAttr::default()
     };
-    bpf(BPF_OBJ_PIN, &mut attr).map(drop)
+    // SAFETY: `ObjAttr` is the kernel's `BPF_OBJ_*` prefix; `pathname`
+    // points at the NUL-terminated `path`, which outlives the call.
+    unsafe { bpf(BPF_OBJ_PIN, &mut attr) }.map(drop)
 }
 
 /// Opens the bpf object pinned at `path`.
@@ -162,7 +181,9 @@ pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
         pathname: path.as_ptr() as u64,
         ..ObjAttr::default()
     };
-    owned(bpf(BPF_OBJ_GET, &mut attr)?)
+    // SAFETY: as in `obj_pin`: `pathname` points at the NUL-terminated
+    // `path`, which outlives the call.
+    owned(unsafe { bpf(BPF_OBJ_GET, &mut attr) }?)
 }
 
 /// What the kernel says about link `fd`.
@@ -173,7 +194,10 @@ pub fn link_info(fd: BorrowedFd<'_>) -> io::Result<LinkInfo> {
         info_len: size_of::<RawLinkInfo>() as u32,
         info: std::ptr::from_mut(&mut info) as u64,
     };
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    // SAFETY: `InfoAttr` is the kernel's `info` prefix; `info` points at
+    // `info`, a live, writable `RawLinkInfo` of exactly `info_len` bytes,
+    // which the kernel fills (at most `info_len` bytes of it).
+    unsafe { bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) }?;
     Ok(LinkInfo {
         link_type: info.link_type,
         id: info.id,

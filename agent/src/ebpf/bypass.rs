@@ -195,7 +195,9 @@ impl Observer {
     pub fn watch_cgroup(&mut self, cgroup_id: u64) -> Result<(), ObserverError> {
         self.set::<u64>(names::WATCHED_CGROUPS)?
             .insert(cgroup_id, 0, 0)
-            .map_err(ObserverError::map(names::WATCHED_CGROUPS))
+            .map_err(ObserverError::map(names::WATCHED_CGROUPS))?;
+        // After the change: the programs' cached cgroup verdicts are void.
+        self.cgroup_epoch.advance(&mut self.ebpf)
     }
 
     /// Stops watching cgroup `cgroup_id` (absent is fine).
@@ -203,7 +205,8 @@ impl Observer {
         remove_absent_ok(
             names::WATCHED_CGROUPS,
             self.set::<u64>(names::WATCHED_CGROUPS)?.remove(&cgroup_id),
-        )
+        )?;
+        self.cgroup_epoch.advance(&mut self.ebpf)
     }
 
     /// The watched cgroups.

@@ -28,6 +28,8 @@ pub struct ProgramStats {
     pub args_unreadable: u64,
     /// GPU-use or memory-estimate updates lost to a full map.
     pub track_dropped: u64,
+    /// ioctls rejected from the cache of files known not to be watched.
+    pub verdicts_cached: u64,
 }
 
 impl ProgramStats {
@@ -42,6 +44,7 @@ impl ProgramStats {
             rm_allocs_tracked: at(stats::RM_ALLOC_TRACKED),
             args_unreadable: at(stats::ARG_UNREADABLE),
             track_dropped: at(stats::TRACK_DROPPED),
+            verdicts_cached: at(stats::VERDICT_CACHED),
         }
     }
 }

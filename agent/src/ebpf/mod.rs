@@ -15,7 +15,9 @@
 //!   ring buffer of processes that skip the preload;
 //! - [`driver`]: the NVIDIA driver version, for parameter layouts;
 //! - [`guard`]: the per-pod cgroup device guard, pinned in bpffs;
-//! - [`mounts`]: tracefs and bpffs when the host has not mounted them.
+//! - [`mounts`]: tracefs and bpffs when the host has not mounted them;
+//! - `verdict`: the programs' cache of files known not to be watched, and
+//!   the epoch program on the cgroup v2 root that keeps it honest.
 //!
 //! Opens are counted by an audit-only cgroup device program rather than a
 //! syscall hook: the kernel hands it the device number, so it needs no fd
@@ -34,6 +36,7 @@ mod load;
 pub mod mode;
 pub mod mounts;
 pub mod observer;
+mod verdict;
 
 pub use bypass::{Access, Bypass, BypassEvents};
 pub use counts::{ProgramStats, Snapshot};

@@ -28,6 +28,7 @@ use super::driver;
 use super::load;
 use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
 use super::mounts;
+use super::verdict::{CgroupEpoch, VerdictCache};
 use crate::error_chain::with_causes;
 
 /// The kernel struct holding the `sched_process_exit` record, and its
@@ -79,6 +80,9 @@ pub enum ObserverError {
     /// The kernel is too old for a shared cgroup attachment.
     #[error("ebpf open audit needs linux 5.7 or later (bpf links), this is {0}")]
     KernelTooOld(String),
+    /// No cgroup v2 hierarchy for the verdict cache's epoch program.
+    #[error("cannot find the cgroup v2 hierarchy")]
+    NoCgroup2(#[source] crate::cgroup::CgroupError),
     /// The cgroup for the open audit could not be opened.
     #[error("cannot open cgroup directory {path}")]
     Cgroup {
@@ -158,6 +162,8 @@ pub struct Observer {
     mode: AttachMode,
     open_audit: Option<PathBuf>,
     exit_hook: bool,
+    verdicts: Option<VerdictCache>,
+    pub(super) cgroup_epoch: CgroupEpoch,
 }
 
 impl std::fmt::Debug for Observer {
@@ -166,13 +172,16 @@ impl std::fmt::Debug for Observer {
             .field("mode", &self.mode)
             .field("open_audit", &self.open_audit)
             .field("exit_hook", &self.exit_hook)
+            .field("verdicts", &self.verdicts)
             .finish_non_exhaustive()
     }
 }
 
 impl Observer {
     /// Loads the object, fills the watched devices, attaches the
-    /// process-exit hook and the ioctl program in the first mode that
+    /// process-exit hook, the verdict cache's epoch program (a device
+    /// program on the cgroup v2 root that never denies; without it the
+    /// cache stays off) and the ioctl program in the first mode that
     /// works.
     pub fn start(config: &ObserverConfig) -> Result<Self, ObserverError> {
         let btf = Btf::from_kernel().map_err(ObserverError::Offsets)?;
@@ -225,6 +234,20 @@ impl Observer {
             }
         };
 
+        let verdicts = match VerdictCache::enable(&mut ebpf) {
+            Ok(cache) => {
+                tracing::info!(root = %cache.root().display(), "ebpf verdict cache on");
+                Some(cache)
+            }
+            Err(e) => {
+                tracing::warn!(error = %with_causes(&e), "ebpf verdict cache off: every ioctl resolves its file's device");
+                None
+            }
+        };
+
+        let mut cgroup_epoch = CgroupEpoch::default();
+        cgroup_epoch.advance(&mut ebpf)?;
+
         for mode in plan.candidates {
             match load::attach_ioctl(&mut ebpf, mode, &facts) {
                 Ok(()) => {
@@ -234,6 +257,8 @@ impl Observer {
                         mode,
                         open_audit: None,
                         exit_hook,
+                        verdicts,
+                        cgroup_epoch,
                     });
                 }
                 Err(e) => {
@@ -329,9 +354,20 @@ impl Observer {
         Ok(audit)
     }
 
-    /// Replaces the set of watched devices.
+    /// Whether the ioctl programs reject files known not to be watched
+    /// devices from their cache (module `verdict`); `false` where the
+    /// epoch program could not be attached to the cgroup v2 root.
+    pub fn verdict_cache(&self) -> bool {
+        self.verdicts.is_some()
+    }
+
+    /// Replaces the set of watched devices, then voids the verdict cache.
     pub fn set_devices(&mut self, devices: &[Device]) -> Result<(), ObserverError> {
-        set_devices(&mut self.ebpf, devices)
+        set_devices(&mut self.ebpf, devices)?;
+        match &mut self.verdicts {
+            Some(cache) => cache.invalidate(&mut self.ebpf),
+            None => Ok(()),
+        }
     }
 
     /// Reads the count, GPU-use and memory-estimate maps.
