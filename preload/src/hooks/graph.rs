@@ -52,6 +52,14 @@ impl GraphCost {
     }
 }
 
+/// Warps of a kernel node with these parameters.
+fn params_cost(p: &KernelNodeParamsV1) -> u64 {
+    cost(
+        [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
+        [p.block_dim_x, p.block_dim_y, p.block_dim_z],
+    )
+}
+
 /// Warps of kernel node `node` (0 if it is not one).
 fn kernel_cost(node: Handle) -> u64 {
     // SAFETY: KernelNodeParams is plain data; zero is a valid value.
@@ -61,7 +69,7 @@ fn kernel_cost(node: Handle) -> u64 {
         rc = real_cuda!(cuGraphKernelNodeGetParams(node, &mut p));
     }
     if rc == CUDA_SUCCESS {
-        cost(p.grid, p.block)
+        params_cost(&p.v1)
     } else {
         0
     }
@@ -215,7 +223,7 @@ unsafe fn exec_set_node(
         CU_GRAPH_NODE_TYPE_KERNEL => {
             // SAFETY: the type says the kernel member is the one set.
             let k = unsafe { own.body.kernel };
-            Some(cost(k.grid, k.block))
+            Some(params_cost(&k.v1))
         }
         CU_GRAPH_NODE_TYPE_GRAPH => {
             // SAFETY: the type says the graph member is the one set.
@@ -289,7 +297,7 @@ hook! {
                     return real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
                 };
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, &own));
-                node_changed(e, rc, exec, node, cost(own.grid, own.block));
+                node_changed(e, rc, exec, node, params_cost(&own));
                 rc
             },
         )
@@ -305,7 +313,7 @@ hook! {
                     return real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
                 };
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, &own));
-                node_changed(e, rc, exec, node, cost(own.grid, own.block));
+                node_changed(e, rc, exec, node, params_cost(&own.v1));
                 rc
             },
         )

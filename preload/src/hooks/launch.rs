@@ -85,7 +85,10 @@ hook! {
                 |_| real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
             );
         };
-        match gate(cost(c.grid, c.block)) {
+        match gate(cost(
+            [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z],
+            [c.block_dim_x, c.block_dim_y, c.block_dim_z],
+        )) {
             CUDA_SUCCESS => real_cuda!(cuLaunchKernelEx(config, f, params, extra)),
             rc => rc,
         }
@@ -101,7 +104,10 @@ hook! {
                 |_| real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
             );
         };
-        match gate(cost(c.grid, c.block)) {
+        match gate(cost(
+            [c.grid_dim_x, c.grid_dim_y, c.grid_dim_z],
+            [c.block_dim_x, c.block_dim_y, c.block_dim_z],
+        )) {
             CUDA_SUCCESS => real_cuda!(cuLaunchKernelEx_ptsz(config, f, params, extra)),
             rc => rc,
         }
