@@ -475,7 +475,13 @@ impl Guards {
         Ok(())
     }
 
-    fn ensure_pin_dir(&self) -> Result<(), GuardError> {
+    /// Makes the pin directory, first mounting bpffs at
+    /// [`mounts::BPFFS`] when the directory is below it and nothing
+    /// mounted it yet (a new node, or a container without the host's
+    /// bpffs). [`Guards::guard_pod`] calls it; anything else that puts
+    /// files into the pin directory must call it first. The reading
+    /// methods need not: without bpffs there is no pin to find.
+    pub fn ensure_pin_dir(&self) -> Result<(), GuardError> {
         let bpffs = Path::new(mounts::BPFFS);
         if self.pin_dir.starts_with(bpffs) && mounts::ensure_bpffs(bpffs)? {
             tracing::info!(path = mounts::BPFFS, "mounted bpffs");

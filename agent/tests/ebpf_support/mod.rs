@@ -61,6 +61,14 @@ pub fn not_root() -> Option<String> {
     (euid != 0).then(|| "not root".to_owned())
 }
 
+/// Where `program` is on `PATH`, if it is.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
 /// Why this machine cannot run privileged eBPF tests, if it cannot.
 pub fn skip_reason() -> Option<String> {
     not_root()
@@ -198,7 +206,27 @@ impl Child {
 
     /// As [`Child::spawn`], with extra environment.
     pub fn spawn_with(test_name: &str, role: &str, env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        Self::spawn_wrapped(&[], test_name, role, env)
+    }
+
+    /// As [`Child::spawn_with`], run through `wrapper`: a program and its
+    /// arguments (e.g. `unshare --mount`) that runs the command line
+    /// following them.
+    pub fn spawn_wrapped(
+        wrapper: &[&str],
+        test_name: &str,
+        role: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(&exe),
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(&exe);
+                cmd
+            }
+        };
         cmd.args([test_name, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, role)
             .stdin(Stdio::piped())
@@ -246,10 +274,18 @@ impl Child {
         assert!(status.success(), "child failed: {status}");
     }
 
-    /// Lets it run; waits for it and returns its stdout. Fails the test if
-    /// the child failed.
+    /// Sends "go" without waiting, to release several children at once;
+    /// [`Child::go`] then waits for each.
+    pub fn release(&mut self) {
+        if let Some(mut stdin) = self.0.stdin.take() {
+            stdin.write_all(b"go\n").unwrap();
+        }
+    }
+
+    /// Lets it run (unless [`Child::release`]d already); waits for it and
+    /// returns its stdout. Fails the test if the child failed.
     pub fn go(mut self) -> String {
-        self.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        self.release();
         let out = self.0.wait_with_output().unwrap();
         let mut stderr = String::new();
         for line in BufReader::new(&out.stderr[..]).lines() {
