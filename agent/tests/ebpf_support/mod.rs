@@ -27,6 +27,12 @@ const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 /// Returns from the calling test (or benchmark), printing `skipped: <why>`,
 /// when `$why`, an `Option<String>`, is `Some`; with a second argument,
 /// returns that.
+///
+/// The workspace's skip convention: one line containing `skipped:`,
+/// printed from the test's own thread (libtest captures it, and `cargo
+/// xtask test` passes `--show-output` so it is shown with the test's
+/// name); under `CI=true` xtask fails the run on it (`xtask/src/skips.rs`).
+/// A test that returns early without such a line hides a skip.
 macro_rules! skip_if {
     ($why:expr $(, $ret:expr)?) => {
         if let Some(why) = $why {
