@@ -160,6 +160,23 @@ fn probe(test: &str, container: &Path) -> String {
     answer_in(&Child::spawn(test, "probe").join(container).go())
 }
 
+/// What the container can open once the kernel has let go of the links
+/// whose last pin went. It frees a bpffs inode after an RCU grace period
+/// and puts the link from a work queue, so a removed or replaced guard
+/// may enforce for a moment after its pin is gone (a replaced one beside
+/// its successor: the stricter wins). Probes until the answer is `want`,
+/// for at most 5 s, and returns the last answer.
+fn probe_settled(test: &str, container: &Path, want: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let seen = probe(test, container);
+        if seen == want || std::time::Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn apply(test: &str, pod: &Path, pins: &Path, allow: &str) -> u32 {
     let out = Child::spawn_with(
         test,
@@ -235,30 +252,23 @@ fn guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup() {
     // A new assignment replaces the old guard.
     let link2 = apply(test, &pod, &pins.0, "/dev/full");
     assert_ne!(link2, link);
-    assert_eq!(
-        probe(test, &container),
-        "null=ok zero=EPERM full=ok random=ok"
-    );
+    let want = "null=ok zero=EPERM full=ok random=ok";
+    assert_eq!(probe_settled(test, &container, want), want);
     let listed = g.list_guards().unwrap();
     assert_eq!(listed.len(), 1, "the old pin was replaced: {listed:?}");
     assert_eq!(listed[0].link_id, link2);
 
     // No GPU at all.
     apply(test, &pod, &pins.0, "");
-    assert_eq!(
-        probe(test, &container),
-        "null=ok zero=EPERM full=EPERM random=ok"
-    );
+    let want = "null=ok zero=EPERM full=EPERM random=ok";
+    assert_eq!(probe_settled(test, &container, want), want);
 
     // Cleanup removes enforcement.
     assert!(g.unguard_pod(&uid).unwrap());
     assert!(!g.unguard_pod(&uid).unwrap(), "already gone");
     assert!(g.list_guards().unwrap().is_empty());
-    assert_eq!(
-        probe(test, &container),
-        "null=ok zero=ok full=ok random=ok",
-        "after cleanup"
-    );
+    let want = "null=ok zero=ok full=ok random=ok";
+    assert_eq!(probe_settled(test, &container, want), want, "after cleanup");
 }
 
 #[test]
@@ -322,7 +332,11 @@ fn a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers() {
     let err = g.guard_pod(&pod, &[(1, 5)]).unwrap_err().to_string();
     assert!(err.starts_with("cannot rename device guard pin"), "{err}");
     assert!(!tmp.exists(), "the temporary pin is removed");
-    assert_eq!(probe(test, &container), unguarded, "and its link with it");
+    assert_eq!(
+        probe_settled(test, &container, unguarded),
+        unguarded,
+        "and its link with it"
+    );
     std::fs::remove_dir(pins.0.join(&uid)).unwrap();
 
     // A temporary pin left by an agent stopped mid-replacement: enforcing,
@@ -336,7 +350,7 @@ fn a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers() {
     );
     assert!(g.prune().unwrap().is_empty(), "no pod was removed");
     assert!(!tmp.exists());
-    assert_eq!(probe(test, &container), unguarded);
+    assert_eq!(probe_settled(test, &container, unguarded), unguarded);
 }
 
 /// A new node has no bpffs, and the first guards are set up by several

@@ -370,6 +370,9 @@ impl Guards {
     }
 
     /// Removes pod `uid`'s guard; returns whether there was one.
+    /// Enforcement ends when the kernel lets go of the link, shortly
+    /// after this returns: it frees the pin's inode after an RCU grace
+    /// period and puts the link from a work queue.
     pub fn unguard_pod(&self, uid: &str) -> Result<bool, GuardError> {
         if !valid_uid(uid) {
             return Err(GuardError::BadUid(uid.to_owned()));
