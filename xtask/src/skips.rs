@@ -99,6 +99,15 @@ pub fn in_ci() -> bool {
 /// to this process's own as they come; returns its exit status and the
 /// skip lines both held.
 pub fn run_teed(cmd: &mut Command) -> Result<(ExitStatus, Vec<Skip>)> {
+    run_teed_to(cmd, std::io::stdout(), std::io::stderr())
+}
+
+/// [`run_teed`], copying to `out` and `err`.
+fn run_teed_to(
+    cmd: &mut Command,
+    out: impl Write,
+    err: impl Write + Send + 'static,
+) -> Result<(ExitStatus, Vec<Skip>)> {
     let line = sh::describe(cmd);
     eprintln!("$ {line}");
     let mut child = cmd
@@ -108,8 +117,8 @@ pub fn run_teed(cmd: &mut Command) -> Result<(ExitStatus, Vec<Skip>)> {
         .with_context(|| format!("cannot start `{line}`"))?;
     let stdout = child.stdout.take().context("no stdout pipe")?;
     let stderr = child.stderr.take().context("no stderr pipe")?;
-    let err_copy = std::thread::spawn(move || tee(stderr, std::io::stderr()));
-    let out_copy = tee(stdout, std::io::stdout());
+    let err_copy = std::thread::spawn(move || tee(stderr, err));
+    let out_copy = tee(stdout, out);
     let err_copy = err_copy
         .join()
         .map_err(|_| anyhow::anyhow!("copying the stderr of `{line}` panicked"))?;
@@ -195,6 +204,22 @@ test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
         assert!(!is_skip("INFO ebpf attach mode skipped mode=kprobe"));
         assert!(is_skip("benchmark skipped: needs root"));
         assert!(is_skip("skipped::x then skipped: y"));
+    }
+
+    #[test]
+    fn a_command_s_skips_on_both_streams_and_its_status_come_back() {
+        // Copied to sinks, and spelt so that the command line (which
+        // run_teed echoes) holds no skip line: printed, either would reach
+        // the output of the `cargo xtask test` that runs this test.
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "m=skipped; echo '---- t stdout ----'; echo \"$m: a\"; echo \"$m: b\" >&2; exit 3",
+        ]);
+        let (status, skips) = run_teed_to(&mut cmd, std::io::sink(), std::io::sink()).unwrap();
+        assert_eq!(status.code(), Some(3));
+        let found: Vec<String> = skips.iter().map(Skip::to_string).collect();
+        assert_eq!(found, ["t: skipped: a", "skipped: b"]);
     }
 
     #[test]
