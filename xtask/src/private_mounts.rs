@@ -42,12 +42,17 @@ pub struct Args {
     pub command: Vec<OsString>,
 }
 
+/// The running xtask binary. Not its path: `cargo xtask test` builds the
+/// workspace, xtask included, so by the time the tests run the file at
+/// that path is a new build and the running one is deleted. The kernel's
+/// link to the running image execs that image whatever became of its file.
+const RUNNING_XTASK: &str = "/proc/self/exe";
+
 /// `program` run through `xtask in-private-mounts`; add its arguments.
-pub fn wrap(program: impl Into<OsString>) -> Result<Command> {
-    let xtask = std::env::current_exe().context("cannot find the running xtask binary")?;
-    let mut cmd = Command::new(xtask);
+pub fn wrap(program: impl Into<OsString>) -> Command {
+    let mut cmd = Command::new(RUNNING_XTASK);
     cmd.args([SUBCOMMAND.into(), "--".into(), program.into()]);
-    Ok(cmd)
+    cmd
 }
 
 /// Enters the namespace and execs `args.command`; returns only on failure.
