@@ -18,12 +18,15 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use rustix::mount::{UnmountFlags, unmount};
 use support::{
     Child, TestCgroup, answer, answer_in, artifact, child_role, device, devices, skip_if,
     skip_reason,
 };
 use tessera_agent::cgroup;
+use tessera_agent::ebpf::mounts::BPFFS;
 use tessera_agent::ebpf::{GuardDevices, Guards};
+use tessera_agent::mountinfo;
 
 const GUARD_OBJECT: &str = "ebpf/tessera-guard.bpf.o";
 const POD_ENV: &str = "TESSERA_TEST_GUARD_POD";
@@ -73,9 +76,63 @@ fn child_side() {
             }
             answer(&out.join(" "));
         }
+        "new-node" => {
+            let pins = PathBuf::from(std::env::var(PINS_ENV).unwrap());
+            answer(&race_on_a_new_node(&pins));
+        }
+        "prepare" => {
+            let pins = PathBuf::from(std::env::var(PINS_ENV).unwrap());
+            guards(&pins).ensure_pin_dir().unwrap();
+            answer("ok");
+        }
         other => panic!("unknown child role {other}"),
     }
     std::process::exit(0);
+}
+
+/// Processes racing to prepare their pin directories, and how many times.
+const RACERS: usize = 16;
+const ROUNDS: usize = 40;
+const RACE_TEST: &str = "processes_preparing_pins_at_once_on_a_new_node_share_one_bpffs";
+
+/// The bpf mounts at [`BPFFS`] in this mount namespace.
+fn bpffs_mounts() -> usize {
+    mountinfo::read()
+        .unwrap()
+        .iter()
+        .filter(|m| m.fs_type == "bpf" && m.mount_point == Path::new(BPFFS))
+        .count()
+}
+
+/// In a private mount namespace, [`ROUNDS`] times: unmounts bpffs as on
+/// a new node and lets [`RACERS`] processes prepare pin directories below
+/// `pins` at once. Tells how many bpf mounts there were then and how many
+/// of the directories are on the one visible, for the first round that
+/// did not end with one mount holding them all (or for all).
+fn race_on_a_new_node(pins: &Path) -> String {
+    for round in 0..ROUNDS {
+        while bpffs_mounts() > 0 {
+            unmount(BPFFS, UnmountFlags::DETACH).unwrap();
+        }
+        let mut racers: Vec<Child> = (0..RACERS)
+            .map(|i| {
+                let dir = pins.join(i.to_string());
+                Child::spawn_with(RACE_TEST, "prepare", &[(PINS_ENV, dir.to_str().unwrap())])
+            })
+            .collect();
+        for racer in &mut racers {
+            racer.release();
+        }
+        for racer in racers {
+            assert_eq!(answer_in(&racer.go()), "ok");
+        }
+        let dirs = std::fs::read_dir(pins).map_or(0, |d| d.count());
+        let mounts = bpffs_mounts();
+        if (mounts, dirs) != (1, RACERS) {
+            return format!("round {round}: bpf mounts {mounts}, pin directories {dirs}");
+        }
+    }
+    format!("{ROUNDS} rounds: bpf mounts 1, pin directories {RACERS}")
 }
 
 /// A private pin folder on bpffs, removed on drop.
@@ -83,8 +140,7 @@ struct Pins(PathBuf);
 
 impl Pins {
     fn new(name: &str) -> Self {
-        let dir =
-            Path::new("/sys/fs/bpf").join(format!("tessera-test-{}-{name}", std::process::id()));
+        let dir = Path::new(BPFFS).join(format!("tessera-test-{}-{name}", std::process::id()));
         Self(dir)
     }
 }
@@ -102,6 +158,23 @@ impl Drop for Pins {
 
 fn probe(test: &str, container: &Path) -> String {
     answer_in(&Child::spawn(test, "probe").join(container).go())
+}
+
+/// What the container can open once the kernel has let go of the links
+/// whose last pin went. It frees a bpffs inode after an RCU grace period
+/// and puts the link from a work queue, so a removed or replaced guard
+/// may enforce for a moment after its pin is gone (a replaced one beside
+/// its successor: the stricter wins). Probes until the answer is `want`,
+/// for at most 5 s, and returns the last answer.
+fn probe_settled(test: &str, container: &Path, want: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let seen = probe(test, container);
+        if seen == want || std::time::Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 fn apply(test: &str, pod: &Path, pins: &Path, allow: &str) -> u32 {
@@ -179,30 +252,23 @@ fn guard_denies_unassigned_gpus_survives_its_loader_and_goes_on_cleanup() {
     // A new assignment replaces the old guard.
     let link2 = apply(test, &pod, &pins.0, "/dev/full");
     assert_ne!(link2, link);
-    assert_eq!(
-        probe(test, &container),
-        "null=ok zero=EPERM full=ok random=ok"
-    );
+    let want = "null=ok zero=EPERM full=ok random=ok";
+    assert_eq!(probe_settled(test, &container, want), want);
     let listed = g.list_guards().unwrap();
     assert_eq!(listed.len(), 1, "the old pin was replaced: {listed:?}");
     assert_eq!(listed[0].link_id, link2);
 
     // No GPU at all.
     apply(test, &pod, &pins.0, "");
-    assert_eq!(
-        probe(test, &container),
-        "null=ok zero=EPERM full=EPERM random=ok"
-    );
+    let want = "null=ok zero=EPERM full=EPERM random=ok";
+    assert_eq!(probe_settled(test, &container, want), want);
 
     // Cleanup removes enforcement.
     assert!(g.unguard_pod(&uid).unwrap());
     assert!(!g.unguard_pod(&uid).unwrap(), "already gone");
     assert!(g.list_guards().unwrap().is_empty());
-    assert_eq!(
-        probe(test, &container),
-        "null=ok zero=ok full=ok random=ok",
-        "after cleanup"
-    );
+    let want = "null=ok zero=ok full=ok random=ok";
+    assert_eq!(probe_settled(test, &container, want), want, "after cleanup");
 }
 
 #[test]
@@ -259,12 +325,18 @@ fn a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers() {
     let tmp = pins.0.join(format!("new-{uid}"));
     let unguarded = "null=ok zero=ok full=ok random=ok";
 
-    // A directory where the pin goes makes the rename fail.
+    // A directory where the pin goes makes the rename fail. It goes into
+    // the pin directory, which the guard prepares (mounting bpffs).
+    g.ensure_pin_dir().unwrap();
     std::fs::create_dir_all(pins.0.join(&uid)).unwrap();
     let err = g.guard_pod(&pod, &[(1, 5)]).unwrap_err().to_string();
     assert!(err.starts_with("cannot rename device guard pin"), "{err}");
     assert!(!tmp.exists(), "the temporary pin is removed");
-    assert_eq!(probe(test, &container), unguarded, "and its link with it");
+    assert_eq!(
+        probe_settled(test, &container, unguarded),
+        unguarded,
+        "and its link with it"
+    );
     std::fs::remove_dir(pins.0.join(&uid)).unwrap();
 
     // A temporary pin left by an agent stopped mid-replacement: enforcing,
@@ -278,5 +350,36 @@ fn a_failed_replacement_leaves_no_hidden_guard_and_prune_sweeps_leftovers() {
     );
     assert!(g.prune().unwrap().is_empty(), "no pod was removed");
     assert!(!tmp.exists());
-    assert_eq!(probe(test, &container), unguarded);
+    assert_eq!(probe_settled(test, &container, unguarded), unguarded);
+}
+
+/// A new node has no bpffs, and the first guards are set up by several
+/// processes at once (the agent and its helpers, or parallel tests): they
+/// must end up on one bpffs. A second mount stacked on the first is a new
+/// file system that hides every pin made on the first, so a process-local
+/// check would lose guards from sight. Run in a mount namespace of its own
+/// (`unshare(1)`), so the host's bpffs is untouched.
+#[test]
+fn processes_preparing_pins_at_once_on_a_new_node_share_one_bpffs() {
+    child_side();
+    skip_if!(guard_skip().or_else(|| {
+        support::on_path("unshare")
+            .is_none()
+            .then(|| "unshare(1) is not installed (util-linux)".to_owned())
+    }));
+    let pins = Pins::new("race");
+    let new_node = Child::spawn_wrapped(
+        &["unshare", "--mount", "--propagation", "private"],
+        RACE_TEST,
+        "new-node",
+        &[(PINS_ENV, pins.0.to_str().unwrap())],
+    );
+    assert_eq!(
+        answer_in(&new_node.go()),
+        format!("{ROUNDS} rounds: bpf mounts 1, pin directories {RACERS}")
+    );
+    assert!(
+        !pins.0.exists(),
+        "the pins were made in the test's own mount namespace, not here"
+    );
 }

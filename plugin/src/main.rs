@@ -55,6 +55,16 @@ struct ServeArgs {
     /// Scheduler name the webhook hands GPU pods to.
     #[arg(long, env = "TESSERA_SCHEDULER_NAME", default_value = webhook::DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
+    /// Seconds a connection may take to send a request's headers (from
+    /// its start or the previous answer; idle connections close then).
+    #[arg(long, env = "TESSERA_HEADER_READ_TIMEOUT", value_name = "SECONDS", default_value = "10", value_parser = server::parse_timeout)]
+    header_read_timeout: std::time::Duration,
+    /// Seconds a request may take to send its body after its headers.
+    #[arg(long, env = "TESSERA_BODY_READ_TIMEOUT", value_name = "SECONDS", default_value = "10", value_parser = server::parse_timeout)]
+    body_read_timeout: std::time::Duration,
+    /// Largest request body, in bytes (larger answer 413).
+    #[arg(long, env = "TESSERA_MAX_BODY", value_name = "BYTES", default_value_t = server::MAX_BODY as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_body: u64,
 }
 
 #[derive(Debug, Args)]
@@ -115,7 +125,14 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listening on {}", args.listen))?;
         let local = listener.local_addr().context("reading the bound address")?;
         tracing::info!(listen = %local, nodes = state.view.len(), "serving");
-        server::serve(listener, state, shutdown_signal()).await?;
+        let limits = server::Limits {
+            header_read_timeout: args.header_read_timeout,
+            body_read_timeout: args.body_read_timeout,
+            max_body: usize::try_from(args.max_body)
+                .context("--max-body is larger than this machine's address space")?,
+        };
+        tracing::debug!(?limits, "connection limits");
+        server::serve(listener, state, limits, shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
     })

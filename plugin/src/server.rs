@@ -9,6 +9,17 @@
 //! | `POST /bind` | ExtenderBindingArgs | ExtenderBindingResult with `Error`: binding is planned |
 //! | `POST /webhook` | AdmissionReview | AdmissionReview (plain HTTP; the API server needs TLS, planned) |
 //! | `GET /healthz` | – | `ok` |
+//!
+//! **What one connection may take** ([`Limits`]): the request's headers
+//! must be complete within [`Limits::header_read_timeout`] of the
+//! connection's start (or of the previous response, so an idle keep-alive
+//! connection is closed after it too), the body within
+//! [`Limits::body_read_timeout`] of the headers, and the body may be at
+//! most [`Limits::max_body`] bytes. A client that sends its headers byte
+//! by byte, or never finishes its body, is disconnected (the body case
+//! with `408 Request Timeout`) instead of holding a task and a socket
+//! for ever; a body over the limit answers `413`. Headers themselves are
+//! bounded by hyper (about 400 KiB, 100 fields: `431` beyond).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,7 +31,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, header};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -30,8 +41,31 @@ use crate::extender::{
 };
 use crate::webhook::{self, AdmissionReview, WebhookConfig};
 
-/// Largest request body read (a full NodeList can be large).
+/// Default largest request body (a full NodeList can be large).
 pub const MAX_BODY: usize = 32 << 20;
+
+/// What one connection may take of the server; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Until a request's headers are complete, from the connection's
+    /// start or the previous response. Default 10 s: kube-scheduler sends
+    /// each request whole, on localhost.
+    pub header_read_timeout: Duration,
+    /// Until a request's body is complete, from its headers. Default 10 s.
+    pub body_read_timeout: Duration,
+    /// Largest request body, in bytes. Default [`MAX_BODY`] (32 MiB).
+    pub max_body: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            max_body: MAX_BODY,
+        }
+    }
+}
 
 /// What the routes answer from.
 #[derive(Debug, Clone, Default)]
@@ -42,12 +76,29 @@ pub struct AppState {
     pub webhook: WebhookConfig,
 }
 
-/// Failures of the server itself (never of a request).
+/// Failures of the server itself (never of a request): its settings and
+/// its listener.
 #[derive(Debug, Error)]
 pub enum ServerError {
     /// The listener failed for good.
     #[error("accepting connections failed")]
     Accept(#[source] std::io::Error),
+    /// A timeout setting is not a positive number of seconds.
+    #[error("{0:?} is not a timeout in seconds (a number more than 0, such as 10 or 0.5)")]
+    BadTimeout(String),
+}
+
+/// A timeout setting: seconds, more than 0 and finite (`10`, `0.5`).
+///
+/// # Errors
+/// [`ServerError::BadTimeout`] naming the text otherwise.
+pub fn parse_timeout(text: &str) -> Result<Duration, ServerError> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| ServerError::BadTimeout(text.to_owned()))
 }
 
 /// An HTTP answer.
@@ -127,42 +178,66 @@ fn bad_request(what: &str, error: &serde_json::Error) -> Reply {
 async fn handle(
     request: Request<Incoming>,
     state: Arc<AppState>,
+    limits: Limits,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (parts, body) = request.into_parts();
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let max = limits.max_body;
     let too_large = |detail: &str| {
         Reply::text(
             StatusCode::PAYLOAD_TOO_LARGE,
-            &format!("request body is over the limit of {MAX_BODY} bytes{detail}"),
+            &format!("request body is over the limit of {max} bytes{detail}"),
         )
     };
     // Refuse before reading: a body that never comes must not hold the task.
-    let reply = if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        too_large("")
+    let reply = if declared.is_some_and(|n| n > max as u64) {
+        Err(too_large(""))
     } else {
-        match Limited::new(body, MAX_BODY).collect().await {
-            Ok(collected) => route(
+        let collect = Limited::new(body, max).collect();
+        match tokio::time::timeout(limits.body_read_timeout, collect).await {
+            Ok(Ok(collected)) => Ok(route(
                 parts.method.as_str(),
                 parts.uri.path(),
                 &collected.to_bytes(),
                 &state,
-            ),
-            Err(error) => too_large(&format!(" or unreadable: {error}")),
+            )),
+            Ok(Err(error)) => Err(too_large(&format!(" or unreadable: {error}"))),
+            Err(_) => Err(Reply::text(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "request body not complete within {:?}",
+                    limits.body_read_timeout
+                ),
+            )),
         }
+    };
+    // A refused body may still be coming: the connection cannot carry
+    // another request, so it closes after the answer.
+    let (reply, close) = match reply {
+        Ok(reply) => (reply, false),
+        Err(reply) => (reply, true),
     };
     let mut response = Response::new(Full::new(Bytes::from(reply.body)));
     *response.status_mut() = reply.status;
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static(reply.content_type),
     );
+    if close {
+        headers.insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
     Ok(response)
 }
 
-/// Serves connections from `listener` until `shutdown` completes.
+/// Serves connections from `listener` under `limits` until `shutdown`
+/// completes.
 ///
 /// # Errors
 /// [`ServerError::Accept`] when the listener fails with something other
@@ -170,6 +245,7 @@ async fn handle(
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     tokio::pin!(shutdown);
@@ -189,8 +265,10 @@ pub async fn serve(
         };
         let state = state.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| handle(request, state.clone()));
+            let service = service_fn(move |request| handle(request, state.clone(), limits));
             if let Err(error) = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {

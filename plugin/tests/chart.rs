@@ -1,12 +1,14 @@
 //! What `deploy/` ships: the GpuNode CRD, the examples, and the Helm chart.
 //!
-//! The chart test renders and lints with the Helm Go SDK through its Python
-//! binding (`pip install helm-python-sdk==0.2.2`); without it that test
-//! prints "skipped: helm not installed" and passes. The others always run.
+//! The chart tests render, lint and package with the Helm Go SDK through
+//! its Python binding (`pip install helm-python-sdk==0.2.2`); without it
+//! they print "skipped: helm not installed" and pass. The others always
+//! run.
 //! Every rendered chart's extender arguments are run through the built
 //! `tessera-scheduler` to check that it takes them.
 #![allow(clippy::unwrap_used)] // helpers of a test crate
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -176,10 +178,68 @@ fn gpunode_printer_columns_point_into_the_schema() {
     }
 }
 
+/// The chart's files as `helm package` archives them (path below the
+/// chart's folder → text); `None` when the Helm SDK is missing.
+fn packaged_chart() -> Option<BTreeMap<String, String>> {
+    let output = Command::new("python3")
+        .arg(repo().join("plugin/tests/helm_check.py"))
+        .arg("--package")
+        .arg(repo().join("deploy/helm/tessera"))
+        .output()
+        .ok()?;
+    if output.status.code() == Some(3) {
+        return None;
+    }
+    assert!(
+        output.status.success(),
+        "packaging the chart failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let files: BTreeMap<String, String> = serde_json::from_value(report["files"].clone()).unwrap();
+    Some(
+        files
+            .into_iter()
+            .map(|(path, text)| {
+                let (_chart, inside) = path.split_once('/').unwrap();
+                (inside.to_owned(), text)
+            })
+            .collect(),
+    )
+}
+
+/// What a user installs is the packaged chart, not the chart folder (whose
+/// `crds/` links into `deploy/crds`): its `crds/` must hold exactly the
+/// CRDs of `deploy/crds`, byte for byte.
 #[test]
 fn the_chart_ships_the_same_crd() {
-    let chart_copy = read("deploy/helm/tessera/crds/gpunodes.tessera.dev.yaml");
-    assert_eq!(chart_copy, read("deploy/crds/gpunodes.tessera.dev.yaml"));
+    let Some(packaged) = packaged_chart() else {
+        println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+        return;
+    };
+    let shipped: BTreeMap<&str, &str> = packaged
+        .iter()
+        .filter_map(|(path, text)| Some((path.strip_prefix("crds/")?, text.as_str())))
+        .collect();
+    let mut ours = BTreeMap::new();
+    for entry in std::fs::read_dir(repo().join("deploy/crds")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        ours.insert(name, std::fs::read_to_string(&path).unwrap());
+    }
+    let ours: BTreeMap<&str, &str> = ours.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(!ours.is_empty());
+    assert_eq!(
+        shipped.keys().collect::<Vec<_>>(),
+        ours.keys().collect::<Vec<_>>(),
+        "the packaged chart's crds/ against deploy/crds"
+    );
+    for (name, text) in &ours {
+        assert!(
+            shipped[name] == *text,
+            "the packaged chart's crds/{name} differs from deploy/crds/{name}"
+        );
+    }
 }
 
 #[test]

@@ -115,3 +115,78 @@ fn serve_refuses_a_bad_node_file() {
         "{stderr}"
     );
 }
+
+/// `serve` started with `args`, and the address it reports listening on.
+fn start_serve(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving") {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "serve exited before listening"
+        );
+    }
+    // Keep draining the log so the server never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+    let addr = line
+        .split("listen=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    (child, addr)
+}
+
+#[test]
+fn serve_cuts_off_a_slow_client_at_the_header_timeout_it_is_given() {
+    let (mut child, addr) = start_serve(&["--header-read-timeout", "0.5"]);
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    let start = std::time::Instant::now();
+    stream
+        .write_all(b"POST /filter HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut seen = Vec::new();
+    let read = stream.read_to_end(&mut seen);
+    let at = start.elapsed();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(read.is_ok(), "not closed by the server: {read:?}");
+    assert!(seen.is_empty(), "{seen:?}");
+    assert!(
+        at >= std::time::Duration::from_millis(500) && at < std::time::Duration::from_secs(4),
+        "closed after {at:?}"
+    );
+}
+
+#[test]
+fn serve_refuses_bad_limits_naming_the_flag() {
+    for (flag, value) in [
+        ("--header-read-timeout", "0"),
+        ("--body-read-timeout", "soon"),
+        ("--max-body", "0"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
+            .args(["serve", "--listen", "127.0.0.1:0", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{flag} <")),
+            "{stderr}"
+        );
+    }
+}

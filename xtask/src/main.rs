@@ -16,8 +16,11 @@ mod demo;
 mod ebpf;
 mod files;
 mod headers;
+mod private_mounts;
 mod setup;
 mod sh;
+mod skips;
+mod sys;
 mod test;
 
 use anyhow::Result;
@@ -55,6 +58,10 @@ enum Command {
     Bench(bench::Args),
     /// Build a folder that shows the limits on a real NVIDIA GPU with PyTorch.
     GpuBundle(bundle::Args),
+    /// Run a command in a private mount namespace without bpffs, tracefs
+    /// and debugfs (as root; `test` runs `cargo test` so).
+    #[command(name = private_mounts::SUBCOMMAND, hide = true)]
+    InPrivateMounts(private_mounts::Args),
 }
 
 fn main() -> Result<()> {
@@ -66,6 +73,7 @@ fn main() -> Result<()> {
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::GpuBundle(args) => bundle::run(&args),
+        Command::InPrivateMounts(args) => private_mounts::run(&args),
     }
 }
 

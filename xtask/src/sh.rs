@@ -1,6 +1,7 @@
 //! Running commands with their command line echoed, and failing with a
 //! message that names the command.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,10 +15,14 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The cargo that runs xtask.
+pub fn cargo_program() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
 /// A `cargo` command using the same cargo that runs xtask.
 pub fn cargo() -> Command {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = Command::new(cargo_program());
     cmd.current_dir(workspace_root());
     cmd
 }

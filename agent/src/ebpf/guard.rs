@@ -370,6 +370,9 @@ impl Guards {
     }
 
     /// Removes pod `uid`'s guard; returns whether there was one.
+    /// Enforcement ends when the kernel lets go of the link, shortly
+    /// after this returns: it frees the pin's inode after an RCU grace
+    /// period and puts the link from a work queue.
     pub fn unguard_pod(&self, uid: &str) -> Result<bool, GuardError> {
         if !valid_uid(uid) {
             return Err(GuardError::BadUid(uid.to_owned()));
@@ -475,7 +478,13 @@ impl Guards {
         Ok(())
     }
 
-    fn ensure_pin_dir(&self) -> Result<(), GuardError> {
+    /// Makes the pin directory, first mounting bpffs at
+    /// [`mounts::BPFFS`] when the directory is below it and nothing
+    /// mounted it yet (a new node, or a container without the host's
+    /// bpffs). [`Guards::guard_pod`] calls it; anything else that puts
+    /// files into the pin directory must call it first. The reading
+    /// methods need not: without bpffs there is no pin to find.
+    pub fn ensure_pin_dir(&self) -> Result<(), GuardError> {
         let bpffs = Path::new(mounts::BPFFS);
         if self.pin_dir.starts_with(bpffs) && mounts::ensure_bpffs(bpffs)? {
             tracing::info!(path = mounts::BPFFS, "mounted bpffs");

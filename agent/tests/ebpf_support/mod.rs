@@ -27,6 +27,12 @@ const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 /// Returns from the calling test (or benchmark), printing `skipped: <why>`,
 /// when `$why`, an `Option<String>`, is `Some`; with a second argument,
 /// returns that.
+///
+/// The workspace's skip convention: one line containing `skipped:`,
+/// printed from the test's own thread (libtest captures it, and `cargo
+/// xtask test` passes `--show-output` so it is shown with the test's
+/// name); under `CI=true` xtask fails the run on it (`xtask/src/skips.rs`).
+/// A test that returns early without such a line hides a skip.
 macro_rules! skip_if {
     ($why:expr $(, $ret:expr)?) => {
         if let Some(why) = $why {
@@ -59,6 +65,14 @@ pub fn not_root() -> Option<String> {
         .map(|m| m.uid())
         .unwrap_or(u32::MAX);
     (euid != 0).then(|| "not root".to_owned())
+}
+
+/// Where `program` is on `PATH`, if it is.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 /// Why this machine cannot run privileged eBPF tests, if it cannot.
@@ -198,7 +212,27 @@ impl Child {
 
     /// As [`Child::spawn`], with extra environment.
     pub fn spawn_with(test_name: &str, role: &str, env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        Self::spawn_wrapped(&[], test_name, role, env)
+    }
+
+    /// As [`Child::spawn_with`], run through `wrapper`: a program and its
+    /// arguments (e.g. `unshare --mount`) that runs the command line
+    /// following them.
+    pub fn spawn_wrapped(
+        wrapper: &[&str],
+        test_name: &str,
+        role: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(&exe),
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(&exe);
+                cmd
+            }
+        };
         cmd.args([test_name, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, role)
             .stdin(Stdio::piped())
@@ -246,10 +280,18 @@ impl Child {
         assert!(status.success(), "child failed: {status}");
     }
 
-    /// Lets it run; waits for it and returns its stdout. Fails the test if
-    /// the child failed.
+    /// Sends "go" without waiting, to release several children at once;
+    /// [`Child::go`] then waits for each.
+    pub fn release(&mut self) {
+        if let Some(mut stdin) = self.0.stdin.take() {
+            stdin.write_all(b"go\n").unwrap();
+        }
+    }
+
+    /// Lets it run (unless [`Child::release`]d already); waits for it and
+    /// returns its stdout. Fails the test if the child failed.
     pub fn go(mut self) -> String {
-        self.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        self.release();
         let out = self.0.wait_with_output().unwrap();
         let mut stderr = String::new();
         for line in BufReader::new(&out.stderr[..]).lines() {

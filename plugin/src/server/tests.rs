@@ -137,9 +137,14 @@ async fn serves_routes_over_http_and_stops_on_shutdown() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, Arc::new(state()), async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(serve(
+        listener,
+        Arc::new(state()),
+        Limits::default(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
 
     let (status, body) = exchange(
         addr,
@@ -173,4 +178,203 @@ async fn serves_routes_over_http_and_stops_on_shutdown() {
         .expect("server stops")
         .unwrap()
         .unwrap();
+}
+
+/// Short limits, so that the slow clients below meet them quickly.
+const TIGHT: Limits = Limits {
+    header_read_timeout: Duration::from_millis(500),
+    body_read_timeout: Duration::from_millis(500),
+    max_body: 1000,
+};
+
+/// How late past a timeout a disconnect may come on a loaded machine.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// How long a slow client keeps at it before giving up on the server.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A server under `limits` on 127.0.0.1; stop it with the sender.
+async fn start(
+    limits: Limits,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), ServerError>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, Arc::new(state()), limits, async {
+        let _ = stopped.await;
+    }));
+    (addr, stop, server)
+}
+
+/// What a slow client saw: the server's bytes, and when (after the
+/// connect) the server closed the connection; `None` if it was still open
+/// after [`PATIENCE`].
+struct Slow {
+    answer: String,
+    closed_after: Option<Duration>,
+}
+
+/// Sends `head`, then one byte of `trickle` every 100 ms (a slowloris:
+/// never idle long enough for a per-read timeout), or nothing when
+/// `None`, until the server closes the connection or [`PATIENCE`] runs
+/// out.
+async fn slow_client(addr: std::net::SocketAddr, head: &str, trickle: Option<u8>) -> Slow {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let start = std::time::Instant::now();
+    let (mut rd, mut wr) = stream.into_split();
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => return (seen, start.elapsed()),
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    wr.write_all(head.as_bytes()).await.unwrap();
+    while !reader.is_finished() && start.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(byte) = trickle
+            && wr.write_all(&[byte]).await.is_err()
+        {
+            break;
+        }
+    }
+    match tokio::time::timeout(Duration::from_secs(1), reader).await {
+        Ok(done) => {
+            let (seen, at) = done.unwrap();
+            Slow {
+                answer: String::from_utf8_lossy(&seen).into_owned(),
+                closed_after: Some(at),
+            }
+        }
+        Err(_) => Slow {
+            answer: String::new(),
+            closed_after: None,
+        },
+    }
+}
+
+fn assert_cut_off_at(slow: &Slow, timeout: Duration) {
+    let at = slow
+        .closed_after
+        .unwrap_or_else(|| panic!("still connected after {PATIENCE:?}"));
+    assert!(at >= timeout, "closed after {at:?}, before the timeout");
+    assert!(at < timeout + SLACK, "closed only after {at:?}");
+}
+
+#[tokio::test]
+async fn a_client_sending_headers_byte_by_byte_is_cut_off_at_the_header_timeout() {
+    let (addr, stop, server) = start(TIGHT).await;
+    let slowloris = tokio::spawn(slow_client(
+        addr,
+        "POST /filter HTTP/1.1\r\nHost: x\r\nX-Padding: ",
+        Some(b'a'),
+    ));
+    // Meanwhile others are served.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_eq!(exchange(addr, healthz).await, (200, "ok\n".to_owned()));
+
+    let slow = slowloris.await.unwrap();
+    assert_cut_off_at(&slow, TIGHT.header_read_timeout);
+    assert_eq!(slow.answer, "", "no answer to a request never complete");
+    assert_eq!(exchange(addr, healthz).await, (200, "ok\n".to_owned()));
+
+    // So is a connection kept alive after an answer, and idle since.
+    let idle = slow_client(addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", None).await;
+    assert!(
+        idle.answer.starts_with("HTTP/1.1 200 "),
+        "{:?}",
+        idle.answer
+    );
+    assert_cut_off_at(&idle, TIGHT.header_read_timeout);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_body_that_never_finishes_is_answered_408_at_the_body_timeout() {
+    let (addr, stop, server) = start(TIGHT).await;
+    // 900 bytes promised, well within the limit, sent one per 100 ms:
+    // it would take 90 s.
+    let slowloris = tokio::spawn(slow_client(
+        addr,
+        "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n{",
+        Some(b' '),
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let args = String::from_utf8(extender_args()).unwrap();
+    let request = format!(
+        "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{args}",
+        args.len()
+    );
+    let (status, body) = exchange(addr, &request).await;
+    assert_eq!(status, 200, "{body}");
+
+    let slow = slowloris.await.unwrap();
+    assert_cut_off_at(&slow, TIGHT.body_read_timeout);
+    assert!(
+        slow.answer.starts_with("HTTP/1.1 408 "),
+        "{:?}",
+        slow.answer
+    );
+    assert!(
+        slow.answer
+            .contains("request body not complete within 500ms"),
+        "{:?}",
+        slow.answer
+    );
+    assert_eq!(exchange(addr, &request).await.0, 200);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn bodies_over_the_configured_limit_are_refused_declared_or_not() {
+    let (addr, stop, server) = start(TIGHT).await;
+    let declared = "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n";
+    let (status, body) = exchange(addr, declared).await;
+    assert_eq!(status, 413);
+    assert_eq!(body, "request body is over the limit of 1000 bytes\n");
+
+    // Chunked: no length to judge by, so the limit applies while reading.
+    let chunk = "x".repeat(600);
+    let chunked = format!(
+        "POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n0\r\n\r\n"
+    );
+    let (status, body) = exchange(addr, &chunked).await;
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body.starts_with("request body is over the limit of 1000 bytes or unreadable"),
+        "{body}"
+    );
+
+    // Exactly the limit is read.
+    let at_limit = format!(
+        "POST /prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n{}",
+        " ".repeat(1000)
+    );
+    assert_eq!(exchange(addr, &at_limit).await.0, 400, "read, not JSON");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[test]
+fn timeouts_are_positive_seconds() {
+    assert_eq!(parse_timeout("10").unwrap(), Duration::from_secs(10));
+    assert_eq!(parse_timeout("0.25").unwrap(), Duration::from_millis(250));
+    for bad in ["0", "-1", "abc", "", "inf", "NaN", "1e30"] {
+        assert_eq!(
+            parse_timeout(bad).unwrap_err().to_string(),
+            format!(
+                "{bad:?} is not a timeout in seconds (a number more than 0, such as 10 or 0.5)"
+            )
+        );
+    }
 }

@@ -1,0 +1,240 @@
+//! Finding the tests that skipped in the output of `cargo test`, which
+//! is still printed as it comes.
+//!
+//! **The convention** (every test of the workspace follows it): a test
+//! that cannot run on this machine (not root, a tool missing) returns
+//! early after printing one line that contains [`MARK`], as
+//! `skipped: <reason>`, with `println!` or `eprintln!`. libtest captures
+//! what a passing test prints and shows it only with `--show-output`, so
+//! `cargo xtask test` passes that flag: every skip reaches the output,
+//! under a `---- <test> stdout ----` header that names the test. Lines
+//! printed outside the capture (child processes, raw writes to the file
+//! descriptors) reach it too, without a name.
+//!
+//! CI runs as root with everything `setup` installs, so under `CI=true`
+//! a skip is a broken install step and fails the run.
+
+use std::io::{BufRead as _, BufReader, Read, Write};
+use std::process::{Command, ExitStatus, Stdio};
+
+use anyhow::{Context, Result};
+
+use crate::sh;
+
+/// What a skip line contains.
+pub const MARK: &str = "skipped:";
+
+/// One skip line, with the test whose output held it, when known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skip {
+    /// The test's name, from libtest's output header.
+    pub test: Option<String>,
+    /// The line, as printed.
+    pub line: String,
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.test {
+            Some(test) => write!(f, "{test}: {}", self.line.trim()),
+            None => write!(f, "{}", self.line.trim()),
+        }
+    }
+}
+
+/// Reads one output stream line by line, remembering whose captured
+/// output it is in and collecting the skip lines.
+#[derive(Debug, Default)]
+pub struct Scanner {
+    test: Option<String>,
+    found: Vec<Skip>,
+}
+
+impl Scanner {
+    /// Takes the next line (without its newline).
+    pub fn line(&mut self, line: &str) {
+        if let Some(test) = output_header(line) {
+            self.test = Some(test.to_owned());
+        } else if ends_output_sections(line) {
+            self.test = None;
+        } else if is_skip(line) {
+            self.found.push(Skip {
+                test: self.test.clone(),
+                line: line.to_owned(),
+            });
+        }
+    }
+
+    /// The skip lines seen.
+    pub fn into_skips(self) -> Vec<Skip> {
+        self.found
+    }
+}
+
+/// The test named by libtest's `---- <test> stdout ----` header.
+fn output_header(line: &str) -> Option<&str> {
+    line.strip_prefix("---- ")?.strip_suffix(" stdout ----")
+}
+
+/// libtest's lines after the captured outputs of one test binary.
+fn ends_output_sections(line: &str) -> bool {
+    matches!(line, "successes:" | "failures:")
+        || line.starts_with("test result: ")
+        || line.starts_with("running ")
+}
+
+/// Whether `line` reports a skip: it contains [`MARK`] not followed by
+/// another colon (a module path such as `skipped::tests` is no skip).
+pub fn is_skip(line: &str) -> bool {
+    line.match_indices(MARK)
+        .any(|(at, _)| !line[at + MARK.len()..].starts_with(':'))
+}
+
+/// Whether this run is CI's: `CI` is `true` (or `1`), as CI services set it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// Runs `cmd`, echoing it, with its stdout and stderr copied line by line
+/// to this process's own as they come; returns its exit status and the
+/// skip lines both held.
+pub fn run_teed(cmd: &mut Command) -> Result<(ExitStatus, Vec<Skip>)> {
+    run_teed_to(cmd, std::io::stdout(), std::io::stderr())
+}
+
+/// [`run_teed`], copying to `out` and `err`.
+fn run_teed_to(
+    cmd: &mut Command,
+    out: impl Write,
+    err: impl Write + Send + 'static,
+) -> Result<(ExitStatus, Vec<Skip>)> {
+    let line = sh::describe(cmd);
+    eprintln!("$ {line}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start `{line}`"))?;
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let err_copy = std::thread::spawn(move || tee(stderr, err));
+    let out_copy = tee(stdout, out);
+    let err_copy = err_copy
+        .join()
+        .map_err(|_| anyhow::anyhow!("copying the stderr of `{line}` panicked"))?;
+    let status = child
+        .wait()
+        .with_context(|| format!("cannot wait for `{line}`"))?;
+    let mut skips = out_copy.with_context(|| format!("cannot copy the stdout of `{line}`"))?;
+    skips.extend(err_copy.with_context(|| format!("cannot copy the stderr of `{line}`"))?);
+    Ok((status, skips))
+}
+
+/// Copies `from` to `to` line by line, scanning each line.
+fn tee(from: impl Read, mut to: impl Write) -> std::io::Result<Vec<Skip>> {
+    let mut from = BufReader::new(from);
+    let mut scanner = Scanner::default();
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if from.read_until(b'\n', &mut buf)? == 0 {
+            return Ok(scanner.into_skips());
+        }
+        to.write_all(&buf)?;
+        to.flush()?;
+        let text = String::from_utf8_lossy(&buf);
+        scanner.line(text.trim_end_matches(['\n', '\r']));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(text: &str) -> Vec<String> {
+        let mut scanner = Scanner::default();
+        for line in text.lines() {
+            scanner.line(line);
+        }
+        scanner.into_skips().iter().map(Skip::to_string).collect()
+    }
+
+    /// `cargo test -- --show-output` of a binary with one skipping test,
+    /// one passing test that prints, and a module named `skipped`.
+    const SHOWN: &str = "\
+running 3 tests
+test skipped::tests::runs ... ok
+test guard_denies_unassigned_gpus ... ok
+test a_failed_replacement ... ok
+
+successes:
+
+---- guard_denies_unassigned_gpus stdout ----
+skipped: not root
+
+---- a_failed_replacement stdout ----
+probing /dev/full
+nothing was skipped here
+
+successes:
+    a_failed_replacement
+    guard_denies_unassigned_gpus
+    skipped::tests::runs
+
+test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.01s
+
+    skipped: strace is not installed (`cargo xtask setup` installs it)
+";
+
+    #[test]
+    fn finds_skip_lines_and_names_their_tests() {
+        assert_eq!(
+            scan(SHOWN),
+            [
+                "guard_denies_unassigned_gpus: skipped: not root",
+                "skipped: strace is not installed (`cargo xtask setup` installs it)",
+            ]
+        );
+    }
+
+    #[test]
+    fn output_without_skips_has_none() {
+        assert!(scan("running 1 test\ntest a ... ok\n\ntest result: ok.\n").is_empty());
+        assert!(!is_skip("test skipped::a ... ok"));
+        assert!(!is_skip("INFO ebpf attach mode skipped mode=kprobe"));
+        assert!(is_skip("benchmark skipped: needs root"));
+        assert!(is_skip("skipped::x then skipped: y"));
+    }
+
+    #[test]
+    fn a_command_s_skips_on_both_streams_and_its_status_come_back() {
+        // Copied to sinks, and spelt so that the command line (which
+        // run_teed echoes) holds no skip line: printed, either would reach
+        // the output of the `cargo xtask test` that runs this test.
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "m=skipped; echo '---- t stdout ----'; echo \"$m: a\"; echo \"$m: b\" >&2; exit 3",
+        ]);
+        let (status, skips) = run_teed_to(&mut cmd, std::io::sink(), std::io::sink()).unwrap();
+        assert_eq!(status.code(), Some(3));
+        let found: Vec<String> = skips.iter().map(Skip::to_string).collect();
+        assert_eq!(found, ["t: skipped: a", "skipped: b"]);
+    }
+
+    #[test]
+    fn tee_copies_every_byte_and_scans_lines() {
+        let input = "a\nskipped: no python3\r\nlast line without newline skipped: x";
+        let mut copy = Vec::new();
+        let skips = tee(input.as_bytes(), &mut copy).unwrap();
+        assert_eq!(copy, input.as_bytes());
+        let lines: Vec<&str> = skips.iter().map(|s| s.line.as_str()).collect();
+        assert_eq!(
+            lines,
+            [
+                "skipped: no python3",
+                "last line without newline skipped: x"
+            ]
+        );
+    }
+}
