@@ -30,7 +30,11 @@ impl Charge {
     /// No device memory of its own (an allocation inside a page that a
     /// charge of its own holds); giving it back does nothing.
     pub fn none(att: Attachment) -> Self {
-        Self { att, bytes: 0, rm: 0 }
+        Self {
+            att,
+            bytes: 0,
+            rm: 0,
+        }
     }
 }
 

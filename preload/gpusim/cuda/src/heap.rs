@@ -236,7 +236,11 @@ impl Heaps {
                     r
                 }
                 _ => {
-                    if heap.pages.get(&tail).is_some_and(|pg| pg.large == Some(dptr)) {
+                    if heap
+                        .pages
+                        .get(&tail)
+                        .is_some_and(|pg| pg.large == Some(dptr))
+                    {
                         heap.pages.remove(&tail);
                     }
                     va.free(dptr, pages * page);
