@@ -46,6 +46,17 @@ fn drop_context_charges(e: &Enforcer, ctx: usize) {
         drain_context(&mut b.allocs, ctx, &mut dropped);
         drain_context(&mut b.arrays, ctx, &mut dropped);
         dropped.extend(b.contexts.remove(&ctx));
+        dropped.extend(
+            b.pages
+                .drain_context(ctx)
+                .into_iter()
+                .map(|(gpu, bytes)| Charge {
+                    gpu,
+                    bytes,
+                    ctx,
+                    pool: 0,
+                }),
+        );
     }
     for c in dropped {
         accounting::release(e, c);
