@@ -312,8 +312,8 @@ mod tests {
         let mut live: Vec<u64> = Vec::new();
         let mut next = 0x4000_0000u64;
         let mut charged = 0u64;
-        for step in 0..6_000 {
-            if live.is_empty() || rng(&mut seed) % 3 != 0 {
+        for step in 0..6_000u32 {
+            if live.is_empty() || !rng(&mut seed).is_multiple_of(3) {
                 let len = match rng(&mut seed) % 4 {
                     0 => 1 + rng(&mut seed) % 4096,
                     1 => 1 + rng(&mut seed) % (1 << 20),
@@ -329,7 +329,7 @@ mod tests {
                 let addr = live.swap_remove(i);
                 charged -= b.remove(addr).map(|x| x.1).unwrap();
             }
-            if step % 64 == 0 {
+            if step.is_multiple_of(64) {
                 assert_eq!(charged, b.held(0));
             }
         }
@@ -365,7 +365,7 @@ mod tests {
         // Scattered units with total room but no run of 1024.
         let mut b = PageBook::default();
         for i in 0..(PAGE / 512) {
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 b.add(base + i * 512, span(512));
             }
         }

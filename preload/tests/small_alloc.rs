@@ -4,6 +4,7 @@
 //! (small allocations share 2 MiB pages), and the device memory it really
 //! holds — the simulator's record, what NVML reports — never exceeds the
 //! limit, whatever sizes and frees a tenant chooses.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -247,4 +248,19 @@ fn each_process_pays_for_its_own_pages() {
     }
     assert!(held.iter().filter(|&&h| h > 0).count() >= 2, "{held:?}");
     assert_eq!(c.usage().used[0], total);
+}
+
+#[test]
+fn a_destroyed_context_returns_its_pages() {
+    // Primary + explicit context (2 × 300 MiB) and pages in the explicit
+    // one; destroying it gives the driver's pages and the charge back.
+    let limit = 2 * CONTEXT + 64 * MIB;
+    let c = Container::new(|u| memory_limit(u, limit / MIB));
+    let p = c.spawn_ready(
+        Link::Direct,
+        "dev 0 ctx 0 sweep-n 3000 1000 sweep-n 3 7340032 sweep-n 5 777777 ctx-destroy ready hold",
+    );
+    assert_eq!(held_by(&c, p.pid()), CONTEXT, "only the primary context");
+    assert_eq!(c.usage().used[0], CONTEXT, "and only it is charged");
+    p.kill();
 }

@@ -4,6 +4,7 @@
 //! in whole pages of their own, the tail of a large allocation's last page
 //! open to small ones, and a page given back with its last allocation.
 //! Judged by what the simulator charges the process (what NVML reports).
+#![allow(clippy::unwrap_used)]
 
 mod support;
 
