@@ -17,7 +17,7 @@
 //! the driver holds, however sizes and frees are chosen (a tenant that
 //! keeps one small allocation alive per page pays for every such page).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Unit of the driver's packing of small allocations (cupy#176): a
 /// footprint is counted from its 512-byte-aligned start to its 512-byte-
@@ -81,6 +81,9 @@ pub struct PageBook {
     spans: BTreeMap<u64, Span>,
     /// (GPU, page number) of first and last pages.
     shared: HashMap<(usize, u64), Page>,
+    /// Those of `shared` with a free unit and a single context (where a
+    /// small request may fit).
+    open: BTreeSet<(usize, u64)>,
 }
 
 /// Worst-case bytes a request of `len` bytes makes the driver hold on
@@ -138,6 +141,7 @@ impl PageBook {
             if p.ctx != Some(span.ctx) {
                 p.ctx = None;
             }
+            self.update((span.gpu, n), span.page);
         }
         self.spans.insert(addr, span);
         cost
@@ -182,6 +186,7 @@ impl PageBook {
                     self.shared.remove(&key);
                     pages += 1;
                 }
+                self.update(key, span.page);
             }
         }
         pages.saturating_mul(span.page)
@@ -193,12 +198,26 @@ impl PageBook {
     /// driver's first fit puts it instead of opening a page.
     pub fn has_room(&self, gpu: usize, ctx: usize, page: u64, len: u64) -> bool {
         let want = len.max(1).div_ceil(UNIT) * UNIT;
-        self.shared
-            .iter()
-            .filter(|&(&(g, _), p)| {
-                g == gpu && p.ctx == Some(ctx) && page.saturating_sub(p.used) >= want
+        self.open
+            .range((gpu, 0)..=(gpu, u64::MAX))
+            .filter(|key| {
+                self.shared
+                    .get(key)
+                    .is_some_and(|p| p.ctx == Some(ctx) && page.saturating_sub(p.used) >= want)
             })
-            .any(|(&(_, n), _)| self.gap_in(n * page, page, want))
+            .any(|&(_, n)| self.gap_in(n * page, page, want))
+    }
+
+    /// Keeps `open` in step with page `key`'s entry.
+    fn update(&mut self, key: (usize, u64), page: u64) {
+        match self.shared.get(&key) {
+            Some(p) if p.ctx.is_some() && page.saturating_sub(p.used) >= UNIT => {
+                self.open.insert(key);
+            }
+            _ => {
+                self.open.remove(&key);
+            }
+        }
     }
 
     /// Whether page `[lo, lo + page)` has a free run of `want` bytes.

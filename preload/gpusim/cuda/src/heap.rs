@@ -33,7 +33,7 @@
 //! small allocations, or a tail page that outlived its large allocation) by
 //! the page's own [`Page::charge`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpusim::Attachment;
 
@@ -48,8 +48,21 @@ pub const SMALL_UNIT: u64 = 512;
 /// Pages of one context that small allocations may use.
 #[derive(Default)]
 pub struct Heap {
-    /// Page address → page, in address order (first fit goes low).
+    /// Page address → page.
     pages: BTreeMap<u64, Page>,
+    /// Pages with at least one free unit, in address order (first fit
+    /// goes low; full pages are not visited).
+    open: BTreeSet<u64>,
+}
+
+impl Heap {
+    /// Records whether page `base` has room left.
+    fn update(&mut self, base: u64) {
+        match self.pages.get(&base) {
+            Some(pg) if pg.free > 0 => self.open.insert(base),
+            _ => self.open.remove(&base),
+        };
+    }
 }
 
 /// A page open to small allocations.
@@ -151,11 +164,19 @@ impl Heaps {
         let heap = self.by_context.entry(ctx).or_default();
         if Self::is_small(size, page) {
             let len = small_len(size);
-            for (&base, pg) in heap.pages.iter_mut() {
-                if let Some(off) = pg.take(len) {
+            let mut found = None;
+            for &base in &heap.open {
+                if let Some(pg) = heap.pages.get_mut(&base)
+                    && let Some(off) = pg.take(len)
+                {
                     pg.live += 1;
-                    return Ok((base + off, Charge::none(*att)));
+                    found = Some((base, off));
+                    break;
                 }
+            }
+            if let Some((base, off)) = found {
+                heap.update(base);
+                return Ok((base + off, Charge::none(*att)));
             }
             let charge = p.charge(att, page)?;
             let Some(base) = va.alloc(page, page) else {
@@ -166,6 +187,7 @@ impl Heaps {
             let off = pg.take(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
             pg.live = 1;
             heap.pages.insert(base, pg);
+            heap.update(base);
             return Ok((base + off, Charge::none(*att)));
         }
         let pages = size.div_ceil(page);
@@ -178,8 +200,10 @@ impl Heaps {
         // The tail of the last page stays open to small allocations.
         let used = small_len(size) - (pages - 1) * page;
         if used < page {
+            let tail = base + bytes - page;
             heap.pages
-                .insert(base + bytes - page, Page::new(page, used, None, Some(base)));
+                .insert(tail, Page::new(page, used, None, Some(base)));
+            heap.update(tail);
         }
         Ok((base, charge))
     }
@@ -211,12 +235,14 @@ impl Heaps {
             pg.live = pg.live.saturating_sub(1);
             if pg.empty() {
                 let pg = heap.pages.remove(&base);
+                heap.update(base);
                 va.free(base, page);
                 match pg.and_then(|pg| pg.charge) {
                     Some(c) => p.uncharge(&c),
                     None => Ok(()),
                 }
             } else {
+                heap.update(base);
                 Ok(())
             }
         } else {
@@ -230,6 +256,7 @@ impl Heaps {
                     pg.give(0, small_len(size) - (pages - 1) * page);
                     let r = p.uncharge_part(&mut charge, (pages - 1) * page);
                     pg.charge = Some(charge);
+                    heap.update(tail);
                     if pages > 1 {
                         va.free(dptr, (pages - 1) * page);
                     }
@@ -242,6 +269,7 @@ impl Heaps {
                         .is_some_and(|pg| pg.large == Some(dptr))
                     {
                         heap.pages.remove(&tail);
+                        heap.update(tail);
                     }
                     va.free(dptr, pages * page);
                     p.uncharge(&charge)
@@ -253,10 +281,25 @@ impl Heaps {
         }
         result
     }
+}
 
-    /// Pages held for context `ctx` that small allocations may use (for
-    /// tests and checks).
-    pub fn open_pages(&self, ctx: u64) -> usize {
-        self.by_context.get(&ctx).map_or(0, |h| h.pages.len())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_fit_first_and_merge_freed_runs() {
+        let mut pg = Page::new(4096, 1024, None, None);
+        assert_eq!(pg.take(1024), Some(1024));
+        assert_eq!(pg.take(1024), Some(2048));
+        assert_eq!(pg.take(1024), Some(3072));
+        assert_eq!(pg.take(512), None, "full");
+        pg.give(1024, 1024);
+        pg.give(3072, 1024);
+        assert_eq!(pg.take(2048), None, "two runs of 1024, none of 2048");
+        pg.give(2048, 1024);
+        assert_eq!(pg.gaps.len(), 1, "merged: {:?}", pg.gaps);
+        assert_eq!(pg.take(3072), Some(1024));
+        assert_eq!(pg.free, 0);
     }
 }
