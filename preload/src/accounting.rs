@@ -234,7 +234,13 @@ pub fn reserve_pages(e: &Enforcer, len: u64) -> Result<PageReservation, CUresult
     match reserve(e, gpu, r.reserved) {
         Ok(()) => Ok(r),
         Err(rc) if crate::pages::is_small(len, page) => {
-            let guard = AT_LIMIT.try_lock().map_err(|_| rc)?;
+            let guard = match AT_LIMIT.try_lock() {
+                Ok(g) => g,
+                // A panic under the guard leaves nothing half-done: the
+                // book is updated under its own lock.
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Err(rc),
+            };
             if !e.books().pages.has_room(gpu, ctx, page, len) {
                 return Err(rc);
             }

@@ -264,3 +264,50 @@ fn a_destroyed_context_returns_its_pages() {
     assert_eq!(c.usage().used[0], CONTEXT, "and only it is charged");
     p.kill();
 }
+
+#[test]
+fn small_churn_at_the_limit_from_racing_processes_never_exceeds_it() {
+    // Four processes churn 1 MiB pieces (small: two per page) against
+    // 64 MiB: on a refusal each frees its oldest piece, leaving a hole its
+    // next piece fills at the limit (a process without pages of its own
+    // waits for a whole page to come free, as on a real GPU). Contexts
+    // cost nothing on this node.
+    let limit = 64 * MIB;
+    let node = Node::new(
+        &common::sim::SMALL_NODE.replace("context_overhead_mib = 300", "context_overhead_mib = 0"),
+    );
+    let c = Arc::new(Container::on(node, |u| GpuLimits {
+        context_overhead: 0,
+        ..memory_limit(u, limit / MIB)
+    }));
+    let judge = Judge::start(&c);
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            let link = [Link::Direct, Link::Dlopen, Link::Dlsym, Link::Direct][i];
+            std::thread::spawn(move || c.run(link, "dev 0 churn 1 3000"))
+        })
+        .collect();
+    let outs: Vec<String> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let peak = judge.peak();
+    let (mut ok, mut oom) = (0u64, 0u64);
+    for out in &outs {
+        let f = field(out, "churn");
+        ok += f[0].parse::<u64>().unwrap();
+        oom += f[1].parse::<u64>().unwrap();
+    }
+    assert!(
+        ok > 3000 && oom > 100,
+        "contended at the limit: {ok} ok, {oom} refused"
+    );
+    assert!(
+        peak <= limit,
+        "peaked at {} MiB > {} MiB",
+        peak / MIB,
+        limit / MIB
+    );
+    assert!(
+        peak + 2 * PAGE >= limit,
+        "the limit was reached: peak {peak}"
+    );
+}
