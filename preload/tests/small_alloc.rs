@@ -296,8 +296,11 @@ fn small_churn_at_the_limit_from_racing_processes_never_exceeds_it() {
         ok += f[0].parse::<u64>().unwrap();
         oom += f[1].parse::<u64>().unwrap();
     }
+    // Once full, a process's refusal and the refill of its hole alternate:
+    // at least 64 + (3000 - 64) / 2 successes even if one process holds
+    // every page.
     assert!(
-        ok > 3000 && oom > 100,
+        ok > 1400 && oom > 1000,
         "contended at the limit: {ok} ok, {oom} refused"
     );
     assert!(
