@@ -9,7 +9,9 @@
 //! overhead the agent measured for the GPU (`context_overhead` in the
 //! control region). A reservation is made
 //! before the real allocation and returned if it fails, so the container's
-//! account is never below what the driver holds for it.
+//! account is never below what the driver holds for it — with one bounded
+//! exception, a small allocation tried at the limit where the process's
+//! own pages have room for it ([`reserve_pages`]).
 
 use std::cell::Cell;
 use std::ffi::c_int;
