@@ -269,11 +269,12 @@ pub fn book_pages(e: &Enforcer, r: PageReservation, addr: u64, len: u64) -> Resu
     let mut b = e.books();
     // A stale entry at this address (freed behind our back) is gone.
     let stale = b.pages.remove(addr);
-    let cost = b.pages.cost(addr, &span);
+    let cost = b.pages.add(addr, span);
     let extra = cost.saturating_sub(r.reserved);
     let fits = extra == 0 || reserve(e, r.gpu, extra).is_ok();
-    if fits {
-        b.pages.add(addr, span);
+    if !fits {
+        // Gives back exactly the pages it added.
+        b.pages.remove(addr);
     }
     drop(b);
     if let Some((old, bytes)) = stale {

@@ -17,7 +17,8 @@
 //! the driver holds, however sizes and frees are chosen (a tenant that
 //! keeps one small allocation alive per page pays for every such page).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Unit of the driver's packing of small allocations (cupy#176): a
 /// footprint is counted from its 512-byte-aligned start to its 512-byte-
@@ -80,10 +81,40 @@ pub struct PageBook {
     /// Live allocations by address.
     spans: BTreeMap<u64, Span>,
     /// (GPU, page number) of first and last pages.
-    shared: HashMap<(usize, u64), Page>,
-    /// Those of `shared` with a free unit and a single context (where a
-    /// small request may fit).
-    open: BTreeSet<(usize, u64)>,
+    shared: HashMap<(usize, u64), Page, BuildHasherDefault<PageHash>>,
+}
+
+/// A multiply-rotate hash for page keys: on every allocation and free, so
+/// cheaper than the default SipHash; keys are the process's own page
+/// numbers, so a collision-seeking tenant only slows itself.
+#[derive(Default)]
+struct PageHash(u64);
+
+impl Hasher for PageHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// The first and (if another) the last page of a span.
+fn ends(first: u64, last: u64) -> impl Iterator<Item = u64> {
+    [first, last]
+        .into_iter()
+        .take(if first == last { 1 } else { 2 })
 }
 
 /// Worst-case bytes a request of `len` bytes makes the driver hold on
@@ -118,19 +149,13 @@ impl PageBook {
     }
 
     /// Adds a live allocation; returns the bytes it newly holds. The
-    /// address must not be booked (callers [`remove`](Self::remove) a
-    /// stale entry first, to give its bytes back).
+    /// address must not be booked: callers [`remove`](Self::remove) a
+    /// stale entry first, to give its bytes back (one left in place would
+    /// only stay charged).
     pub fn add(&mut self, addr: u64, span: Span) -> u64 {
-        if self.spans.contains_key(&addr) {
-            self.remove(addr);
-        }
         let cost = self.cost(addr, &span);
         let (first, last) = span.pages(addr);
-        for n in if first == last {
-            vec![first]
-        } else {
-            vec![first, last]
-        } {
+        for n in ends(first, last) {
             let p = self.shared.entry((span.gpu, n)).or_insert(Page {
                 refs: 0,
                 used: 0,
@@ -141,7 +166,6 @@ impl PageBook {
             if p.ctx != Some(span.ctx) {
                 p.ctx = None;
             }
-            self.update((span.gpu, n), span.page);
         }
         self.spans.insert(addr, span);
         cost
@@ -173,11 +197,7 @@ impl PageBook {
     pub fn release(&mut self, addr: u64, span: &Span) -> u64 {
         let (first, last) = span.pages(addr);
         let mut pages = last.saturating_sub(first).saturating_sub(1);
-        for n in if first == last {
-            vec![first]
-        } else {
-            vec![first, last]
-        } {
+        for n in ends(first, last) {
             let key = (span.gpu, n);
             if let Some(p) = self.shared.get_mut(&key) {
                 p.refs -= 1;
@@ -186,7 +206,6 @@ impl PageBook {
                     self.shared.remove(&key);
                     pages += 1;
                 }
-                self.update(key, span.page);
             }
         }
         pages.saturating_mul(span.page)
@@ -198,26 +217,12 @@ impl PageBook {
     /// driver's first fit puts it instead of opening a page.
     pub fn has_room(&self, gpu: usize, ctx: usize, page: u64, len: u64) -> bool {
         let want = len.max(1).div_ceil(UNIT) * UNIT;
-        self.open
-            .range((gpu, 0)..=(gpu, u64::MAX))
-            .filter(|key| {
-                self.shared
-                    .get(key)
-                    .is_some_and(|p| p.ctx == Some(ctx) && page.saturating_sub(p.used) >= want)
+        self.shared
+            .iter()
+            .filter(|&(&(g, _), p)| {
+                g == gpu && p.ctx == Some(ctx) && page.saturating_sub(p.used) >= want
             })
-            .any(|&(_, n)| self.gap_in(n * page, page, want))
-    }
-
-    /// Keeps `open` in step with page `key`'s entry.
-    fn update(&mut self, key: (usize, u64), page: u64) {
-        match self.shared.get(&key) {
-            Some(p) if p.ctx.is_some() && page.saturating_sub(p.used) >= UNIT => {
-                self.open.insert(key);
-            }
-            _ => {
-                self.open.remove(&key);
-            }
-        }
+            .any(|(&(_, n), _)| self.gap_in(n * page, page, want))
     }
 
     /// Whether page `[lo, lo + page)` has a free run of `want` bytes.
