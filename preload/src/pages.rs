@@ -13,7 +13,8 @@
 //! allocation touches them.
 //!
 //! Invariant: the bytes charged for the book are exactly `page ×` the
-//! number of distinct pages touched by live allocations — never less than
+//! number of distinct pages touched by live allocations (and by frees in
+//! flight, until the driver's free returned) — never less than
 //! the driver holds, however sizes and frees are chosen (a tenant that
 //! keeps one small allocation alive per page pays for every such page).
 
