@@ -1,12 +1,17 @@
 //! Charging device memory to the container: which GPU, how many bytes,
 //! and the reservation against its limit.
 //!
-//! Charges match what the driver takes: an allocation is rounded up to the
+//! Charges match what the driver takes: linear memory (`cuMemAlloc`,
+//! `cuMemAllocPitch`) costs the device pages it touches, pages being the
 //! device's allocation granularity (`cuMemGetAllocationGranularity`,
-//! minimum); a context costs the overhead the agent measured for the GPU
-//! (`context_overhead` in the control region). A reservation is made
+//! minimum) — small allocations share pages ([`crate::pages`]); other
+//! allocations are rounded up to the granularity; a context costs the
+//! overhead the agent measured for the GPU (`context_overhead` in the
+//! control region). A reservation is made
 //! before the real allocation and returned if it fails, so the container's
-//! account is never below what the driver holds for it.
+//! account is never below what the driver holds for it — with one bounded
+//! exception, a small allocation tried at the limit where the process's
+//! own pages have room for it ([`reserve_pages`]).
 
 use std::cell::Cell;
 use std::ffi::c_int;
@@ -184,6 +189,106 @@ pub fn reserve_current(e: &Enforcer, bytes: u64) -> Result<(CUdevice, Charge), C
             pool: 0,
         },
     ))
+}
+
+/// A reservation for a linear allocation, made before the real call.
+#[derive(Debug)]
+pub struct PageReservation {
+    /// Control-region GPU index.
+    pub gpu: usize,
+    /// The device's page (allocation granularity).
+    pub page: u64,
+    /// Bytes reserved.
+    pub reserved: u64,
+    /// The current context.
+    pub ctx: usize,
+    /// Held while a small allocation is tried at the limit without a
+    /// reservation (see [`reserve_pages`]).
+    _at_limit: Option<std::sync::MutexGuard<'static, ()>>,
+}
+
+/// One try at the limit per process at a time.
+static AT_LIMIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Reserves what a linear allocation of `len` bytes may make the driver
+/// hold on the current device ([`crate::pages::expected`]).
+///
+/// At the limit, a small request that fits a free run in a page this
+/// process already holds for the context (where the driver's first fit
+/// puts it) is let through with nothing reserved, so a container at its
+/// limit can still reuse the holes its frees left; [`book_pages`] refuses
+/// it if the driver opened a page after all. Such tries are serialised
+/// (a second concurrent one is refused), so a driver that does not fill
+/// holes first costs at most one page over the limit per process, for the
+/// length of one allocate-and-free.
+pub fn reserve_pages(e: &Enforcer, len: u64) -> Result<PageReservation, CUresult> {
+    let ordinal = current_device()?;
+    let gpu = gpu_index(e, ordinal)?;
+    let page = granularity(e, ordinal);
+    let ctx = LAST_CONTEXT.get().1;
+    let mut r = PageReservation {
+        gpu,
+        page,
+        reserved: crate::pages::expected(len, page),
+        ctx,
+        _at_limit: None,
+    };
+    match reserve(e, gpu, r.reserved) {
+        Ok(()) => Ok(r),
+        Err(rc) if crate::pages::is_small(len, page) => {
+            let guard = match AT_LIMIT.try_lock() {
+                Ok(g) => g,
+                // A panic under the guard leaves nothing half-done: the
+                // book is updated under its own lock.
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return Err(rc),
+            };
+            if !e.books().pages.has_room(gpu, ctx, page, len) {
+                return Err(rc);
+            }
+            r.reserved = 0;
+            r._at_limit = Some(guard);
+            Ok(r)
+        }
+        Err(rc) => Err(rc),
+    }
+}
+
+/// Books the linear allocation the driver made at `addr` (`len` bytes)
+/// under reservation `r` and settles the reservation on what its pages
+/// really cost. `CUDA_ERROR_OUT_OF_MEMORY` (nothing booked, nothing
+/// reserved) if it costs more than reserved and the rest does not fit; the
+/// caller then frees it.
+pub fn book_pages(e: &Enforcer, r: PageReservation, addr: u64, len: u64) -> Result<(), CUresult> {
+    let span = crate::pages::Span {
+        len: len.max(1),
+        page: r.page,
+        gpu: r.gpu,
+        ctx: r.ctx,
+    };
+    let mut b = e.books();
+    // A stale entry at this address (freed behind our back) is gone.
+    let stale = b.pages.remove(addr);
+    let cost = b.pages.add(addr, span);
+    let extra = cost.saturating_sub(r.reserved);
+    let fits = extra == 0 || reserve(e, r.gpu, extra).is_ok();
+    if !fits {
+        // Gives back exactly the pages it added.
+        b.pages.remove(addr);
+    }
+    drop(b);
+    if let Some((old, bytes)) = stale {
+        unreserve(e, old.gpu, bytes);
+    }
+    if !fits {
+        unreserve(e, r.gpu, r.reserved);
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let surplus = r.reserved + extra - cost;
+    if surplus > 0 {
+        unreserve(e, r.gpu, surplus);
+    }
+    Ok(())
 }
 
 /// Ends a call made under reservation `charge`: on success `record`

@@ -5,7 +5,8 @@
 //! API and NVML:
 //!
 //! - **memory**: every allocation family is reserved against the
-//!   container's per-GPU limit before it reaches the driver
+//!   container's per-GPU limit before it reaches the driver, linear
+//!   memory by the device pages it really holds ([`pages`])
 //!   ([`accounting`], `hooks/memory.rs`, `vmm.rs`, `array.rs`,
 //!   `context.rs`); over the limit the call fails with
 //!   `CUDA_ERROR_OUT_OF_MEMORY` and nothing is allocated; memory
@@ -28,6 +29,7 @@ pub mod config;
 pub mod ffi;
 pub mod fork;
 pub mod hooks;
+pub mod pages;
 pub mod proc_table;
 pub mod real;
 pub mod state;

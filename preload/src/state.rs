@@ -101,8 +101,10 @@ pub struct Primary {
 /// Every charged object of this process.
 #[derive(Default)]
 pub struct Books {
-    /// Device pointers (linear, pitched, managed, stream-ordered).
+    /// Device pointers (managed, stream-ordered).
     pub allocs: HashMap<u64, Charge>,
+    /// Linear and pitched allocations, charged by the pages they touch.
+    pub pages: crate::pages::PageBook,
     /// Arrays and mipmapped arrays, by handle.
     pub arrays: HashMap<usize, Charge>,
     /// VMM physical allocations, by handle.

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{Link, MIB, Node, field};
@@ -87,4 +88,50 @@ fn python_written_regions_are_enforced() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("'nope' is not a GPU UUID"));
+}
+
+#[test]
+fn the_driver_page_measurement_matches_the_model_on_the_simulator() {
+    // `driver_pages.py measure` reads what the driver holds per size class;
+    // on the simulator (which holds what the model says) the driver's
+    // figures, libtessera.so's charge for the same pointers and the
+    // model's must all agree, after allocating, thinning and freeing.
+    if Command::new("python3").arg("--version").output().is_err() {
+        println!("skipped: python3 is not installed");
+        return;
+    }
+    let script = common::sim::workspace().join("xtask/gpu-bundle/driver_pages.py");
+    let node = Node::small();
+    let out = node
+        .command(Path::new("python3"))
+        .arg(&script)
+        .arg("measure")
+        .env("PAGES", "8")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let classes: Vec<Vec<i64>> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("class "))
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(classes.len(), 12, "{stdout}");
+    for c in &classes {
+        let [size, _n, held, charged, model, thinned, thin_charged, freed] = c[..] else {
+            panic!("{c:?}");
+        };
+        if model >= 0 {
+            assert_eq!(held, 8 * 2 * MIB as i64, "{size} B: {stdout}");
+            assert_eq!(model, held, "{size} B");
+        }
+        assert_eq!(charged, held, "{size} B: {stdout}");
+        assert_eq!(thinned, thin_charged, "{size} B: thinned");
+        assert_eq!(freed, 0, "{size} B: freed");
+    }
+    assert!(stdout.contains("in the 7 MiB tail page"), "{stdout}");
 }

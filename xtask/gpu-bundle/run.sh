@@ -23,6 +23,14 @@ $REGION create "$OUT/memory" --gpu "$GPU" --memory "$LIMIT_MIB" --overhead "$OVE
 run_in "$OUT/memory" python3 "$HERE/torch_limits.py" memory
 $REGION show "$OUT/memory"
 
+echo "== memory pages: what the driver holds per cuMemAlloc size (no libtessera.so)"
+python3 "$HERE/driver_pages.py" measure
+
+PAGES_LIMIT_MIB=$((OVERHEAD_MIB + 256))
+echo "== memory pages: every size up to a $PAGES_LIMIT_MIB MiB limit under libtessera.so"
+$REGION create "$OUT/pages" --gpu "$GPU" --memory "$PAGES_LIMIT_MIB" --overhead "$OVERHEAD_MIB"
+run_in "$OUT/pages" python3 "$HERE/driver_pages.py" limit "$PAGES_LIMIT_MIB"
+
 echo "== launch rate: unlimited"
 $REGION create "$OUT/free" --gpu "$GPU"
 run_in "$OUT/free" python3 "$HERE/torch_limits.py" rate "$SECONDS_PER_RUN"

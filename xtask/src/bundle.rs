@@ -40,6 +40,7 @@ pub fn run(args: &Args) -> Result<()> {
         "run.sh",
         "tessera_region.py",
         "torch_limits.py",
+        "driver_pages.py",
         "README.md",
     ] {
         copy(src.join(f), f)?;

@@ -145,7 +145,10 @@ pub struct CostDescription {
     pub copy_fixed_ns: u64,
     /// Memory a context costs on its GPU, in MiB.
     pub context_overhead_mib: u64,
-    /// Granularity device allocations are rounded up to, in KiB.
+    /// The device page, in KiB: the VMM granularity, what pool, managed
+    /// and array allocations are rounded up to, and the page linear
+    /// allocations are placed in (small ones share pages, see
+    /// `gpusim_cuda::heap`).
     pub alloc_granularity_kib: u64,
     /// Per-function overrides, by kernel name.
     pub functions: BTreeMap<String, FunctionCost>,

@@ -83,13 +83,27 @@ fn retire(
     }
     // Cached context → device facts of this handle are stale now.
     accounting::contexts_changed();
+    // The device pages its linear allocations held die with it too (kept
+    // in the books until the destroy succeeded).
+    let pages: Vec<Charge> = e
+        .books()
+        .pages
+        .drain_context(ctx)
+        .into_iter()
+        .map(|(gpu, bytes)| Charge {
+            gpu,
+            bytes,
+            ctx,
+            pool: 0,
+        })
+        .collect();
     let allocs = dying.allocs.into_iter().map(|(_, c)| c);
     let others = dying
         .arrays
         .into_iter()
         .chain(dying.contexts)
         .map(|(_, c)| c);
-    for c in allocs.chain(others).chain(extra) {
+    for c in allocs.chain(others).chain(pages).chain(extra) {
         accounting::release(e, c);
     }
     rc

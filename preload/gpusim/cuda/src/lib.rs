@@ -19,6 +19,7 @@ pub mod device;
 pub mod exports;
 pub mod graph;
 pub mod handles;
+pub mod heap;
 pub mod launch;
 pub mod memory;
 pub mod module;

@@ -1,8 +1,10 @@
 //! Device, managed, pooled and pinned host allocations.
 //!
-//! Every device allocation is charged to the process's channel on its GPU,
-//! rounded up to the node's allocation granularity (what NVML then reports
-//! as the process's memory); a charge that does not fit fails with
+//! Every device allocation is charged to the process's channel on its GPU
+//! (what NVML then reports as the process's memory): linear and pitched
+//! memory by the pages it holds (small allocations share pages, see
+//! [`crate::heap`]), pool and managed memory rounded up to the node's
+//! allocation granularity. A charge that does not fit fails with
 //! `CUDA_ERROR_OUT_OF_MEMORY` and allocates nothing. Managed memory is host
 //! memory (so the host can touch it) charged to the current device.
 //! Stream-ordered allocations take effect immediately; on a capturing
@@ -33,6 +35,19 @@ fn allocate(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let att = inner.contexts.get(ctx)?.att;
+    if matches!(kind, AllocKind::Linear | AllocKind::Pitch) {
+        let (dptr, charge) = inner.heaps.alloc(p, &mut inner.va, ctx, &att, size)?;
+        inner.allocations.insert(
+            dptr,
+            Allocation {
+                ctx,
+                size,
+                charge,
+                kind,
+            },
+        );
+        return Ok(dptr);
+    }
     let charge = p.charge(&att, size)?;
     let dptr = match addr {
         Some(a) => a,
@@ -65,6 +80,11 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         .allocations
         .remove(&dptr)
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if matches!(a.kind, AllocKind::Linear | AllocKind::Pitch) {
+        return inner
+            .heaps
+            .free(p, &mut inner.va, a.ctx, dptr, a.size, a.charge);
+    }
     match a.kind {
         AllocKind::Managed => {
             // SAFETY: managed allocations are host mappings made by
@@ -85,7 +105,8 @@ pub fn release(p: &Process, inner: &mut Inner, dptr: u64) -> Result<(), CUresult
         }
         // The address belongs to the graph's memory node.
         AllocKind::Graph => {}
-        AllocKind::Linear | AllocKind::Pitch => inner.va.free(dptr, a.size),
+        // Freed by the heap above.
+        AllocKind::Linear | AllocKind::Pitch => {}
     }
     p.uncharge(&a.charge)
 }

@@ -124,6 +124,11 @@ impl Process {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The device page: the node's allocation granularity.
+    pub fn page_size(&self) -> u64 {
+        self.sim.round_allocation(1)
+    }
+
     /// Checks a device ordinal.
     pub fn device(&self, dev: i32) -> Result<usize, CUresult> {
         usize::try_from(dev)
@@ -370,8 +375,9 @@ pub struct Allocation {
     pub ctx: u64,
     /// Requested size.
     pub size: u64,
-    /// Its charge (kept so it can be returned after the context is gone);
-    /// `charge.att.gpu` is its device.
+    /// Its own charge (kept so it can be returned after the context is
+    /// gone; none for a small linear allocation, whose page is charged,
+    /// see `heap`); `charge.att.gpu` is its device.
     pub charge: Charge,
     /// How it was made.
     pub kind: AllocKind,
@@ -489,6 +495,8 @@ pub struct Inner {
     pub mipmaps: Registry<Mipmapped>,
     /// Device address space.
     pub va: crate::va::AddressSpace,
+    /// Pages of linear allocations, per context.
+    pub heaps: crate::heap::Heaps,
     /// Free event slots per (GPU, channel).
     pub event_slots: HashMap<(usize, usize), EventSlots>,
 }
@@ -546,6 +554,7 @@ impl Inner {
             arrays: Registry::new(Kind::Array),
             mipmaps: Registry::new(Kind::Mipmapped),
             va: crate::va::AddressSpace::new(),
+            heaps: crate::heap::Heaps::default(),
             event_slots: HashMap::new(),
         }
     }

@@ -37,6 +37,15 @@
  *   churn MIB N             N rounds: allocate MIB; on failure free the
  *                           oldest object          -> "churn <ok> <oom>"
  *   totalmem                cuDeviceTotalMem_v2    -> "totalmem <bytes>"
+ *   sweep BYTES             cuMemAlloc_v2 of BYTES until one fails (kept
+ *                           apart from alloc's)   -> "swept <n> <rc>"
+ *   sweep-n N BYTES         N of them (stops at the first failure)
+ *                                                   -> "swept <n> <rc>"
+ *   sweep-thin K            free every swept allocation but each K-th
+ *                                                   -> "thinned <freed> <kept>"
+ *   sweep-free              free every swept allocation -> "sweep-freed <n>"
+ *   sweep-step              address of the last swept allocation minus the
+ *                           one before it          -> "step <bytes>"
  *   bybus ID                cuDeviceGetByPCIBusId  -> "bybus <rc> <device>"
  *   graph NAME G B K N      capture K launches into a graph, launch it N
  *                           times, sync             -> "graph <n>"
@@ -229,6 +238,8 @@ static const char *name_of(CUresult rc) {
 
 static CUdeviceptr allocs[65536];
 static int nallocs;
+static CUdeviceptr *swept;
+static size_t nswept, swept_cap;
 static CUmodule module;
 static CUcontext made;
 
@@ -390,6 +401,39 @@ int main(int argc, char **argv) {
                 if (nobjects == 65536) break;
             }
             printf("churn %ld %ld\n", ok, oom);
+        } else if (!strcmp(op, "sweep") || !strcmp(op, "sweep-n")) {
+            size_t most = !strcmp(op, "sweep-n") ? strtoull(ARG(), 0, 10) : (size_t)-1;
+            size_t n = strtoull(ARG(), 0, 10), count = 0;
+            CUresult rc = 0;
+            while (count < most) {
+                CUdeviceptr p = 0;
+                if (nswept == swept_cap) {
+                    swept_cap = swept_cap ? swept_cap * 2 : 4096;
+                    swept = realloc(swept, swept_cap * sizeof *swept);
+                    if (!swept) { printf("error sweep out of host memory\n"); exit(1); }
+                }
+                rc = CALL(cuMemAlloc)(&p, n);
+                if (rc) break;
+                swept[nswept++] = p;
+                count++;
+            }
+            printf("swept %zu %s\n", count, name_of(rc));
+        } else if (!strcmp(op, "sweep-thin")) {
+            size_t k = strtoull(ARG(), 0, 10), kept = 0, freed = 0;
+            if (!k) { printf("error sweep-thin K must be positive\n"); exit(2); }
+            for (size_t j = 0; j < nswept; j++) {
+                if (j % k == 0) swept[kept++] = swept[j];
+                else { CHECK(op, CALL(cuMemFree)(swept[j])); freed++; }
+            }
+            nswept = kept;
+            printf("thinned %zu %zu\n", freed, kept);
+        } else if (!strcmp(op, "sweep-step")) {
+            if (nswept < 2) { printf("error sweep-step needs two allocations\n"); exit(2); }
+            printf("step %lld\n", (long long)(swept[nswept - 1] - swept[nswept - 2]));
+        } else if (!strcmp(op, "sweep-free")) {
+            size_t n = nswept;
+            while (nswept) CHECK(op, CALL(cuMemFree)(swept[--nswept]));
+            printf("sweep-freed %zu\n", n);
         } else if (!strcmp(op, "totalmem")) {
             size_t t;
             CHECK(op, CALL(cuDeviceTotalMem)(&t, 0));
