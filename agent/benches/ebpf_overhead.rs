@@ -26,8 +26,7 @@
     reason = "a benchmark binary: failing loudly is fine"
 )]
 
-#[path = "../tests/ebpf_support/mod.rs"]
-mod support;
+use tessera_testkit::ebpf as support;
 
 use std::fs::File;
 use std::io::IsTerminal;

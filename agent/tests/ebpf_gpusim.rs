@@ -15,11 +15,9 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-#[path = "ebpf_support/mod.rs"]
-mod support;
+use tessera_testkit::ebpf as support;
 
-#[path = "../../preload/gpusim/tests/support/mod.rs"]
-mod sim;
+use tessera_testkit::sim;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -13,8 +13,7 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-#[path = "ebpf_support/mod.rs"]
-mod support;
+use tessera_testkit::ebpf as support;
 
 use std::path::{Path, PathBuf};
 

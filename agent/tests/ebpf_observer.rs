@@ -14,8 +14,7 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-#[path = "ebpf_support/mod.rs"]
-mod support;
+use tessera_testkit::ebpf as support;
 
 use support::{
     Child, TestCgroup, answer, child_role, device, object, skip_if, skip_reason, sys, wait_line,

@@ -11,8 +11,7 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-#[path = "../../preload/gpusim/tests/support/mod.rs"]
-mod sim;
+use tessera_testkit::sim;
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -28,9 +27,16 @@ fn nvml_lib() -> PathBuf {
     artifact("sim/libnvidia-ml.so.1")
 }
 
-impl Node {
+/// The agent's commands on a simulated [`Node`].
+trait AgentOnNode {
     /// `tessera-agent` with `args` on this node, the NVML library not
     /// chosen by this process's environment.
+    fn agent(&self, args: &[&str]) -> Output;
+    /// `tessera-agent inventory --json` on this node.
+    fn inventory(&self) -> serde_json::Value;
+}
+
+impl AgentOnNode for Node {
     fn agent(&self, args: &[&str]) -> Output {
         self.command(&artifact("bin/tessera-agent"))
             .env_remove("TESSERA_NVML_LIB")

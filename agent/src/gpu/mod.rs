@@ -3,7 +3,7 @@
 //! [`GpuBackend`] is the one seam between the agent and the GPUs: the
 //! real implementation ([`NvmlBackend`]) calls NVML through `nvml-wrapper`
 //! (so a node without the driver gets an error, not a failed start), and
-//! [`FakeBackend`] serves unit tests. [`Inventory`] is the node's GPUs as
+//! a fake backend (`fake.rs`, unit tests only) serves the unit tests. [`Inventory`] is the node's GPUs as
 //! the agent reports them (`tessera-agent inventory`, and later the
 //! `GpuNode` status).
 //!
@@ -11,7 +11,8 @@
 //! so it is listed with health [`Health::Lost`] and without live values.
 
 pub mod args;
-pub mod fake;
+#[cfg(test)]
+mod fake;
 pub mod inventory;
 pub mod nvml;
 
@@ -19,7 +20,8 @@ use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
 pub use args::GpuArgs;
-pub use fake::{FakeBackend, FakeGpu};
+#[cfg(test)]
+pub(crate) use fake::{FakeBackend, FakeGpu};
 pub use inventory::{Inventory, InventoryGpu};
 pub use nvml::NvmlBackend;
 

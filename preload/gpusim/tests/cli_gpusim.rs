@@ -6,7 +6,7 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-mod support;
+use tessera_testkit::sim as support;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! stand-in devices, with NVIDIA's command numbers and sizes (seen with
 //! strace, as any kernel-side observer would see them).
 
-mod support;
+use tessera_testkit::sim as support;
 
 use std::process::Command;
 

@@ -9,7 +9,7 @@
 //! `GPUSIM_STRESS_SEED` replays a failing run (the seed is printed);
 //! `GPUSIM_STRESS_ROUNDS` runs more rounds than the default.
 
-mod support;
+use tessera_testkit::sim as support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

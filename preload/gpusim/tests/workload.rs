@@ -2,7 +2,7 @@
 //! `libcuda.so.1`: both loading paths, memory capacity, process death,
 //! utilisation under saturation and contention.
 
-mod support;
+use tessera_testkit::sim as support;
 
 use std::time::{Duration, Instant};
 

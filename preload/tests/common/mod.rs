@@ -3,8 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-#[path = "../../gpusim/tests/support/mod.rs"]
-pub mod sim;
+pub use tessera_testkit::sim;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Node, THREE_GPUS, keys, run, sim_dir};
+use common::{Node, NodeExt, THREE_GPUS, keys, run, sim_dir};
 
 #[test]
 fn dlopen_by_soname_finds_every_symbol_and_device() {

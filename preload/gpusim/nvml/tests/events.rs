@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader, Lines};
 use std::process::{ChildStdout, Stdio};
 
-use common::{Node, THREE_GPUS};
+use common::{Node, NodeExt, THREE_GPUS};
 
 fn next(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
     lines

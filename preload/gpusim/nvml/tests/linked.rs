@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Node, THREE_GPUS, keys, run};
+use common::{Node, NodeExt, THREE_GPUS, keys, run};
 use gpusim::layout::ItemKind;
 
 const MIB: u64 = 1 << 20;

@@ -7,8 +7,7 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-#[path = "../../../tests/support/mod.rs"]
-mod support;
+use tessera_testkit::sim as support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,10 +20,15 @@ pub fn c_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
 }
 
-impl Node {
+/// What the NVML tests do on a [`Node`].
+pub trait NodeExt {
     /// Compiles `tests/c/<source>` into this node's folder. `link` links it
     /// against the stand-in (with an rpath); otherwise it gets `-ldl`.
-    pub fn compile(&self, source: &str, link: bool) -> PathBuf {
+    fn compile(&self, source: &str, link: bool) -> PathBuf;
+}
+
+impl NodeExt for Node {
+    fn compile(&self, source: &str, link: bool) -> PathBuf {
         let exe = self.dir.path().join(source.trim_end_matches(".c"));
         let src = c_dir().join(source);
         let sim = sim_dir();

@@ -7,12 +7,6 @@
 //! [`child_role`] first and acts as the child. The child waits for "go" on
 //! stdin, so the parent can move it into a cgroup (and register it) before
 //! it touches a device.
-#![allow(
-    dead_code,
-    unused_macros,
-    unused_imports,
-    reason = "each test binary uses a different subset"
-)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
@@ -24,39 +18,7 @@ use tessera_agent::ebpf::{Device, DeviceSpec};
 
 const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 
-/// Returns from the calling test (or benchmark), printing `skipped: <why>`,
-/// when `$why`, an `Option<String>`, is `Some`; with a second argument,
-/// returns that.
-///
-/// The workspace's skip convention: one line containing `skipped:`,
-/// printed from the test's own thread (libtest captures it, and `cargo
-/// xtask test` passes `--show-output` so it is shown with the test's
-/// name); under `CI=true` xtask fails the run on it (`xtask/src/skips.rs`).
-/// A test that returns early without such a line hides a skip.
-macro_rules! skip_if {
-    ($why:expr $(, $ret:expr)?) => {
-        if let Some(why) = $why {
-            eprintln!("skipped: {why}");
-            return $($ret)?;
-        }
-    };
-}
-pub(crate) use skip_if;
-
-/// The `Ok` value of `$result`, a `Result<T, String>`; on `Err(why)`
-/// returns from the calling test, printing `skipped: <why>`.
-macro_rules! or_skip {
-    ($result:expr) => {
-        match $result {
-            Ok(value) => value,
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                return;
-            }
-        }
-    };
-}
-pub(crate) use or_skip;
+pub use crate::{or_skip, skip_if};
 
 /// "not root" unless this process runs as root.
 pub fn not_root() -> Option<String> {

@@ -1,7 +1,6 @@
 //! Shared helpers for the simulator's integration tests: the built
 //! artifacts, a private simulated node per test, and the C workload.
 
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,50 @@
+//! Test helpers shared by Tessera's crates, so no test includes another
+//! crate's files by path:
+//!
+//! - [`sim`]: the built artifacts, a private simulated node per test, and
+//!   the simulator's C workload (used by the simulator's, the interposer's
+//!   and the agent's tests);
+//! - [`ebpf`] (feature `ebpf`): skip reasons, built objects, test cgroups
+//!   and child processes for the agent's privileged eBPF tests and its
+//!   overhead benchmark.
+//!
+//! The skip convention of the workspace: a test that cannot run prints one
+//! line containing `skipped: <reason>` and returns ([`skip_if!`],
+//! [`or_skip!`]); `cargo xtask test` shows those lines and, under
+//! `CI=true`, fails the run on them (`xtask/src/skips.rs`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail the calling test on purpose"
+)]
+
+#[cfg(feature = "ebpf")]
+pub mod ebpf;
+pub mod sim;
+
+/// Returns from the calling test, printing `skipped: <why>`, when `$why`
+/// (an `Option<String>`) is `Some`; with a second argument, returns that.
+#[macro_export]
+macro_rules! skip_if {
+    ($why:expr $(, $ret:expr)?) => {
+        if let Some(why) = $why {
+            eprintln!("skipped: {why}");
+            return $($ret)?;
+        }
+    };
+}
+
+/// The `Ok` value of `$result`, a `Result<T, String>`; on `Err(why)`
+/// returns from the calling test, printing `skipped: <why>`.
+#[macro_export]
+macro_rules! or_skip {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return;
+            }
+        }
+    };
+}
