@@ -76,7 +76,10 @@ fn a_fixed_rate_yields_that_launch_rate_within_one_percent() {
     let _serial = serial();
     // Launches of 8 warps (one block of 256 threads): 2500 launches/s, so
     // the workload keeps up with the rate on a busy machine.
-    let c = Container::on(node(), |u| rate(u, 20_000, 200));
+    // A tenth of a second of burst: a workload descheduled for less than
+    // that catches up from the bucket, so the long-window rate is exact on
+    // a loaded machine too.
+    let c = Container::on(node(), |u| rate(u, 20_000, 2_000));
     for link in [Link::Direct, Link::Dlopen] {
         let p = c.spawn_ready(link, "dev 0 ready run tiny 1 256 2500");
         std::thread::sleep(Duration::from_millis(300));
@@ -142,8 +145,9 @@ fn processes_together_keep_to_rate_plus_burst() {
 #[test]
 fn a_launch_costs_its_warps_and_a_graph_its_kernels() {
     let _serial = serial();
-    // 8 blocks of 64 threads = 16 warps each: 10000 warps/s = 625 launches/s.
-    let c = Container::on(node(), |u| rate(u, 10_000, 100));
+    // 8 blocks of 64 threads = 16 warps each: 10000 warps/s = 625 launches/s
+    // (a tenth of a second of burst, as above).
+    let c = Container::on(node(), |u| rate(u, 10_000, 1_000));
     let p = c.spawn_ready(Link::Direct, "dev 0 ready run tiny 8 64 2000");
     std::thread::sleep(Duration::from_millis(300));
     let a = executed(&c, p.pid());

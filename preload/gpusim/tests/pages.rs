@@ -6,7 +6,7 @@
 //! Judged by what the simulator charges the process (what NVML reports).
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use tessera_testkit::sim as support;
 
 use support::{Link, Node};
 

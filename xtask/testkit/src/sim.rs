@@ -1,7 +1,6 @@
 //! Shared helpers for the simulator's integration tests: the built
 //! artifacts, a private simulated node per test, and the C workload.
 
-
 use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
