@@ -249,9 +249,13 @@ impl PageBook {
         self.spans.get(&addr).copied()
     }
 
-    /// Removes every allocation of context `ctx`; returns (GPU, bytes no
-    /// longer held) per allocation.
-    pub fn drain_context(&mut self, ctx: usize) -> Vec<(usize, u64)> {
+    /// Takes every allocation of context `ctx` out of the book, pages
+    /// still held, for a context destroy in flight: follow with
+    /// [`release`](Self::release) for each once the destroy succeeded, or
+    /// [`restore`](Self::restore) if it failed. Taken before the destroy,
+    /// so a new context that gets the same handle meanwhile books its own
+    /// allocations apart from these.
+    pub fn take_context(&mut self, ctx: usize) -> Vec<(u64, Span)> {
         let addrs: Vec<u64> = self
             .spans
             .iter()
@@ -260,8 +264,7 @@ impl PageBook {
             .collect();
         addrs
             .into_iter()
-            .filter_map(|a| self.remove(a))
-            .map(|(s, b)| (s.gpu, b))
+            .filter_map(|a| self.take(a).map(|s| (a, s)))
             .collect()
     }
 
@@ -324,7 +327,10 @@ mod tests {
         // An allocation straddling a boundary holds both pages.
         assert_eq!(b.add(PAGE - 256, span(512)), 2 * PAGE);
         assert_eq!(b.held(0), 2 * PAGE);
-        assert_eq!(b.drain_context(1), vec![(0, 2 * PAGE)]);
+        let taken = b.take_context(1);
+        assert_eq!(taken.len(), 1);
+        let (addr, s) = taken[0];
+        assert_eq!(b.release(addr, &s), 2 * PAGE);
         assert_eq!(b.held(0), 0);
     }
 

@@ -14,6 +14,7 @@ use std::sync::{MutexGuard, PoisonError};
 use super::{alias, dispatch, hook};
 use crate::accounting::{self, Charge, gpu_index, reserve};
 use crate::ffi::*;
+use crate::pages::Span;
 use crate::real::real_cuda;
 use crate::state::{Enforcer, Primary};
 
@@ -47,6 +48,8 @@ struct Dying {
     allocs: Vec<(u64, Charge)>,
     arrays: Vec<(usize, Charge)>,
     contexts: Vec<(usize, Charge)>,
+    /// Its linear allocations in the page book (pages still held).
+    pages: Vec<(u64, Span)>,
 }
 
 /// Takes every charge that belongs to context `ctx` out of the books: its
@@ -59,6 +62,7 @@ fn take_context_charges(e: &Enforcer, ctx: usize) -> Dying {
     drain_context(&mut b.allocs, ctx, &mut d.allocs);
     drain_context(&mut b.arrays, ctx, &mut d.arrays);
     drain_context(&mut b.contexts, ctx, &mut d.contexts);
+    d.pages = b.pages.take_context(ctx);
     d
 }
 
@@ -79,24 +83,28 @@ fn retire(
         b.allocs.extend(dying.allocs);
         b.arrays.extend(dying.arrays);
         b.contexts.extend(dying.contexts);
+        for (addr, span) in dying.pages {
+            b.pages.restore(addr, span);
+        }
         return rc;
     }
     // Cached context → device facts of this handle are stale now.
     accounting::contexts_changed();
-    // The device pages its linear allocations held die with it too (kept
-    // in the books until the destroy succeeded).
-    let pages: Vec<Charge> = e
-        .books()
-        .pages
-        .drain_context(ctx)
-        .into_iter()
-        .map(|(gpu, bytes)| Charge {
-            gpu,
-            bytes,
-            ctx,
-            pool: 0,
-        })
-        .collect();
+    // The device pages its linear allocations held die with it too (held
+    // until the destroy succeeded).
+    let pages: Vec<Charge> = {
+        let mut b = e.books();
+        dying
+            .pages
+            .iter()
+            .map(|(addr, span)| Charge {
+                gpu: span.gpu,
+                bytes: b.pages.release(*addr, span),
+                ctx,
+                pool: 0,
+            })
+            .collect()
+    };
     let allocs = dying.allocs.into_iter().map(|(_, c)| c);
     let others = dying
         .arrays
