@@ -5,7 +5,7 @@
 //! Invariants the code keeps:
 //! - the rate is finite, at least [`MIN_RATE`] and at most [`MAX_RATE`]
 //!   warps/s, and grows by at most `max_growth` per period;
-//! - the integral stays within `[-cap/4, min(cap/4, 100 - cap)]`;
+//! - the integral stays within `[-cap/4, min(cap/4, 105 - cap)]`;
 //! - the cost estimate, once known, is finite and positive;
 //! - untrusted counters never panic: a counter that went backwards
 //!   rebases, and warps beyond what the bucket could have admitted at the
@@ -23,6 +23,9 @@ const MIN_WINDOW_S: f64 = 0.005;
 /// Windows longer than this (s) mean the caller stalled or restarted:
 /// counters rebase, nothing is learnt from them.
 const MAX_WINDOW_S: f64 = 10.0;
+/// Most throttle time carried into later windows (s): a launch waits at
+/// most a second, a few threads may wait at once.
+const MAX_WAIT_CARRY_S: f64 = 2.0;
 /// A bucket counts as binding when launches waited this share of the
 /// window...
 const BINDING_WAIT_SHARE: f64 = 0.01;
@@ -65,6 +68,8 @@ pub struct Loop {
     counters: Option<Counters>,
     /// Warps the bucket could still have admitted beyond the rate.
     allowance: f64,
+    /// Throttle time reported but not yet spent (s).
+    wait_carry: f64,
     state: LoopState,
 }
 
@@ -84,6 +89,7 @@ impl Loop {
             aimed: 0.0,
             counters: None,
             allowance: rate,
+            wait_carry: 0.0,
             state: LoopState::Probing,
         }
     }
@@ -144,7 +150,12 @@ impl Loop {
         let used = (dw as f64).min(credit);
         self.allowance = (credit - used).min(r * (burst_s + 1.0));
         let warps_per_s = used / dt_s;
-        let waited = (dthr as f64 / 1e9).min(dt_s);
+        // The bucket adds a launch's whole wait when it admits it: a wait
+        // longer than the window goes on into the next ones (a container
+        // held at one launch a second is held all that second).
+        let owed = dthr as f64 / 1e9 + self.wait_carry;
+        let waited = owed.min(dt_s);
+        self.wait_carry = (owed - dt_s).clamp(0.0, MAX_WAIT_CARRY_S);
         let binding = waited >= BINDING_WAIT_SHARE * dt_s
             || (warps_per_s > 0.0 && warps_per_s >= BINDING_RATE_SHARE * self.rate);
         let sm_percent = sm_percent
@@ -191,7 +202,9 @@ impl Loop {
                 }
             }
         }
-        let hi = (cap / 4.0).min(CAPACITY_PERCENT - cap).max(0.0);
+        // A little over 100 lets a container alone on its GPU catch up after
+        // it was held back (e.g. short of CPU).
+        let hi = (cap / 4.0).min(CAPACITY_PERCENT + 5.0 - cap).max(0.0);
         self.integral = self.integral.clamp(-cap / 4.0, hi);
         let wanted = match (self.cost, probe_rate) {
             (_, Some(r)) => r,
@@ -199,7 +212,7 @@ impl Loop {
             (None, None) => old,
         };
         let mut rate = clamp_rate(wanted.min(old * cfg.max_growth.max(1.0)));
-        if saturated && rate > old {
+        if saturated && rate > old && probe_rate.is_none() {
             rate = old;
         }
         if self.cost.is_none() {
@@ -228,10 +241,11 @@ impl Loop {
                     self.sm_sum = u;
                     self.warps_sum = w;
                     self.cost = Some(u / w);
-                } else if o.binding && !saturated {
+                } else if o.binding {
                     // Still far below the cap, held by the bucket: grow
                     // (from below, so never past the cap by more than the
-                    // measurement's rounding).
+                    // measurement's rounding). Also on a saturated device,
+                    // or a newcomer would never get going there.
                     *probe_rate = Some(self.rate * cfg.probe_growth);
                 }
             }

@@ -26,7 +26,8 @@
 //! No windup: the integral moves only while the bucket binds (the
 //! container launches as much as it is allowed), never upwards while the
 //! device is saturated, only on small errors (large ones are transients
-//! the model handles), and stays within ±¼ of the cap; the cost estimate
+//! the model handles), and stays within ±¼ of the cap (and at most 5 pp
+//! above 100); the cost estimate
 //! is a physical quantity that idling or memory-bound phases do not move.
 //! So the rate never exceeds 1.25 × what the cap needs at the estimated
 //! cost, however long a workload idles. A container with no estimate yet
@@ -214,7 +215,10 @@ impl RateDecision {
 /// benchmark measured; see the README's "Compute control").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ControllerConfig {
-    /// Rate (warps/s) of a container with no cost estimate.
+    /// Rate (warps/s) of a container with no cost estimate: low enough that
+    /// even single-warp kernels of milliseconds stay under a small cap
+    /// (probing then grows it by `probe_growth` per period, so cheap
+    /// warps reach 10^8 warps/s in about a second).
     pub initial_rate: f64,
     /// Factor per period by which a probing container's rate grows.
     pub probe_growth: f64,
@@ -237,14 +241,14 @@ pub struct ControllerConfig {
 impl Default for ControllerConfig {
     fn default() -> Self {
         Self {
-            initial_rate: 1_000.0,
+            initial_rate: 20.0,
             probe_growth: 4.0,
             forget: 0.6,
             ki: 0.3,
             max_growth: 4.0,
             burst_s: 0.005,
             headroom_pp: 1.0,
-            saturated_percent: 97.0,
+            saturated_percent: 99.0,
             hungry_hold: 5,
         }
     }

@@ -53,6 +53,14 @@ fn hard_alone_holds_its_target_for_every_kernel_shape() {
             let mut p = plant(vec![("a", target, Mode::Hard, saturating(cost))]);
             p.run(8.0);
             assert_holds(&p, 0, target, 3.0, 8.0);
+            // Probing starts from below: no window far over the cap, also
+            // while the estimate is being made.
+            let max = p.history.iter().map(|(_, u)| u[0]).fold(0.0, f64::max);
+            assert!(
+                max <= target + 5.0,
+                "cost {cost}, target {target}: a window at {max}: {:?}",
+                p.history
+            );
         }
     }
 }
