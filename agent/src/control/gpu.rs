@@ -120,8 +120,9 @@ impl GpuController {
     /// One period: learns from `sample` (taken at `now`, covering the
     /// window since the previous tick) and decides every managed
     /// container's launch limits, in id order. Samples of unknown
-    /// containers are ignored; a managed container without one holds its
-    /// rate. The first tick only records the counters.
+    /// containers are ignored; a managed container without one learns
+    /// nothing this period. A container's first sample only records its
+    /// counters.
     pub fn tick(&mut self, now: Instant, sample: &GpuSample) -> Vec<RateDecision> {
         let cfg = self.config;
         let dt = self

@@ -50,6 +50,22 @@
 //! The caller owns timing and I/O; this module does no I/O except the NVML
 //! helper in [`sampling`], so the same code runs on real NVML, on the
 //! simulator and against the plant model of the unit tests.
+//!
+//! **Use from the daemon** (one [`GpuController`] per GPU; what
+//! `agent/tests/control_support` does on the simulator):
+//!
+//! ```text
+//! at start, per container and GPU:  ctl.resume(id, control, rate in its control region)
+//! on a new container / changed meta: ctl.upsert(id, control)   // applies at the next tick
+//! on a removed container:            ctl.remove(id)
+//! every PERIOD, per GPU:
+//!   s = sampling::read_sm_samples(&device, since)?; since = s.newest_us;
+//!   per container: usage = tessera_region::reader::read_usage(bytes)?  (skip on error)
+//!     ContainerSample::from_usage(id, Some(s.sum_over(container's host pids)), &usage, g)
+//!   for d in ctl.tick(Instant::now(), &GpuSample { busy_percent: Some(s.total()), containers }):
+//!     write d.launch_rate / d.launch_burst into GPU g of d.id's control region
+//!     (the region skips a write that changes nothing); export d.error_pp() etc.
+//! ```
 
 pub mod allocator;
 pub mod feedback;
@@ -156,6 +172,26 @@ pub struct ContainerSample {
     pub throttled_ns: u64,
 }
 
+impl ContainerSample {
+    /// The sample of container `id` on the GPU at index `gpu` of its
+    /// control region, from its validated usage region and its SM use
+    /// (an index past the region's GPUs reads as no launches).
+    pub fn from_usage(
+        id: &str,
+        sm_percent: Option<f64>,
+        usage: &tessera_region::reader::UsageSnapshot,
+        gpu: usize,
+    ) -> Self {
+        let b = usage.buckets.get(gpu).copied().unwrap_or_default();
+        Self {
+            id: id.to_string(),
+            sm_percent,
+            warps: b.warps,
+            throttled_ns: b.throttled_ns,
+        }
+    }
+}
+
 /// One GPU's measurements at a tick.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GpuSample {
@@ -163,8 +199,8 @@ pub struct GpuSample {
     /// processes' samples ([`sampling::SmSamples::total`]), or `None` (the
     /// controller then uses the sum over its containers).
     pub busy_percent: Option<f64>,
-    /// The containers measured; a managed container without a sample holds
-    /// its rate.
+    /// The containers measured; a managed container without a sample keeps
+    /// what its loop learnt (its rate follows its cap only).
     pub containers: Vec<ContainerSample>,
 }
 

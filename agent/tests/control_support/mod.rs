@@ -119,9 +119,10 @@ pub struct Change {
 pub enum Limiter {
     /// [`GpuController`].
     Tessera,
-    /// A bang-bang limiter as HAMi has (for comparison): the rate moves
-    /// by a fixed 10 % each period, up while under the target, down while
-    /// over.
+    /// A bang-bang limiter like HAMi's (for comparison): each period the
+    /// rate steps up while under the target and down while over, by
+    /// `max(5, |error|)` percent of itself (HAMi's step also grows with
+    /// the error).
     BangBang,
 }
 
@@ -390,16 +391,11 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
             };
             let u = samples.sum_over([child.id()]);
             used.push(Some(u));
-            let (warps, throttled_ns) = read_usage_bytes(&l.region.join("usage"))
-                .and_then(|b| read_usage(&b))
-                .map(|u| (u.buckets[0].warps, u.buckets[0].throttled_ns))
-                .unwrap_or((0, 0));
-            containers.push(ContainerSample {
-                id: l.spec.id.clone(),
-                sm_percent: Some(u),
-                warps,
-                throttled_ns,
-            });
+            if let Ok(usage) =
+                read_usage_bytes(&l.region.join("usage")).and_then(|b| read_usage(&b))
+            {
+                containers.push(ContainerSample::from_usage(&l.spec.id, Some(u), &usage, 0));
+            }
         }
         let busy = samples.total();
         match scenario.limiter {
@@ -423,10 +419,12 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
             Limiter::BangBang => {
                 for (l, u) in live.iter_mut().zip(&used) {
                     let Some(u) = u else { continue };
-                    if *u <= l.spec.control.target_percent {
-                        l.bang *= 1.1;
+                    let target = l.spec.control.target_percent;
+                    let step = 1.0 + (u - target).abs().max(5.0) / 100.0;
+                    if *u <= target {
+                        l.bang *= step;
                     } else {
-                        l.bang /= 1.1;
+                        l.bang /= step;
                     }
                     l.bang = l.bang.clamp(1.0, 1e15);
                     l.cap = l.spec.control.target_percent;
