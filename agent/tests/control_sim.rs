@@ -151,3 +151,29 @@ fn bursty_inference_is_capped_in_every_window() {
         table(&r)
     );
 }
+
+#[test]
+fn inflated_usage_counters_gain_a_hostile_container_nothing() {
+    let mut liar = Spec::new("liar", 30.0, Mode::Hard, spin_kernels(12.0));
+    liar.hostile = true;
+    let s = Scenario {
+        containers: vec![
+            liar,
+            Spec::new("b", 50.0, Mode::Elastic, wide_kernels(12.0)),
+        ],
+        changes: vec![],
+        seconds: 9.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(4.0, 9.0)],
+    };
+    let Some(r) = run(
+        "inflated_usage_counters_gain_a_hostile_container_nothing",
+        s,
+    ) else {
+        return;
+    };
+    // Counters claiming 10^11 warps/s and constant throttling: the liar
+    // stays at its cap, the elastic neighbour gets the rest.
+    assert!(r.oracle[0][0] <= 32.0, "{:?}\n{}", r.oracle, table(&r));
+    assert_near(&r, 0, 1, 70.0, 3.0);
+}

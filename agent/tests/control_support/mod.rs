@@ -89,6 +89,10 @@ pub struct Spec {
     pub ops: String,
     /// When it starts (s after the run's start).
     pub start_s: f64,
+    /// Whether a hostile process in the container inflates its usage
+    /// region's counters meanwhile (`scribble.c`).
+    #[serde(default)]
+    pub hostile: bool,
 }
 
 impl Spec {
@@ -102,6 +106,7 @@ impl Spec {
             },
             ops,
             start_s: 0.0,
+            hostile: false,
         }
     }
 }
@@ -244,6 +249,7 @@ struct Live {
     region: PathBuf,
     control: tessera_region::file::Mapped<tessera_region::layout::ControlRegion>,
     child: Option<Child>,
+    scribbler: Option<Child>,
     rate: u64,
     cap: f64,
     bang: f64,
@@ -251,11 +257,26 @@ struct Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
+        for c in [&mut self.child, &mut self.scribbler].into_iter().flatten() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
+}
+
+/// The hostile counter scribbler, compiled once.
+fn scribbler() -> PathBuf {
+    static BUILT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("scribble");
+            let src = sim::workspace().join("agent/tests/control_support/scribble.c");
+            sim::cc(&[src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+            (dir, out)
+        })
+        .1
+        .clone()
 }
 
 fn limits(uuid: [u8; 16], rate: u64, burst: u64) -> ControlSpec {
@@ -321,6 +342,7 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
                 region,
                 control,
                 child: None,
+                scribbler: None,
                 rate: initial,
                 cap: s.control.target_percent,
                 bang: initial as f64,
@@ -356,6 +378,18 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
                     .args(l.spec.ops.split_whitespace())
                     .stdout(Stdio::null());
                 l.child = Some(c.spawn().unwrap());
+                if l.spec.hostile {
+                    let offset = tessera_region::layout::usage_offsets::BUCKETS.to_string();
+                    let usage = l.region.join("usage");
+                    l.scribbler = Some(
+                        Command::new(scribbler())
+                            .arg(&usage)
+                            .arg(&offset)
+                            .arg(format!("{}", scenario.seconds.ceil() as u64 + 1))
+                            .spawn()
+                            .unwrap(),
+                    );
+                }
                 controller.upsert(&l.spec.id, l.spec.control).unwrap();
             }
         }
