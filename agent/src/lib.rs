@@ -6,6 +6,8 @@
 //! - [`ebpf`]: the eBPF observer (per-cgroup NVIDIA ioctls and opens,
 //!   bypass events, GPU use, memory estimates) and the per-pod device
 //!   guard, with attach-mode probing;
+//! - [`control`]: the compute controller (SM targets held by one feedback
+//!   loop per container and GPU, hard and elastic modes);
 //! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
 //!   and runtimes Kubernetes nodes use;
 //! - [`error_chain`]: an error and its causes on one line;
@@ -13,12 +15,13 @@
 //! - [`region`]: the writer of container region directories (`tessera-agent
 //!   region create|set|show`).
 //!
-//! The device plugin, the region manager and the compute controller arrive
+//! The device plugin and the region manager arrive
 //! in later changes (see `design.md`).
 
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod control;
 pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
