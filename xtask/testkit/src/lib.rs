@@ -4,9 +4,12 @@
 //! - [`sim`]: the built artifacts, a private simulated node per test, and
 //!   the simulator's C workload (used by the simulator's, the interposer's
 //!   and the agent's tests);
-//! - [`ebpf`] (feature `ebpf`): skip reasons, built objects, test cgroups
+//! - [`ebpf`] (feature `agent`): skip reasons, built objects, test cgroups
 //!   and child processes for the agent's privileged eBPF tests and its
-//!   overhead benchmark.
+//!   overhead benchmark;
+//! - [`control`] (feature `agent`): closed-loop runs of the agent's compute
+//!   controller on the simulator, judged by the simulator's timeline (the
+//!   controller tests and the accuracy benchmark).
 //!
 //! The skip convention of the workspace: a test that cannot run prints one
 //! line containing `skipped: <reason>` and returns ([`skip_if!`],
@@ -18,7 +21,9 @@
     reason = "test helpers fail the calling test on purpose"
 )]
 
-#[cfg(feature = "ebpf")]
+#[cfg(feature = "agent")]
+pub mod control;
+#[cfg(feature = "agent")]
 pub mod ebpf;
 pub mod sim;
 

@@ -14,10 +14,7 @@
 //! The judge is the simulator's own timeline ([`Run::oracle`]: each
 //! process's kernel time over an interval, from the state file), not the
 //! controller's numbers.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../../../preload/gpusim/tests/support/mod.rs"]
-pub mod sim;
+use crate::sim;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -271,7 +268,7 @@ fn scribbler() -> PathBuf {
         .get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("scribble");
-            let src = sim::workspace().join("agent/tests/control_support/scribble.c");
+            let src = sim::workspace().join("xtask/testkit/c/scribble.c");
             sim::cc(&[src.to_str().unwrap(), "-o", out.to_str().unwrap()]);
             (dir, out)
         })
