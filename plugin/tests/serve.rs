@@ -76,12 +76,9 @@ fn serve_filters_against_the_node_file_and_stops_on_sigterm() {
         &json!({"Pod": pod, "NodeNames": ["gpu-1"]}),
     );
     assert_eq!(result["NodeNames"], json!([]));
-    assert!(
-        result["FailedAndUnresolvableNodes"]["gpu-1"]
-            .as_str()
-            .unwrap()
-            .contains("8000 MiB")
-    );
+    // Memory other pods hold may be freed: a failure, not unresolvable.
+    let reason = result["FailedNodes"]["gpu-1"].as_str();
+    assert!(reason.is_some_and(|r| r.contains("8000 MiB")), "{result}");
 
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
