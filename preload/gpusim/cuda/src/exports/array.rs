@@ -40,9 +40,10 @@ cu_export! {
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(array::create(p, d)?);
         // SAFETY: the caller's contract: `arr` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(arr, hp(array::create(p, d)?)) }
+        unsafe { out(arr, v) }
     }
 
     /// CUDA 2.x: 32-bit sizes.
@@ -76,16 +77,17 @@ cu_export! {
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
-        // `Handle`; `out` rejects NULL.
-        unsafe { out(arr, hp(array::create(p, CudaArray3dDescriptor {
+        let v = hp(array::create(p, CudaArray3dDescriptor {
             width: d.width as usize,
             height: d.height as usize,
             depth: d.depth as usize,
             format: d.format,
             num_channels: d.num_channels,
             flags: d.flags,
-        })?)) }
+        })?);
+        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(arr, v) }
     }
 
     fn cuArrayDestroy(arr: Handle) {
@@ -109,9 +111,10 @@ cu_export! {
 
     fn cuArray3DGetDescriptor_v2(desc: *mut CudaArray3dDescriptor, arr: Handle) {
         let p = process::get()?;
+        let v = array::descriptor(p, h(arr))?;
         // SAFETY: the caller's contract: `desc` is NULL or points to a writable
         // `CudaArray3dDescriptor`; `out` rejects NULL.
-        unsafe { out(desc, array::descriptor(p, h(arr))?) }
+        unsafe { out(desc, v) }
     }
 
     fn cuMipmappedArrayCreate(arr: *mut Handle, desc: *const CudaArray3dDescriptor, levels: c_uint) {
@@ -122,9 +125,10 @@ cu_export! {
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(array::create_mipmapped(p, d, levels)?);
         // SAFETY: the caller's contract: `arr` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(arr, hp(array::create_mipmapped(p, d, levels)?)) }
+        unsafe { out(arr, v) }
     }
 
     fn cuMipmappedArrayDestroy(arr: Handle) {
@@ -134,8 +138,9 @@ cu_export! {
 
     fn cuMipmappedArrayGetLevel(level_arr: *mut Handle, arr: Handle, level: c_uint) {
         let p = process::get()?;
+        let v = hp(array::level(p, h(arr), level)?);
         // SAFETY: the caller's contract: `level_arr` is NULL or points to a
         // writable `Handle`; `out` rejects NULL.
-        unsafe { out(level_arr, hp(array::level(p, h(arr), level)?)) }
+        unsafe { out(level_arr, v) }
     }
 }

@@ -15,9 +15,10 @@ cu_export! {
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(context::create(p, dev, flags)?);
         // SAFETY: the caller's contract: `pctx` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(pctx, hp(context::create(p, dev, flags)?)) }
+        unsafe { out(pctx, v) }
     }
 
     /// With execution-affinity parameters (ignored: no SM partitioning).
@@ -80,9 +81,10 @@ cu_export! {
 
     fn cuCtxGetDevice(dev: *mut CUdevice) {
         let p = process::get()?;
+        let v = context::current_device(p)? as CUdevice;
         // SAFETY: the caller's contract: `dev` is NULL or points to a writable
         // `CUdevice`; `out` rejects NULL.
-        unsafe { out(dev, context::current_device(p)? as CUdevice) }
+        unsafe { out(dev, v) }
     }
 
     fn cuCtxGetFlags(flags: *mut c_uint) {
@@ -191,9 +193,10 @@ cu_export! {
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(context::primary_retain(p, dev)?);
         // SAFETY: the caller's contract: `pctx` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(pctx, hp(context::primary_retain(p, dev)?)) }
+        unsafe { out(pctx, v) }
     }
 
     fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {

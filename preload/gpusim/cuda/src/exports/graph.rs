@@ -48,9 +48,10 @@ cu_export! {
         if g.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::create(p, flags)?);
         // SAFETY: the caller's contract: `g` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(g, hp(graph::create(p, flags)?)) }
+        unsafe { out(g, v) }
     }
 
     fn cuGraphDestroy(g: Handle) {
@@ -69,9 +70,10 @@ cu_export! {
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params, std::ptr::null_mut()))?);
         // SAFETY: the caller's contract: `node` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(node, hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params, std::ptr::null_mut()))?)) }
+        unsafe { out(node, v) }
     }
 
     fn cuGraphAddKernelNode_v2(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *const KernelNodeParamsV2) {
@@ -85,9 +87,10 @@ cu_export! {
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params.v1, params.kern))?);
         // SAFETY: the caller's contract: `node` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(node, hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params.v1, params.kern))?)) }
+        unsafe { out(node, v) }
     }
 
     fn cuGraphAddEmptyNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize) {
@@ -98,9 +101,10 @@ cu_export! {
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::add_empty_node(p, h(g), &deps)?);
         // SAFETY: the caller's contract: `node` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(node, hp(graph::add_empty_node(p, h(g), &deps)?)) }
+        unsafe { out(node, v) }
     }
 
     fn cuGraphGetNodes(g: Handle, nodes: *mut Handle, count: *mut usize) {
@@ -115,9 +119,11 @@ cu_export! {
         // readable `usize`; `read` rejects NULL.
         let cap = unsafe { read(count) }?;
         for (i, &n) in all.iter().take(cap).enumerate() {
-            // SAFETY: the caller's contract: `nodes.add(i)` is NULL or valid
-            // for writing; `out` rejects NULL.
-            unsafe { out(nodes.add(i), hp(n)) }?;
+            let slot = nodes.wrapping_add(i);
+            // SAFETY: the caller's contract: `nodes` points to room for
+            // `*count` (read into `cap`) handles and `i < cap`, so `slot` is
+            // a writable `Handle` inside it; `out` rejects NULL.
+            unsafe { out(slot, hp(n)) }?;
         }
         // SAFETY: the caller's contract: `count` is NULL or points to a
         // writable `usize`; `out` rejects NULL.
@@ -126,16 +132,18 @@ cu_export! {
 
     fn cuGraphNodeGetType(node: Handle, kind: *mut i32) {
         let p = process::get()?;
+        let v = graph::node_type(p, h(node))?;
         // SAFETY: the caller's contract: `kind` is NULL or points to a writable
         // `i32`; `out` rejects NULL.
-        unsafe { out(kind, graph::node_type(p, h(node))?) }
+        unsafe { out(kind, v) }
     }
 
     fn cuGraphKernelNodeGetParams(node: Handle, params: *mut KernelNodeParamsV1) {
         let p = process::get()?;
+        let v = params_of(graph::kernel_params(p, h(node))?);
         // SAFETY: the caller's contract: `params` is NULL or points to a
         // writable `KernelNodeParamsV1`; `out` rejects NULL.
-        unsafe { out(params, params_of(graph::kernel_params(p, h(node))?)) }
+        unsafe { out(params, v) }
     }
 
     fn cuGraphKernelNodeGetParams_v2(node: Handle, params: *mut KernelNodeParamsV2) {
@@ -155,9 +163,10 @@ cu_export! {
         if exec.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::instantiate(p, h(g))?);
         // SAFETY: the caller's contract: `exec` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(exec, hp(graph::instantiate(p, h(g))?)) }
+        unsafe { out(exec, v) }
     }
 
     /// The CUDA 11 form, with an error node and log buffer.
@@ -174,9 +183,10 @@ cu_export! {
         if exec.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::instantiate(p, h(g))?);
         // SAFETY: the caller's contract: `exec` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(exec, hp(graph::instantiate(p, h(g))?)) }
+        unsafe { out(exec, v) }
     }
 
     fn cuGraphExecDestroy(exec: Handle) {
@@ -192,16 +202,18 @@ cu_export! {
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::add_child_node(p, h(g), &deps, h(child))?);
         // SAFETY: the caller's contract: `node` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(node, hp(graph::add_child_node(p, h(g), &deps, h(child))?)) }
+        unsafe { out(node, v) }
     }
 
     fn cuGraphChildGraphNodeGetGraph(node: Handle, child: *mut Handle) {
         let p = process::get()?;
+        let v = hp(graph::child_graph(p, h(node))?);
         // SAFETY: the caller's contract: `child` is NULL or points to a
         // writable `Handle`; `out` rejects NULL.
-        unsafe { out(child, hp(graph::child_graph(p, h(node))?)) }
+        unsafe { out(child, v) }
     }
 
     fn cuGraphAddMemAllocNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *mut MemAllocNodeParams) {
@@ -233,9 +245,10 @@ cu_export! {
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(graph::add_mem_free_node(p, h(g), &deps, dptr)?);
         // SAFETY: the caller's contract: `node` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(node, hp(graph::add_mem_free_node(p, h(g), &deps, dptr)?)) }
+        unsafe { out(node, v) }
     }
 
     /// CUDA 12.2: any node type from one parameter structure.
@@ -247,9 +260,12 @@ cu_export! {
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable and writable `GraphNodeParams`, as `add_node` requires.
+        let v = hp(unsafe { add_node(p, h(g), &deps, params) }?);
         // SAFETY: the caller's contract: `node` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(node, hp(add_node(p, h(g), &deps, params)?)) }
+        unsafe { out(node, v) }
     }
 
     /// CUDA 12.3: [`cuGraphAddNode`] with per-edge data (only the default
@@ -279,9 +295,10 @@ cu_export! {
             // writable `GraphInstantiateParams`; `out` rejects NULL.
             unsafe { out(params, prm) }?;
         }
+        let v = hp(made?);
         // SAFETY: the caller's contract: `exec` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(exec, hp(made?)) }
+        unsafe { out(exec, v) }
     }
 
     fn cuGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const KernelNodeParamsV1) {

@@ -16,9 +16,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::alloc(p, bytes as u64)?;
         // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
         // `CUdeviceptr`; `out` rejects NULL.
-        unsafe { out(dptr, memory::alloc(p, bytes as u64)?) }
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint) {
@@ -40,9 +41,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::alloc_managed(p, bytes as u64, flags)?;
         // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
         // `CUdeviceptr`; `out` rejects NULL.
-        unsafe { out(dptr, memory::alloc_managed(p, bytes as u64, flags)?) }
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemFree_v2(dptr: CUdeviceptr) {
@@ -57,9 +59,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::alloc(p, u64::from(bytes))? as c_uint;
         // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
         // `c_uint`; `out` rejects NULL.
-        unsafe { out(dptr, memory::alloc(p, u64::from(bytes))? as c_uint) }
+        unsafe { out(dptr, v) }
     }
 
     /// CUDA 2.x `cuMemAllocPitch` (32-bit sizes and pointer).
@@ -118,9 +121,10 @@ cu_export! {
         if pp.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::host_alloc(p, bytes as u64, 0)?.cast();
         // SAFETY: the caller's contract: `pp` is NULL or points to a writable
         // `*mut c_void`; `out` rejects NULL.
-        unsafe { out(pp, memory::host_alloc(p, bytes as u64, 0)?.cast()) }
+        unsafe { out(pp, v) }
     }
 
     fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) {
@@ -128,9 +132,10 @@ cu_export! {
         if pp.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::host_alloc(p, bytes as u64, flags)?.cast();
         // SAFETY: the caller's contract: `pp` is NULL or points to a writable
         // `*mut c_void`; `out` rejects NULL.
-        unsafe { out(pp, memory::host_alloc(p, bytes as u64, flags)?.cast()) }
+        unsafe { out(pp, v) }
     }
 
     fn cuMemFreeHost(ptr: *mut c_void) {
@@ -151,9 +156,10 @@ cu_export! {
 
     fn cuMemHostGetFlags(flags: *mut c_uint, host: *mut c_void) {
         let p = process::get()?;
+        let v = memory::host_flags(p, host as usize)?;
         // SAFETY: the caller's contract: `flags` is NULL or points to a
         // writable `c_uint`; `out` rejects NULL.
-        unsafe { out(flags, memory::host_flags(p, host as usize)?) }
+        unsafe { out(flags, v) }
     }
 
     fn cuMemHostRegister_v2(host: *mut c_void, bytes: usize, flags: c_uint) {
@@ -171,9 +177,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::alloc_async(p, bytes as u64, h(stream))?;
         // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
         // `CUdeviceptr`; `out` rejects NULL.
-        unsafe { out(dptr, memory::alloc_async(p, bytes as u64, h(stream))?) }
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
@@ -181,9 +188,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = memory::alloc_from_pool(p, bytes as u64, h(pool), h(stream))?;
         // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
         // `CUdeviceptr`; `out` rejects NULL.
-        unsafe { out(dptr, memory::alloc_from_pool(p, bytes as u64, h(pool), h(stream))?) }
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemFreeAsync(dptr: CUdeviceptr, stream: Handle) {
@@ -219,12 +227,12 @@ cu_export! {
         let p = process::get()?;
         let v = memory::pool_attribute(p, h(pool), attr)?;
         if (1..=3).contains(&attr) {
-            // SAFETY: the caller's contract: `value.cast::<c_int>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // writable `c_int`, the type of this attribute; `out` rejects NULL.
             unsafe { out(value.cast::<c_int>(), v as c_int) }
         } else {
-            // SAFETY: the caller's contract: `value.cast::<u64>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // writable `u64`, the type of this attribute; `out` rejects NULL.
             unsafe { out(value.cast::<u64>(), v) }
         }
     }
@@ -232,12 +240,13 @@ cu_export! {
     fn cuMemPoolSetAttribute(pool: Handle, attr: c_int, value: *mut c_void) {
         let p = process::get()?;
         let v = if (1..=3).contains(&attr) {
-            // SAFETY: the caller's contract: `value.cast::<c_int>()` is NULL or
-            // valid for reading; `read` rejects NULL.
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // readable `c_int`, the type of this attribute; `read` rejects
+            // NULL.
             unsafe { read(value.cast::<c_int>()) }? as u64
         } else {
-            // SAFETY: the caller's contract: `value.cast::<u64>()` is NULL or
-            // valid for reading; `read` rejects NULL.
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // readable `u64`, the type of this attribute; `read` rejects NULL.
             unsafe { read(value.cast::<u64>()) }?
         };
         memory::set_pool_attribute(p, h(pool), attr, v)
@@ -245,16 +254,18 @@ cu_export! {
 
     fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: CUdevice) {
         let p = process::get()?;
+        let v = hp(memory::default_pool(p, dev)?);
         // SAFETY: the caller's contract: `pool` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(pool, hp(memory::default_pool(p, dev)?)) }
+        unsafe { out(pool, v) }
     }
 
     fn cuDeviceGetMemPool(pool: *mut Handle, dev: CUdevice) {
         let p = process::get()?;
+        let v = hp(memory::device_pool(p, dev)?);
         // SAFETY: the caller's contract: `pool` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(pool, hp(memory::device_pool(p, dev)?)) }
+        unsafe { out(pool, v) }
     }
 
     fn cuDeviceSetMemPool(dev: CUdevice, pool: Handle) {
@@ -268,44 +279,51 @@ cu_export! {
             // Pinned host memory answers a few attributes too.
             memory::host_flags(p, dptr as usize).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
             return match attribute {
-                // SAFETY: the caller's contract: `data.cast::<c_uint>()` is
-                // NULL or valid for writing; `out` rejects NULL.
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `c_uint`, the type of this attribute; `out` rejects
+                // NULL.
                 CU_POINTER_ATTRIBUTE_MEMORY_TYPE => unsafe { out(data.cast::<c_uint>(), CU_MEMORYTYPE_HOST) },
-                // SAFETY: the caller's contract: `data.cast::<u64>()` is NULL
-                // or valid for writing; `out` rejects NULL.
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `u64`, the type of this attribute; `out` rejects
+                // NULL.
                 CU_POINTER_ATTRIBUTE_HOST_POINTER | CU_POINTER_ATTRIBUTE_DEVICE_POINTER => unsafe { out(data.cast::<u64>(), dptr) },
-                // SAFETY: the caller's contract: `data.cast::<c_uint>()` is
-                // NULL or valid for writing; `out` rejects NULL.
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `c_uint`, the type of this attribute; `out` rejects
+                // NULL.
                 CU_POINTER_ATTRIBUTE_IS_MANAGED => unsafe { out(data.cast::<c_uint>(), 0) },
                 _ => Err(CUDA_ERROR_INVALID_VALUE),
             };
         };
         match attribute {
-            // SAFETY: the caller's contract: `data.cast::<Handle>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `Handle`, the type of this attribute; `out` rejects
+            // NULL.
             CU_POINTER_ATTRIBUTE_CONTEXT => unsafe { out(data.cast::<Handle>(), hp(ctx)) },
-            // SAFETY: the caller's contract: `data.cast::<c_uint>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `c_uint`, the type of this attribute; `out` rejects
+            // NULL.
             CU_POINTER_ATTRIBUTE_MEMORY_TYPE => unsafe { out(data.cast::<c_uint>(), CU_MEMORYTYPE_DEVICE) },
-            // SAFETY: the caller's contract: `data.cast::<u64>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `u64`, the type of this attribute; `out` rejects NULL.
             CU_POINTER_ATTRIBUTE_DEVICE_POINTER => unsafe { out(data.cast::<u64>(), dptr) },
             CU_POINTER_ATTRIBUTE_HOST_POINTER => {
-                // SAFETY: the caller's contract: `data.cast::<u64>()` is NULL
-                // or valid for writing; `out` rejects NULL.
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `u64`, the type of this attribute; `out` rejects
+                // NULL.
                 if managed { unsafe { out(data.cast::<u64>(), dptr) } } else { Err(CUDA_ERROR_INVALID_VALUE) }
             }
-            // SAFETY: the caller's contract: `data.cast::<c_uint>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `c_uint`, the type of this attribute; `out` rejects
+            // NULL.
             CU_POINTER_ATTRIBUTE_IS_MANAGED => unsafe { out(data.cast::<c_uint>(), c_uint::from(managed)) },
-            // SAFETY: the caller's contract: `data.cast::<c_int>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `c_int`, the type of this attribute; `out` rejects NULL.
             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => unsafe { out(data.cast::<c_int>(), device as c_int) },
-            // SAFETY: the caller's contract: `data.cast::<u64>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `u64`, the type of this attribute; `out` rejects NULL.
             CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => unsafe { out(data.cast::<u64>(), base) },
-            // SAFETY: the caller's contract: `data.cast::<usize>()` is NULL or
-            // valid for writing; `out` rejects NULL.
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `usize`, the type of this attribute; `out` rejects NULL.
             CU_POINTER_ATTRIBUTE_RANGE_SIZE => unsafe { out(data.cast::<usize>(), size as usize) },
             _ => Err(CUDA_ERROR_INVALID_VALUE),
         }

@@ -18,9 +18,10 @@ cu_export! {
         if !std::path::Path::new(path).is_file() {
             return Err(CUDA_ERROR_FILE_NOT_FOUND);
         }
+        let v = hp(module::load(p)?);
         // SAFETY: the caller's contract: `m` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(m, hp(module::load(p)?)) }
+        unsafe { out(m, v) }
     }
 
     fn cuModuleLoadData(m: *mut Handle, image: *const c_void) {
@@ -28,9 +29,10 @@ cu_export! {
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(module::load(p)?);
         // SAFETY: the caller's contract: `m` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(m, hp(module::load(p)?)) }
+        unsafe { out(m, v) }
     }
 
     fn cuModuleLoadDataEx(m: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void) {
@@ -39,9 +41,10 @@ cu_export! {
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(module::load(p)?);
         // SAFETY: the caller's contract: `m` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(m, hp(module::load(p)?)) }
+        unsafe { out(m, v) }
     }
 
     fn cuModuleLoadFatBinary(m: *mut Handle, image: *const c_void) {
@@ -49,9 +52,10 @@ cu_export! {
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(module::load(p)?);
         // SAFETY: the caller's contract: `m` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(m, hp(module::load(p)?)) }
+        unsafe { out(m, v) }
     }
 
     fn cuModuleUnload(m: Handle) {
@@ -64,9 +68,10 @@ cu_export! {
         // SAFETY: the caller's contract: `name` is NULL or a NUL-terminated
         // string that outlives the call; `cstr` rejects NULL.
         let name = unsafe { cstr(name) }?;
+        let v = hp(module::get_function(p, h(m), name)?);
         // SAFETY: the caller's contract: `f` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(f, hp(module::get_function(p, h(m), name)?)) }
+        unsafe { out(f, v) }
     }
 
     fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, m: Handle, name: *const c_char) {
@@ -98,9 +103,10 @@ cu_export! {
         if code.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(module::load_library(p)?);
         // SAFETY: the caller's contract: `lib` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(lib, hp(module::load_library(p)?)) }
+        unsafe { out(lib, v) }
     }
 
     fn cuLibraryUnload(lib: Handle) {
@@ -121,23 +127,26 @@ cu_export! {
 
     fn cuLibraryGetModule(m: *mut Handle, lib: Handle) {
         let p = process::get()?;
+        let v = hp(module::library_module(p, h(lib))?);
         // SAFETY: the caller's contract: `m` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(m, hp(module::library_module(p, h(lib))?)) }
+        unsafe { out(m, v) }
     }
 
     fn cuKernelGetFunction(f: *mut Handle, kernel: Handle) {
         let p = process::get()?;
+        let v = hp(module::kernel_function(p, h(kernel))?);
         // SAFETY: the caller's contract: `f` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(f, hp(module::kernel_function(p, h(kernel))?)) }
+        unsafe { out(f, v) }
     }
 
     fn cuFuncGetAttribute(value: *mut c_int, attr: c_int, f: Handle) {
         let p = process::get()?;
+        let v = module::attribute(p, h(f), attr)?;
         // SAFETY: the caller's contract: `value` is NULL or points to a
         // writable `c_int`; `out` rejects NULL.
-        unsafe { out(value, module::attribute(p, h(f), attr)?) }
+        unsafe { out(value, v) }
     }
 
     fn cuFuncSetAttribute(f: Handle, attr: c_int, value: c_int) {
@@ -153,8 +162,9 @@ cu_export! {
 
     fn cuFuncGetName(name: *mut *const c_char, f: Handle) {
         let p = process::get()?;
+        let v = module::name_ptr(p, h(f))?;
         // SAFETY: the caller's contract: `name` is NULL or points to a writable
         // `*const c_char`; `out` rejects NULL.
-        unsafe { out(name, module::name_ptr(p, h(f))?) }
+        unsafe { out(name, v) }
     }
 }

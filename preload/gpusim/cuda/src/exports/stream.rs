@@ -27,9 +27,10 @@ cu_export! {
         if stream.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(stream::create(p, flags, 0)?);
         // SAFETY: the caller's contract: `stream` is NULL or points to a
         // writable `Handle`; `out` rejects NULL.
-        unsafe { out(stream, hp(stream::create(p, flags, 0)?)) }
+        unsafe { out(stream, v) }
     }
 
     fn cuStreamCreateWithPriority(stream: *mut Handle, flags: c_uint, priority: c_int) {
@@ -37,9 +38,10 @@ cu_export! {
         if stream.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(stream::create(p, flags, priority)?);
         // SAFETY: the caller's contract: `stream` is NULL or points to a
         // writable `Handle`; `out` rejects NULL.
-        unsafe { out(stream, hp(stream::create(p, flags, priority)?)) }
+        unsafe { out(stream, v) }
     }
 
     fn cuStreamDestroy_v2(s: Handle) {
@@ -67,23 +69,26 @@ cu_export! {
 
     fn cuStreamGetPriority(s: Handle, priority: *mut c_int) {
         let p = process::get()?;
+        let v = stream::properties(p, h(s))?.1;
         // SAFETY: the caller's contract: `priority` is NULL or points to a
         // writable `c_int`; `out` rejects NULL.
-        unsafe { out(priority, stream::properties(p, h(s))?.1) }
+        unsafe { out(priority, v) }
     }
 
     fn cuStreamGetFlags(s: Handle, flags: *mut c_uint) {
         let p = process::get()?;
+        let v = stream::properties(p, h(s))?.0;
         // SAFETY: the caller's contract: `flags` is NULL or points to a
         // writable `c_uint`; `out` rejects NULL.
-        unsafe { out(flags, stream::properties(p, h(s))?.0) }
+        unsafe { out(flags, v) }
     }
 
     fn cuStreamGetCtx(s: Handle, ctx: *mut Handle) {
         let p = process::get()?;
+        let v = hp(stream::properties(p, h(s))?.2);
         // SAFETY: the caller's contract: `ctx` is NULL or points to a writable
         // `Handle`; `out` rejects NULL.
-        unsafe { out(ctx, hp(stream::properties(p, h(s))?.2)) }
+        unsafe { out(ctx, v) }
     }
 
     fn cuLaunchHostFunc(s: Handle, func: HostFn, user: *mut c_void) {
@@ -130,9 +135,10 @@ cu_export! {
         if graph.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(stream::end_capture(p, h(s))?);
         // SAFETY: the caller's contract: `graph` is NULL or points to a
         // writable `Handle`; `out` rejects NULL.
-        unsafe { out(graph, hp(stream::end_capture(p, h(s))?)) }
+        unsafe { out(graph, v) }
     }
 
     fn cuStreamIsCapturing(s: Handle, status: *mut c_int) {
@@ -148,9 +154,10 @@ cu_export! {
         if event.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = hp(stream::event_create(p, flags)?);
         // SAFETY: the caller's contract: `event` is NULL or points to a
         // writable `Handle`; `out` rejects NULL.
-        unsafe { out(event, hp(stream::event_create(p, flags)?)) }
+        unsafe { out(event, v) }
     }
 
     fn cuEventDestroy_v2(event: Handle) {
@@ -186,9 +193,10 @@ cu_export! {
         if ms.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = stream::elapsed_ms(p, h(start), h(end))?;
         // SAFETY: the caller's contract: `ms` is NULL or points to a writable
         // `f32`; `out` rejects NULL.
-        unsafe { out(ms, stream::elapsed_ms(p, h(start), h(end))?) }
+        unsafe { out(ms, v) }
     }
 }
 

@@ -45,9 +45,10 @@ cu_export! {
 
     fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut std::ffi::c_void) {
         let p = process::get()?;
+        let v = vmm::retain_handle(p, addr as u64)?;
         // SAFETY: the caller's contract: `handle` is NULL or points to a
         // writable `CUmemGenericAllocationHandle`; `out` rejects NULL.
-        unsafe { out(handle, vmm::retain_handle(p, addr as u64)?) }
+        unsafe { out(handle, v) }
     }
 
     fn cuMemGetAllocationPropertiesFromHandle(prop: *mut CUmemAllocationProp, handle: CUmemGenericAllocationHandle) {
@@ -69,9 +70,10 @@ cu_export! {
         if flags != 0 || ptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
+        let v = vmm::reserve(p, size as u64, alignment as u64, addr)?;
         // SAFETY: the caller's contract: `ptr` is NULL or points to a writable
         // `CUdeviceptr`; `out` rejects NULL.
-        unsafe { out(ptr, vmm::reserve(p, size as u64, alignment as u64, addr)?) }
+        unsafe { out(ptr, v) }
     }
 
     fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) {
