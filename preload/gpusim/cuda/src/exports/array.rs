@@ -13,7 +13,9 @@ use crate::status::*;
 cu_export! {
     fn cuArrayCreate_v2(arr: *mut Handle, desc: *const CudaArrayDescriptor) {
         let p = process::get()?;
-        let d = read(desc)?;
+        // SAFETY: the caller's contract: `desc` is NULL or points to a readable
+        // `CudaArrayDescriptor`; `read` rejects NULL.
+        let d = unsafe { read(desc) }?;
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -25,22 +27,31 @@ cu_export! {
             num_channels: d.num_channels,
             flags: 0,
         })?;
-        out(arr, hp(a))
+        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(arr, hp(a)) }
     }
 
     fn cuArray3DCreate_v2(arr: *mut Handle, desc: *const CudaArray3dDescriptor) {
         let p = process::get()?;
-        let d = read(desc)?;
+        // SAFETY: the caller's contract: `desc` is NULL or points to a readable
+        // `CudaArray3dDescriptor`; `read` rejects NULL.
+        let d = unsafe { read(desc) }?;
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(arr, hp(array::create(p, d)?))
+        let v = hp(array::create(p, d)?);
+        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(arr, v) }
     }
 
     /// CUDA 2.x: 32-bit sizes.
     fn cuArrayCreate(arr: *mut Handle, desc: *const CudaArrayDescriptorV1) {
         let p = process::get()?;
-        let d = read(desc)?;
+        // SAFETY: the caller's contract: `desc` is NULL or points to a readable
+        // `CudaArrayDescriptorV1`; `read` rejects NULL.
+        let d = unsafe { read(desc) }?;
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -52,24 +63,31 @@ cu_export! {
             num_channels: d.num_channels,
             flags: 0,
         })?;
-        out(arr, hp(a))
+        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(arr, hp(a)) }
     }
 
     /// CUDA 2.x: 32-bit sizes.
     fn cuArray3DCreate(arr: *mut Handle, desc: *const CudaArray3dDescriptorV1) {
         let p = process::get()?;
-        let d = read(desc)?;
+        // SAFETY: the caller's contract: `desc` is NULL or points to a readable
+        // `CudaArray3dDescriptorV1`; `read` rejects NULL.
+        let d = unsafe { read(desc) }?;
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(arr, hp(array::create(p, CudaArray3dDescriptor {
+        let v = hp(array::create(p, CudaArray3dDescriptor {
             width: d.width as usize,
             height: d.height as usize,
             depth: d.depth as usize,
             format: d.format,
             num_channels: d.num_channels,
             flags: d.flags,
-        })?))
+        })?);
+        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(arr, v) }
     }
 
     fn cuArrayDestroy(arr: Handle) {
@@ -81,26 +99,36 @@ cu_export! {
     fn cuArrayGetDescriptor_v2(desc: *mut CudaArrayDescriptor, arr: Handle) {
         let p = process::get()?;
         let d = array::descriptor(p, h(arr))?;
-        out(desc, CudaArrayDescriptor {
+        // SAFETY: the caller's contract: `desc` is NULL or points to a writable
+        // `CudaArrayDescriptor`; `out` rejects NULL.
+        unsafe { out(desc, CudaArrayDescriptor {
             width: d.width,
             height: d.height,
             format: d.format,
             num_channels: d.num_channels,
-        })
+        }) }
     }
 
     fn cuArray3DGetDescriptor_v2(desc: *mut CudaArray3dDescriptor, arr: Handle) {
         let p = process::get()?;
-        out(desc, array::descriptor(p, h(arr))?)
+        let v = array::descriptor(p, h(arr))?;
+        // SAFETY: the caller's contract: `desc` is NULL or points to a writable
+        // `CudaArray3dDescriptor`; `out` rejects NULL.
+        unsafe { out(desc, v) }
     }
 
     fn cuMipmappedArrayCreate(arr: *mut Handle, desc: *const CudaArray3dDescriptor, levels: c_uint) {
         let p = process::get()?;
-        let d = read(desc)?;
+        // SAFETY: the caller's contract: `desc` is NULL or points to a readable
+        // `CudaArray3dDescriptor`; `read` rejects NULL.
+        let d = unsafe { read(desc) }?;
         if arr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(arr, hp(array::create_mipmapped(p, d, levels)?))
+        let v = hp(array::create_mipmapped(p, d, levels)?);
+        // SAFETY: the caller's contract: `arr` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(arr, v) }
     }
 
     fn cuMipmappedArrayDestroy(arr: Handle) {
@@ -110,6 +138,9 @@ cu_export! {
 
     fn cuMipmappedArrayGetLevel(level_arr: *mut Handle, arr: Handle, level: c_uint) {
         let p = process::get()?;
-        out(level_arr, hp(array::level(p, h(arr), level)?))
+        let v = hp(array::level(p, h(arr), level)?);
+        // SAFETY: the caller's contract: `level_arr` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(level_arr, v) }
     }
 }

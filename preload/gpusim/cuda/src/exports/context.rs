@@ -15,19 +15,26 @@ cu_export! {
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(pctx, hp(context::create(p, dev, flags)?))
+        let v = hp(context::create(p, dev, flags)?);
+        // SAFETY: the caller's contract: `pctx` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(pctx, v) }
     }
 
     /// With execution-affinity parameters (ignored: no SM partitioning).
     fn cuCtxCreate_v3(pctx: *mut Handle, params: *mut c_void, n: c_int, flags: c_uint, dev: CUdevice) {
         let _ = (params, n);
-        cuCtxCreate_v2(pctx, flags, dev).ok()
+        // SAFETY: the caller's contract for `pctx` is that of
+        // cuCtxCreate_v2, which takes the same pointer.
+        unsafe { cuCtxCreate_v2(pctx, flags, dev) }.ok()
     }
 
     /// With `CUctxCreateParams` (ignored).
     fn cuCtxCreate_v4(pctx: *mut Handle, params: *mut c_void, flags: c_uint, dev: CUdevice) {
         let _ = params;
-        cuCtxCreate_v2(pctx, flags, dev).ok()
+        // SAFETY: the caller's contract for `pctx` is that of
+        // cuCtxCreate_v2, which takes the same pointer.
+        unsafe { cuCtxCreate_v2(pctx, flags, dev) }.ok()
     }
 
     fn cuCtxDestroy_v2(ctx: Handle) {
@@ -45,7 +52,9 @@ cu_export! {
     fn cuCtxPopCurrent_v2(pctx: *mut Handle) {
         process::get()?;
         let top = process::with_stack(|s| s.pop()).ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-        out_opt(pctx, hp(top));
+        // SAFETY: the caller's contract: `pctx` is NULL or points to a writable
+        // `Handle`; `out_opt` skips NULL.
+        unsafe { out_opt(pctx, hp(top)) };
         Ok(())
     }
 
@@ -65,18 +74,25 @@ cu_export! {
 
     fn cuCtxGetCurrent(pctx: *mut Handle) {
         process::get()?;
-        out(pctx, hp(process::current_context().unwrap_or(0)))
+        // SAFETY: the caller's contract: `pctx` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(pctx, hp(process::current_context().unwrap_or(0))) }
     }
 
     fn cuCtxGetDevice(dev: *mut CUdevice) {
         let p = process::get()?;
-        out(dev, context::current_device(p)? as CUdevice)
+        let v = context::current_device(p)? as CUdevice;
+        // SAFETY: the caller's contract: `dev` is NULL or points to a writable
+        // `CUdevice`; `out` rejects NULL.
+        unsafe { out(dev, v) }
     }
 
     fn cuCtxGetFlags(flags: *mut c_uint) {
         let p = process::get()?;
         let f = p.lock().current()?.1.flags;
-        out(flags, f)
+        // SAFETY: the caller's contract: `flags` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(flags, f) }
     }
 
     fn cuCtxSetFlags(flags: c_uint) {
@@ -91,7 +107,9 @@ cu_export! {
         let p = process::get()?;
         let c = if h(ctx) == 0 { process::current_context().ok_or(CUDA_ERROR_INVALID_CONTEXT)? } else { h(ctx) };
         context::check(p, c)?;
-        out(id, c & 0xffff_ffff_ffff)
+        // SAFETY: the caller's contract: `id` is NULL or points to a writable
+        // `u64`; `out` rejects NULL.
+        unsafe { out(id, c & 0xffff_ffff_ffff) }
     }
 
     fn cuCtxSynchronize() {
@@ -104,13 +122,17 @@ cu_export! {
         if h(ctx) != 0 {
             context::check(p, h(ctx))?;
         }
-        out(version, 3020)
+        // SAFETY: the caller's contract: `version` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(version, 3020) }
     }
 
     fn cuCtxGetLimit(value: *mut usize, limit: c_int) {
         let p = process::get()?;
         p.lock().current()?;
-        out(value, match limit {
+        // SAFETY: the caller's contract: `value` is NULL or points to a
+        // writable `usize`; `out` rejects NULL.
+        unsafe { out(value, match limit {
             0 => 1024,             // STACK_SIZE
             1 => 1 << 20,          // PRINTF_FIFO_SIZE
             2 => 8 << 20,          // MALLOC_HEAP_SIZE
@@ -119,7 +141,7 @@ cu_export! {
             5 => 32,               // MAX_L2_FETCH_GRANULARITY
             6 => 0,                // PERSISTING_L2_CACHE_SIZE
             _ => return Err(CUDA_ERROR_UNSUPPORTED_LIMIT),
-        })
+        }) }
     }
 
     fn cuCtxSetLimit(limit: c_int, value: usize) {
@@ -132,15 +154,21 @@ cu_export! {
     fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
         let p = process::get()?;
         p.lock().current()?;
-        out_opt(least, 0);
-        out_opt(greatest, -5);
+        // SAFETY: the caller's contract: `least` is NULL or points to a
+        // writable `c_int`; `out_opt` skips NULL.
+        unsafe { out_opt(least, 0) };
+        // SAFETY: the caller's contract: `greatest` is NULL or points to a
+        // writable `c_int`; `out_opt` skips NULL.
+        unsafe { out_opt(greatest, -5) };
         Ok(())
     }
 
     fn cuCtxGetCacheConfig(config: *mut c_int) {
         let p = process::get()?;
         p.lock().current()?;
-        out(config, 0)
+        // SAFETY: the caller's contract: `config` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(config, 0) }
     }
 
     fn cuCtxSetCacheConfig(config: c_int) {
@@ -165,7 +193,10 @@ cu_export! {
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(pctx, hp(context::primary_retain(p, dev)?))
+        let v = hp(context::primary_retain(p, dev)?);
+        // SAFETY: the caller's contract: `pctx` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(pctx, v) }
     }
 
     fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
@@ -186,8 +217,12 @@ cu_export! {
     fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) {
         let p = process::get()?;
         let (f, a) = context::primary_state(p, dev)?;
-        out(flags, f)?;
-        out(active, c_int::from(a))
+        // SAFETY: the caller's contract: `flags` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(flags, f) }?;
+        // SAFETY: the caller's contract: `active` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(active, c_int::from(a)) }
     }
 }
 

@@ -48,7 +48,10 @@ cu_export! {
         if g.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(g, hp(graph::create(p, flags)?))
+        let v = hp(graph::create(p, flags)?);
+        // SAFETY: the caller's contract: `g` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(g, v) }
     }
 
     fn cuGraphDestroy(g: Handle) {
@@ -58,63 +61,100 @@ cu_export! {
 
     fn cuGraphAddKernelNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *const KernelNodeParamsV1) {
         let p = process::get()?;
-        let params = read(params)?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable `KernelNodeParamsV1`; `read` rejects NULL.
+        let params = unsafe { read(params) }?;
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params, std::ptr::null_mut()))?))
+        let v = hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params, std::ptr::null_mut()))?);
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, v) }
     }
 
     fn cuGraphAddKernelNode_v2(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *const KernelNodeParamsV2) {
         let p = process::get()?;
-        let params = read(params)?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable `KernelNodeParamsV2`; `read` rejects NULL.
+        let params = unsafe { read(params) }?;
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params.v1, params.kern))?))
+        let v = hp(graph::add_kernel_node(p, h(g), &deps, launch_of(&params.v1, params.kern))?);
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, v) }
     }
 
     fn cuGraphAddEmptyNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize) {
         let p = process::get()?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, hp(graph::add_empty_node(p, h(g), &deps)?))
+        let v = hp(graph::add_empty_node(p, h(g), &deps)?);
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, v) }
     }
 
     fn cuGraphGetNodes(g: Handle, nodes: *mut Handle, count: *mut usize) {
         let p = process::get()?;
         let all = graph::nodes(p, h(g))?;
         if nodes.is_null() {
-            return out(count, all.len());
+            // SAFETY: the caller's contract: `count` is NULL or points to a
+            // writable `usize`; `out` rejects NULL.
+            return unsafe { out(count, all.len()) };
         }
-        let cap = read(count)?;
+        // SAFETY: the caller's contract: `count` is NULL or points to a
+        // readable `usize`; `read` rejects NULL.
+        let cap = unsafe { read(count) }?;
         for (i, &n) in all.iter().take(cap).enumerate() {
-            out(nodes.add(i), hp(n))?;
+            let slot = nodes.wrapping_add(i);
+            // SAFETY: the caller's contract: `nodes` points to room for
+            // `*count` (read into `cap`) handles and `i < cap`, so `slot` is
+            // a writable `Handle` inside it; `out` rejects NULL.
+            unsafe { out(slot, hp(n)) }?;
         }
-        out(count, all.len().min(cap))
+        // SAFETY: the caller's contract: `count` is NULL or points to a
+        // writable `usize`; `out` rejects NULL.
+        unsafe { out(count, all.len().min(cap)) }
     }
 
     fn cuGraphNodeGetType(node: Handle, kind: *mut i32) {
         let p = process::get()?;
-        out(kind, graph::node_type(p, h(node))?)
+        let v = graph::node_type(p, h(node))?;
+        // SAFETY: the caller's contract: `kind` is NULL or points to a writable
+        // `i32`; `out` rejects NULL.
+        unsafe { out(kind, v) }
     }
 
     fn cuGraphKernelNodeGetParams(node: Handle, params: *mut KernelNodeParamsV1) {
         let p = process::get()?;
-        out(params, params_of(graph::kernel_params(p, h(node))?))
+        let v = params_of(graph::kernel_params(p, h(node))?);
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // writable `KernelNodeParamsV1`; `out` rejects NULL.
+        unsafe { out(params, v) }
     }
 
     fn cuGraphKernelNodeGetParams_v2(node: Handle, params: *mut KernelNodeParamsV2) {
         let p = process::get()?;
-        out(params, KernelNodeParamsV2 {
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // writable `KernelNodeParamsV2`; `out` rejects NULL.
+        unsafe { out(params, KernelNodeParamsV2 {
             v1: params_of(graph::kernel_params(p, h(node))?),
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
-        })
+        }) }
     }
 
     fn cuGraphInstantiateWithFlags(exec: *mut Handle, g: Handle, flags: c_ulonglong) {
@@ -123,20 +163,30 @@ cu_export! {
         if exec.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(exec, hp(graph::instantiate(p, h(g))?))
+        let v = hp(graph::instantiate(p, h(g))?);
+        // SAFETY: the caller's contract: `exec` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(exec, v) }
     }
 
     /// The CUDA 11 form, with an error node and log buffer.
     fn cuGraphInstantiate_v2(exec: *mut Handle, g: Handle, error_node: *mut Handle, log: *mut c_char, log_size: usize) {
         let p = process::get()?;
-        out_opt(error_node, std::ptr::null_mut());
+        // SAFETY: the caller's contract: `error_node` is NULL or points to a
+        // writable `Handle`; `out_opt` skips NULL.
+        unsafe { out_opt(error_node, std::ptr::null_mut()) };
         if !log.is_null() && log_size > 0 {
-            *log = 0;
+            // SAFETY: the caller's contract: `log` is NULL or valid for
+            // writing `log_size` bytes; checked non-NULL with room for one.
+            unsafe { *log = 0 };
         }
         if exec.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(exec, hp(graph::instantiate(p, h(g))?))
+        let v = hp(graph::instantiate(p, h(g))?);
+        // SAFETY: the caller's contract: `exec` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(exec, v) }
     }
 
     fn cuGraphExecDestroy(exec: Handle) {
@@ -146,55 +196,85 @@ cu_export! {
 
     fn cuGraphAddChildGraphNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, child: Handle) {
         let p = process::get()?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, hp(graph::add_child_node(p, h(g), &deps, h(child))?))
+        let v = hp(graph::add_child_node(p, h(g), &deps, h(child))?);
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, v) }
     }
 
     fn cuGraphChildGraphNodeGetGraph(node: Handle, child: *mut Handle) {
         let p = process::get()?;
-        out(child, hp(graph::child_graph(p, h(node))?))
+        let v = hp(graph::child_graph(p, h(node))?);
+        // SAFETY: the caller's contract: `child` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(child, v) }
     }
 
     fn cuGraphAddMemAllocNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *mut MemAllocNodeParams) {
         let p = process::get()?;
-        let mut prm = read(params)?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable `MemAllocNodeParams`; `read` rejects NULL.
+        let mut prm = unsafe { read(params) }?;
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let (made, dptr) = add_mem_alloc(p, h(g), &deps, &prm)?;
         prm.dptr = dptr;
-        out(params, prm)?;
-        out(node, hp(made))
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // writable `MemAllocNodeParams`; `out` rejects NULL.
+        unsafe { out(params, prm) }?;
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, hp(made)) }
     }
 
     fn cuGraphAddMemFreeNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, dptr: CUdeviceptr) {
         let p = process::get()?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, hp(graph::add_mem_free_node(p, h(g), &deps, dptr)?))
+        let v = hp(graph::add_mem_free_node(p, h(g), &deps, dptr)?);
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, v) }
     }
 
     /// CUDA 12.2: any node type from one parameter structure.
     fn cuGraphAddNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *mut GraphNodeParams) {
         let p = process::get()?;
-        let deps = handles(&slice(deps, n)?);
+        // SAFETY: the caller's contract: `deps` is NULL or points to `n`
+        // readable `Handle`s; `slice` rejects NULL unless `n` is 0.
+        let deps = handles(&unsafe { slice(deps, n) }?);
         if node.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(node, hp(add_node(p, h(g), &deps, params)?))
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable and writable `GraphNodeParams`, as `add_node` requires.
+        let v = hp(unsafe { add_node(p, h(g), &deps, params) }?);
+        // SAFETY: the caller's contract: `node` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(node, v) }
     }
 
     /// CUDA 12.3: [`cuGraphAddNode`] with per-edge data (only the default
     /// edges are modelled: the data is ignored).
     fn cuGraphAddNode_v2(node: *mut Handle, g: Handle, deps: *const Handle, edges: *const c_void, n: usize, params: *mut GraphNodeParams) {
         let _ = edges;
-        cuGraphAddNode(node, g, deps, n, params).ok()
+        // SAFETY: the caller's contract for `node`, `deps` (`n` handles) and
+        // `params` is that of cuGraphAddNode, which takes the same pointers.
+        unsafe { cuGraphAddNode(node, g, deps, n, params) }.ok()
     }
 
     /// The CUDA 12 form, with the options in a structure.
@@ -205,24 +285,35 @@ cu_export! {
         }
         let made = graph::instantiate(p, h(g));
         if !params.is_null() {
-            let mut prm = read(params)?;
+            // SAFETY: the caller's contract: `params` is NULL or points to a
+            // readable `GraphInstantiateParams`; `read` rejects NULL.
+            let mut prm = unsafe { read(params) }?;
             prm.err_node_out = std::ptr::null_mut();
             // CUDA_GRAPH_INSTANTIATE_SUCCESS / _ERROR.
             prm.result_out = i32::from(made.is_err());
-            out(params, prm)?;
+            // SAFETY: the caller's contract: `params` is NULL or points to a
+            // writable `GraphInstantiateParams`; `out` rejects NULL.
+            unsafe { out(params, prm) }?;
         }
-        out(exec, hp(made?))
+        let v = hp(made?);
+        // SAFETY: the caller's contract: `exec` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(exec, v) }
     }
 
     fn cuGraphExecKernelNodeSetParams(exec: Handle, node: Handle, params: *const KernelNodeParamsV1) {
         let p = process::get()?;
-        let prm = read(params)?;
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable `KernelNodeParamsV1`; `read` rejects NULL.
+        let prm = unsafe { read(params) }?;
         graph::exec_set_kernel(p, h(exec), h(node), launch_of(&prm, std::ptr::null_mut()))
     }
 
     fn cuGraphExecKernelNodeSetParams_v2(exec: Handle, node: Handle, params: *const KernelNodeParamsV2) {
         let p = process::get()?;
-        let prm = read(params)?;
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable `KernelNodeParamsV2`; `read` rejects NULL.
+        let prm = unsafe { read(params) }?;
         graph::exec_set_kernel(p, h(exec), h(node), launch_of(&prm.v1, prm.kern))
     }
 
@@ -235,13 +326,22 @@ cu_export! {
     /// supported by the simulator; memory nodes: not by the driver either).
     fn cuGraphExecNodeSetParams(exec: Handle, node: Handle, params: *mut GraphNodeParams) {
         let p = process::get()?;
-        let prm = read(params)?;
+        // SAFETY: the caller's contract: `params` is NULL or points to a
+        // readable `GraphNodeParams`; `read` rejects NULL.
+        let prm = unsafe { read(params) }?;
         match prm.kind {
             CU_GRAPH_NODE_TYPE_KERNEL => {
-                let k = prm.body.kernel;
+                // SAFETY: the caller's contract: `body` holds the member
+                // that `kind` names, here the kernel parameters.
+                let k = unsafe { prm.body.kernel };
                 graph::exec_set_kernel(p, h(exec), h(node), launch_of(&k.v1, k.kern))
             }
-            CU_GRAPH_NODE_TYPE_GRAPH => graph::exec_set_child(p, h(exec), h(node), h(prm.body.graph)),
+            CU_GRAPH_NODE_TYPE_GRAPH => {
+                // SAFETY: the caller's contract: `body` holds the member
+                // that `kind` names, here the child graph.
+                let child = unsafe { prm.body.graph };
+                graph::exec_set_child(p, h(exec), h(node), h(child))
+            }
             _ => Err(CUDA_ERROR_NOT_SUPPORTED),
         }
     }
@@ -249,10 +349,14 @@ cu_export! {
     /// The CUDA 10.2 form: the failing node and a result code.
     fn cuGraphExecUpdate(exec: Handle, g: Handle, error_node: *mut Handle, result: *mut i32) {
         let p = process::get()?;
-        out_opt(error_node, std::ptr::null_mut());
+        // SAFETY: the caller's contract: `error_node` is NULL or points to a
+        // writable `Handle`; `out_opt` skips NULL.
+        unsafe { out_opt(error_node, std::ptr::null_mut()) };
         let r = graph::exec_update(p, h(exec), h(g));
         // CU_GRAPH_EXEC_UPDATE_SUCCESS / _ERROR.
-        out_opt(result, i32::from(r.is_err()));
+        // SAFETY: the caller's contract: `result` is NULL or points to a
+        // writable `i32`; `out_opt` skips NULL.
+        unsafe { out_opt(result, i32::from(r.is_err())) };
         r
     }
 
@@ -261,11 +365,13 @@ cu_export! {
     fn cuGraphExecUpdate_v2(exec: Handle, g: Handle, info: *mut UpdateResultInfo) {
         let p = process::get()?;
         let r = graph::exec_update(p, h(exec), h(g));
-        out_opt(info, UpdateResultInfo {
+        // SAFETY: the caller's contract: `info` is NULL or points to a writable
+        // `UpdateResultInfo`; `out_opt` skips NULL.
+        unsafe { out_opt(info, UpdateResultInfo {
             result: i32::from(r.is_err()),
             error_node: std::ptr::null_mut(),
             error_from_node: std::ptr::null_mut(),
-        });
+        }) };
         r
     }
 }

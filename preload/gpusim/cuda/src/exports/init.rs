@@ -27,14 +27,20 @@ cu_export! {
                 .unwrap_or_else(|_| gpusim::NodeDescription::default_node())
                 .cuda_version,
         };
-        out(version, v)
+        // SAFETY: the caller's contract: `version` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(version, v) }
     }
 
     fn cuGetErrorString(code: CUresult, text: *mut *const c_char) {
         match status::description(code) {
-            Some(s) => out(text, s.as_ptr().cast()),
+            // SAFETY: the caller's contract: `text` is NULL or points to a
+            // writable `*const c_char`; `out` rejects NULL.
+            Some(s) => unsafe { out(text, s.as_ptr().cast()) },
             None => {
-                out_opt(text, std::ptr::null());
+                // SAFETY: the caller's contract: `text` is NULL or points to a
+                // writable `*const c_char`; `out_opt` skips NULL.
+                unsafe { out_opt(text, std::ptr::null()) };
                 Err(CUDA_ERROR_INVALID_VALUE)
             }
         }
@@ -42,9 +48,13 @@ cu_export! {
 
     fn cuGetErrorName(code: CUresult, text: *mut *const c_char) {
         match status::name(code) {
-            Some(s) => out(text, s.as_ptr().cast()),
+            // SAFETY: the caller's contract: `text` is NULL or points to a
+            // writable `*const c_char`; `out` rejects NULL.
+            Some(s) => unsafe { out(text, s.as_ptr().cast()) },
             None => {
-                out_opt(text, std::ptr::null());
+                // SAFETY: the caller's contract: `text` is NULL or points to a
+                // writable `*const c_char`; `out_opt` skips NULL.
+                unsafe { out_opt(text, std::ptr::null()) };
                 Err(CUDA_ERROR_INVALID_VALUE)
             }
         }
@@ -53,16 +63,24 @@ cu_export! {
     /// Private export tables of the real driver are not simulated.
     fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) {
         let _ = id;
-        out_opt(table, std::ptr::null());
+        // SAFETY: the caller's contract: `table` is NULL or points to a
+        // writable `*const c_void`; `out_opt` skips NULL.
+        unsafe { out_opt(table, std::ptr::null()) };
         Err(CUDA_ERROR_NOT_SUPPORTED)
     }
 
     fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
-        let name = cstr(symbol)?;
+        // SAFETY: the caller's contract: `symbol` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let name = unsafe { cstr(symbol) }?;
         match proc_address::lookup(name, version, flags) {
-            Ok(f) => out(pfn, f),
+            // SAFETY: the caller's contract: `pfn` is NULL or points to a
+            // writable `*mut c_void`; `out` rejects NULL.
+            Ok(f) => unsafe { out(pfn, f) },
             Err(_) => {
-                out_opt(pfn, std::ptr::null_mut());
+                // SAFETY: the caller's contract: `pfn` is NULL or points to a
+                // writable `*mut c_void`; `out_opt` skips NULL.
+                unsafe { out_opt(pfn, std::ptr::null_mut()) };
                 Err(CUDA_ERROR_NOT_FOUND)
             }
         }
@@ -75,15 +93,25 @@ cu_export! {
         flags: u64,
         status: *mut c_int,
     ) {
-        let name = cstr(symbol)?;
+        // SAFETY: the caller's contract: `symbol` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let name = unsafe { cstr(symbol) }?;
         match proc_address::lookup(name, version, flags) {
             Ok(f) => {
-                out_opt(status, CU_GET_PROC_ADDRESS_SUCCESS);
-                out(pfn, f)
+                // SAFETY: the caller's contract: `status` is NULL or points to
+                // a writable `c_int`; `out_opt` skips NULL.
+                unsafe { out_opt(status, CU_GET_PROC_ADDRESS_SUCCESS) };
+                // SAFETY: the caller's contract: `pfn` is NULL or points to a
+                // writable `*mut c_void`; `out` rejects NULL.
+                unsafe { out(pfn, f) }
             }
             Err(found) => {
-                out_opt(status, found);
-                out_opt(pfn, std::ptr::null_mut());
+                // SAFETY: the caller's contract: `status` is NULL or points to
+                // a writable `c_int`; `out_opt` skips NULL.
+                unsafe { out_opt(status, found) };
+                // SAFETY: the caller's contract: `pfn` is NULL or points to a
+                // writable `*mut c_void`; `out_opt` skips NULL.
+                unsafe { out_opt(pfn, std::ptr::null_mut()) };
                 Err(CUDA_ERROR_NOT_FOUND)
             }
         }
@@ -95,9 +123,13 @@ cu_export! {
     /// its own entry points needs); `CUDA_ERROR_NOT_FOUND` if the lookup
     /// fails.
     fn gpusimLooksUpItself(name: *const c_char, own: *mut c_int) {
-        let name = std::ffi::CString::new(cstr(name)?).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        // SAFETY: the caller's contract: `name` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let name = std::ffi::CString::new(unsafe { cstr(name) }?).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         match crate::sys::looks_up_itself(&name) {
-            Some(yes) => out(own, c_int::from(yes)),
+            // SAFETY: the caller's contract: `own` is NULL or points to a
+            // writable `c_int`; `out` rejects NULL.
+            Some(yes) => unsafe { out(own, c_int::from(yes)) },
             None => Err(CUDA_ERROR_NOT_FOUND),
         }
     }

@@ -32,7 +32,9 @@ cu_export! {
     fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) {
         let _ = (params, extra);
         let p = process::get()?;
-        let c = read(config)?;
+        // SAFETY: the caller's contract: `config` is NULL or points to a
+        // readable `CUlaunchConfig`; `read` rejects NULL.
+        let c = unsafe { read(config) }?;
         launch::launch(
             p,
             h(f),
@@ -86,8 +88,12 @@ cu_export! {
     /// limits by it.
     fn gpusimExecutedWork(kernels: *mut u64, warps: *mut u64) {
         let p = process::get()?;
-        out(kernels, p.executed.kernels.load(std::sync::atomic::Ordering::Relaxed))?;
-        out(warps, p.executed.warps.load(std::sync::atomic::Ordering::Relaxed))
+        // SAFETY: the caller's contract: `kernels` is NULL or points to a
+        // writable `u64`; `out` rejects NULL.
+        unsafe { out(kernels, p.executed.kernels.load(std::sync::atomic::Ordering::Relaxed)) }?;
+        // SAFETY: the caller's contract: `warps` is NULL or points to a
+        // writable `u64`; `out` rejects NULL.
+        unsafe { out(warps, p.executed.warps.load(std::sync::atomic::Ordering::Relaxed)) }
     }
 
     fn cuGraphLaunch(exec: Handle, s: Handle) {

@@ -16,7 +16,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(dptr, memory::alloc(p, bytes as u64)?)
+        let v = memory::alloc(p, bytes as u64)?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `CUdeviceptr`; `out` rejects NULL.
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, element: c_uint) {
@@ -25,8 +28,12 @@ cu_export! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let (d, pt) = memory::alloc_pitch(p, width as u64, height as u64, element)?;
-        out(pitch, pt as usize)?;
-        out(dptr, d)
+        // SAFETY: the caller's contract: `pitch` is NULL or points to a
+        // writable `usize`; `out` rejects NULL.
+        unsafe { out(pitch, pt as usize) }?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `CUdeviceptr`; `out` rejects NULL.
+        unsafe { out(dptr, d) }
     }
 
     fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytes: usize, flags: c_uint) {
@@ -34,7 +41,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(dptr, memory::alloc_managed(p, bytes as u64, flags)?)
+        let v = memory::alloc_managed(p, bytes as u64, flags)?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `CUdeviceptr`; `out` rejects NULL.
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemFree_v2(dptr: CUdeviceptr) {
@@ -49,7 +59,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(dptr, memory::alloc(p, u64::from(bytes))? as c_uint)
+        let v = memory::alloc(p, u64::from(bytes))? as c_uint;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `c_uint`; `out` rejects NULL.
+        unsafe { out(dptr, v) }
     }
 
     /// CUDA 2.x `cuMemAllocPitch` (32-bit sizes and pointer).
@@ -59,8 +72,12 @@ cu_export! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let (d, pt) = memory::alloc_pitch(p, u64::from(width), u64::from(height), element)?;
-        out(pitch, pt as c_uint)?;
-        out(dptr, d as c_uint)
+        // SAFETY: the caller's contract: `pitch` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(pitch, pt as c_uint) }?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `c_uint`; `out` rejects NULL.
+        unsafe { out(dptr, d as c_uint) }
     }
 
     /// CUDA 2.x `cuMemGetInfo`: 32-bit sizes, clamped.
@@ -68,22 +85,34 @@ cu_export! {
         let p = process::get()?;
         let (f, t) = memory::info(p)?;
         let clamp = |v: u64| c_uint::try_from(v).unwrap_or(c_uint::MAX);
-        out(free, clamp(f))?;
-        out(total, clamp(t))
+        // SAFETY: the caller's contract: `free` is NULL or points to a writable
+        // `c_uint`; `out` rejects NULL.
+        unsafe { out(free, clamp(f)) }?;
+        // SAFETY: the caller's contract: `total` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(total, clamp(t)) }
     }
 
     fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
         let p = process::get()?;
         let (f, t) = memory::info(p)?;
-        out(free, f as usize)?;
-        out(total, t as usize)
+        // SAFETY: the caller's contract: `free` is NULL or points to a writable
+        // `usize`; `out` rejects NULL.
+        unsafe { out(free, f as usize) }?;
+        // SAFETY: the caller's contract: `total` is NULL or points to a
+        // writable `usize`; `out` rejects NULL.
+        unsafe { out(total, t as usize) }
     }
 
     fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) {
         let p = process::get()?;
         let (b, s) = memory::address_range(p, dptr)?;
-        out_opt(base, b);
-        out_opt(size, s as usize);
+        // SAFETY: the caller's contract: `base` is NULL or points to a writable
+        // `CUdeviceptr`; `out_opt` skips NULL.
+        unsafe { out_opt(base, b) };
+        // SAFETY: the caller's contract: `size` is NULL or points to a writable
+        // `usize`; `out_opt` skips NULL.
+        unsafe { out_opt(size, s as usize) };
         Ok(())
     }
 
@@ -92,7 +121,10 @@ cu_export! {
         if pp.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(pp, memory::host_alloc(p, bytes as u64, 0)?.cast())
+        let v = memory::host_alloc(p, bytes as u64, 0)?.cast();
+        // SAFETY: the caller's contract: `pp` is NULL or points to a writable
+        // `*mut c_void`; `out` rejects NULL.
+        unsafe { out(pp, v) }
     }
 
     fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) {
@@ -100,7 +132,10 @@ cu_export! {
         if pp.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(pp, memory::host_alloc(p, bytes as u64, flags)?.cast())
+        let v = memory::host_alloc(p, bytes as u64, flags)?.cast();
+        // SAFETY: the caller's contract: `pp` is NULL or points to a writable
+        // `*mut c_void`; `out` rejects NULL.
+        unsafe { out(pp, v) }
     }
 
     fn cuMemFreeHost(ptr: *mut c_void) {
@@ -114,12 +149,17 @@ cu_export! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         memory::host_flags(p, host as usize)?;
-        out(dptr, host as u64)
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `CUdeviceptr`; `out` rejects NULL.
+        unsafe { out(dptr, host as u64) }
     }
 
     fn cuMemHostGetFlags(flags: *mut c_uint, host: *mut c_void) {
         let p = process::get()?;
-        out(flags, memory::host_flags(p, host as usize)?)
+        let v = memory::host_flags(p, host as usize)?;
+        // SAFETY: the caller's contract: `flags` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(flags, v) }
     }
 
     fn cuMemHostRegister_v2(host: *mut c_void, bytes: usize, flags: c_uint) {
@@ -137,7 +177,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(dptr, memory::alloc_async(p, bytes as u64, h(stream))?)
+        let v = memory::alloc_async(p, bytes as u64, h(stream))?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `CUdeviceptr`; `out` rejects NULL.
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytes: usize, pool: Handle, stream: Handle) {
@@ -145,7 +188,10 @@ cu_export! {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(dptr, memory::alloc_from_pool(p, bytes as u64, h(pool), h(stream))?)
+        let v = memory::alloc_from_pool(p, bytes as u64, h(pool), h(stream))?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a writable
+        // `CUdeviceptr`; `out` rejects NULL.
+        unsafe { out(dptr, v) }
     }
 
     fn cuMemFreeAsync(dptr: CUdeviceptr, stream: Handle) {
@@ -155,12 +201,16 @@ cu_export! {
 
     fn cuMemPoolCreate(pool: *mut Handle, props: *const CUmemPoolProps) {
         let p = process::get()?;
-        let props = read(props)?;
+        // SAFETY: the caller's contract: `props` is NULL or points to a
+        // readable `CUmemPoolProps`; `read` rejects NULL.
+        let props = unsafe { read(props) }?;
         if pool.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let h = memory::pool_create(p, props.location.id, props.alloc_type, props.location.kind)?;
-        out(pool, hp(h))
+        // SAFETY: the caller's contract: `pool` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(pool, hp(h)) }
     }
 
     fn cuMemPoolDestroy(pool: Handle) {
@@ -177,30 +227,45 @@ cu_export! {
         let p = process::get()?;
         let v = memory::pool_attribute(p, h(pool), attr)?;
         if (1..=3).contains(&attr) {
-            out(value.cast::<c_int>(), v as c_int)
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // writable `c_int`, the type of this attribute; `out` rejects NULL.
+            unsafe { out(value.cast::<c_int>(), v as c_int) }
         } else {
-            out(value.cast::<u64>(), v)
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // writable `u64`, the type of this attribute; `out` rejects NULL.
+            unsafe { out(value.cast::<u64>(), v) }
         }
     }
 
     fn cuMemPoolSetAttribute(pool: Handle, attr: c_int, value: *mut c_void) {
         let p = process::get()?;
         let v = if (1..=3).contains(&attr) {
-            read(value.cast::<c_int>())? as u64
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // readable `c_int`, the type of this attribute; `read` rejects
+            // NULL.
+            unsafe { read(value.cast::<c_int>()) }? as u64
         } else {
-            read(value.cast::<u64>())?
+            // SAFETY: the caller's contract: `value` is NULL or points to a
+            // readable `u64`, the type of this attribute; `read` rejects NULL.
+            unsafe { read(value.cast::<u64>()) }?
         };
         memory::set_pool_attribute(p, h(pool), attr, v)
     }
 
     fn cuDeviceGetDefaultMemPool(pool: *mut Handle, dev: CUdevice) {
         let p = process::get()?;
-        out(pool, hp(memory::default_pool(p, dev)?))
+        let v = hp(memory::default_pool(p, dev)?);
+        // SAFETY: the caller's contract: `pool` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(pool, v) }
     }
 
     fn cuDeviceGetMemPool(pool: *mut Handle, dev: CUdevice) {
         let p = process::get()?;
-        out(pool, hp(memory::device_pool(p, dev)?))
+        let v = hp(memory::device_pool(p, dev)?);
+        // SAFETY: the caller's contract: `pool` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(pool, v) }
     }
 
     fn cuDeviceSetMemPool(dev: CUdevice, pool: Handle) {
@@ -214,23 +279,52 @@ cu_export! {
             // Pinned host memory answers a few attributes too.
             memory::host_flags(p, dptr as usize).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
             return match attribute {
-                CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(data.cast::<c_uint>(), CU_MEMORYTYPE_HOST),
-                CU_POINTER_ATTRIBUTE_HOST_POINTER | CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<u64>(), dptr),
-                CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<c_uint>(), 0),
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `c_uint`, the type of this attribute; `out` rejects
+                // NULL.
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE => unsafe { out(data.cast::<c_uint>(), CU_MEMORYTYPE_HOST) },
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `u64`, the type of this attribute; `out` rejects
+                // NULL.
+                CU_POINTER_ATTRIBUTE_HOST_POINTER | CU_POINTER_ATTRIBUTE_DEVICE_POINTER => unsafe { out(data.cast::<u64>(), dptr) },
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `c_uint`, the type of this attribute; `out` rejects
+                // NULL.
+                CU_POINTER_ATTRIBUTE_IS_MANAGED => unsafe { out(data.cast::<c_uint>(), 0) },
                 _ => Err(CUDA_ERROR_INVALID_VALUE),
             };
         };
         match attribute {
-            CU_POINTER_ATTRIBUTE_CONTEXT => out(data.cast::<Handle>(), hp(ctx)),
-            CU_POINTER_ATTRIBUTE_MEMORY_TYPE => out(data.cast::<c_uint>(), CU_MEMORYTYPE_DEVICE),
-            CU_POINTER_ATTRIBUTE_DEVICE_POINTER => out(data.cast::<u64>(), dptr),
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `Handle`, the type of this attribute; `out` rejects
+            // NULL.
+            CU_POINTER_ATTRIBUTE_CONTEXT => unsafe { out(data.cast::<Handle>(), hp(ctx)) },
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `c_uint`, the type of this attribute; `out` rejects
+            // NULL.
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE => unsafe { out(data.cast::<c_uint>(), CU_MEMORYTYPE_DEVICE) },
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `u64`, the type of this attribute; `out` rejects NULL.
+            CU_POINTER_ATTRIBUTE_DEVICE_POINTER => unsafe { out(data.cast::<u64>(), dptr) },
             CU_POINTER_ATTRIBUTE_HOST_POINTER => {
-                if managed { out(data.cast::<u64>(), dptr) } else { Err(CUDA_ERROR_INVALID_VALUE) }
+                // SAFETY: the caller's contract: `data` is NULL or points to a
+                // writable `u64`, the type of this attribute; `out` rejects
+                // NULL.
+                if managed { unsafe { out(data.cast::<u64>(), dptr) } } else { Err(CUDA_ERROR_INVALID_VALUE) }
             }
-            CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<c_uint>(), c_uint::from(managed)),
-            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data.cast::<c_int>(), device as c_int),
-            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => out(data.cast::<u64>(), base),
-            CU_POINTER_ATTRIBUTE_RANGE_SIZE => out(data.cast::<usize>(), size as usize),
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `c_uint`, the type of this attribute; `out` rejects
+            // NULL.
+            CU_POINTER_ATTRIBUTE_IS_MANAGED => unsafe { out(data.cast::<c_uint>(), c_uint::from(managed)) },
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `c_int`, the type of this attribute; `out` rejects NULL.
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => unsafe { out(data.cast::<c_int>(), device as c_int) },
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `u64`, the type of this attribute; `out` rejects NULL.
+            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => unsafe { out(data.cast::<u64>(), base) },
+            // SAFETY: the caller's contract: `data` is NULL or points to a
+            // writable `usize`, the type of this attribute; `out` rejects NULL.
+            CU_POINTER_ATTRIBUTE_RANGE_SIZE => unsafe { out(data.cast::<usize>(), size as usize) },
             _ => Err(CUDA_ERROR_INVALID_VALUE),
         }
     }

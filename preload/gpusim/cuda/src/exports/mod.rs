@@ -49,7 +49,10 @@ pub fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
 }
 
 /// Defines exported driver API functions. The body is a block returning
-/// `Result<(), CUresult>`; it may call the `unsafe` pointer helpers.
+/// `Result<(), CUresult>`, run under [`guard`]. It is not wrapped in
+/// `unsafe`: each unsafe operation in it (a pointer helper from [`ptr`], a
+/// dereference) has its own `unsafe {}` block with a `// SAFETY:` reason
+/// naming the part of the caller's contract it relies on.
 macro_rules! cu_export {
     ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $(
@@ -57,13 +60,7 @@ macro_rules! cu_export {
             #[unsafe(no_mangle)]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::status::CUresult {
-                $crate::exports::guard(move || {
-                    #[allow(unused_unsafe)]
-                    // SAFETY: the caller passes arguments valid per the
-                    // driver API contract of this function; pointer helpers
-                    // additionally reject NULL.
-                    unsafe { $body }
-                })
+                $crate::exports::guard(move || $body)
             }
         )*
     };

@@ -12,11 +12,16 @@ use crate::status::*;
 cu_export! {
     fn cuModuleLoad(m: *mut Handle, fname: *const c_char) {
         let p = process::get()?;
-        let path = cstr(fname)?;
+        // SAFETY: the caller's contract: `fname` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let path = unsafe { cstr(fname) }?;
         if !std::path::Path::new(path).is_file() {
             return Err(CUDA_ERROR_FILE_NOT_FOUND);
         }
-        out(m, hp(module::load(p)?))
+        let v = hp(module::load(p)?);
+        // SAFETY: the caller's contract: `m` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(m, v) }
     }
 
     fn cuModuleLoadData(m: *mut Handle, image: *const c_void) {
@@ -24,7 +29,10 @@ cu_export! {
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(m, hp(module::load(p)?))
+        let v = hp(module::load(p)?);
+        // SAFETY: the caller's contract: `m` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(m, v) }
     }
 
     fn cuModuleLoadDataEx(m: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void) {
@@ -33,7 +41,10 @@ cu_export! {
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(m, hp(module::load(p)?))
+        let v = hp(module::load(p)?);
+        // SAFETY: the caller's contract: `m` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(m, v) }
     }
 
     fn cuModuleLoadFatBinary(m: *mut Handle, image: *const c_void) {
@@ -41,7 +52,10 @@ cu_export! {
         if image.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(m, hp(module::load(p)?))
+        let v = hp(module::load(p)?);
+        // SAFETY: the caller's contract: `m` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(m, v) }
     }
 
     fn cuModuleUnload(m: Handle) {
@@ -51,15 +65,26 @@ cu_export! {
 
     fn cuModuleGetFunction(f: *mut Handle, m: Handle, name: *const c_char) {
         let p = process::get()?;
-        let name = cstr(name)?;
-        out(f, hp(module::get_function(p, h(m), name)?))
+        // SAFETY: the caller's contract: `name` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let name = unsafe { cstr(name) }?;
+        let v = hp(module::get_function(p, h(m), name)?);
+        // SAFETY: the caller's contract: `f` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(f, v) }
     }
 
     fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, m: Handle, name: *const c_char) {
         let p = process::get()?;
-        let (d, n) = module::global(p, h(m), cstr(name)?)?;
-        super::ptr::out_opt(dptr, d);
-        super::ptr::out_opt(bytes, n as usize);
+        // SAFETY: the caller's contract: `name` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let (d, n) = module::global(p, h(m), unsafe { cstr(name) }?)?;
+        // SAFETY: the caller's contract: `dptr` is NULL or points to a
+        // writable `CUdeviceptr`; `out_opt` skips NULL.
+        unsafe { super::ptr::out_opt(dptr, d) };
+        // SAFETY: the caller's contract: `bytes` is NULL or points to a
+        // writable `usize`; `out_opt` skips NULL.
+        unsafe { super::ptr::out_opt(bytes, n as usize) };
         Ok(())
     }
 
@@ -78,7 +103,10 @@ cu_export! {
         if code.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(lib, hp(module::load_library(p)?))
+        let v = hp(module::load_library(p)?);
+        // SAFETY: the caller's contract: `lib` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(lib, v) }
     }
 
     fn cuLibraryUnload(lib: Handle) {
@@ -88,22 +116,37 @@ cu_export! {
 
     fn cuLibraryGetKernel(kernel: *mut Handle, lib: Handle, name: *const c_char) {
         let p = process::get()?;
-        out(kernel, hp(module::library_kernel(p, h(lib), cstr(name)?)?))
+        // SAFETY: the caller's contract: `name` is NULL or a NUL-terminated
+        // string that outlives the call; `cstr` rejects NULL.
+        let name = unsafe { cstr(name) }?;
+        let k = module::library_kernel(p, h(lib), name)?;
+        // SAFETY: the caller's contract: `kernel` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(kernel, hp(k)) }
     }
 
     fn cuLibraryGetModule(m: *mut Handle, lib: Handle) {
         let p = process::get()?;
-        out(m, hp(module::library_module(p, h(lib))?))
+        let v = hp(module::library_module(p, h(lib))?);
+        // SAFETY: the caller's contract: `m` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(m, v) }
     }
 
     fn cuKernelGetFunction(f: *mut Handle, kernel: Handle) {
         let p = process::get()?;
-        out(f, hp(module::kernel_function(p, h(kernel))?))
+        let v = hp(module::kernel_function(p, h(kernel))?);
+        // SAFETY: the caller's contract: `f` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(f, v) }
     }
 
     fn cuFuncGetAttribute(value: *mut c_int, attr: c_int, f: Handle) {
         let p = process::get()?;
-        out(value, module::attribute(p, h(f), attr)?)
+        let v = module::attribute(p, h(f), attr)?;
+        // SAFETY: the caller's contract: `value` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(value, v) }
     }
 
     fn cuFuncSetAttribute(f: Handle, attr: c_int, value: c_int) {
@@ -119,6 +162,9 @@ cu_export! {
 
     fn cuFuncGetName(name: *mut *const c_char, f: Handle) {
         let p = process::get()?;
-        out(name, module::name_ptr(p, h(f))?)
+        let v = module::name_ptr(p, h(f))?;
+        // SAFETY: the caller's contract: `name` is NULL or points to a writable
+        // `*const c_char`; `out` rejects NULL.
+        unsafe { out(name, v) }
     }
 }

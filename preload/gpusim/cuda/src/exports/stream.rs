@@ -27,7 +27,10 @@ cu_export! {
         if stream.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(stream, hp(stream::create(p, flags, 0)?))
+        let v = hp(stream::create(p, flags, 0)?);
+        // SAFETY: the caller's contract: `stream` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(stream, v) }
     }
 
     fn cuStreamCreateWithPriority(stream: *mut Handle, flags: c_uint, priority: c_int) {
@@ -35,7 +38,10 @@ cu_export! {
         if stream.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(stream, hp(stream::create(p, flags, priority)?))
+        let v = hp(stream::create(p, flags, priority)?);
+        // SAFETY: the caller's contract: `stream` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(stream, v) }
     }
 
     fn cuStreamDestroy_v2(s: Handle) {
@@ -63,17 +69,26 @@ cu_export! {
 
     fn cuStreamGetPriority(s: Handle, priority: *mut c_int) {
         let p = process::get()?;
-        out(priority, stream::properties(p, h(s))?.1)
+        let v = stream::properties(p, h(s))?.1;
+        // SAFETY: the caller's contract: `priority` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(priority, v) }
     }
 
     fn cuStreamGetFlags(s: Handle, flags: *mut c_uint) {
         let p = process::get()?;
-        out(flags, stream::properties(p, h(s))?.0)
+        let v = stream::properties(p, h(s))?.0;
+        // SAFETY: the caller's contract: `flags` is NULL or points to a
+        // writable `c_uint`; `out` rejects NULL.
+        unsafe { out(flags, v) }
     }
 
     fn cuStreamGetCtx(s: Handle, ctx: *mut Handle) {
         let p = process::get()?;
-        out(ctx, hp(stream::properties(p, h(s))?.2))
+        let v = hp(stream::properties(p, h(s))?.2);
+        // SAFETY: the caller's contract: `ctx` is NULL or points to a writable
+        // `Handle`; `out` rejects NULL.
+        unsafe { out(ctx, v) }
     }
 
     fn cuLaunchHostFunc(s: Handle, func: HostFn, user: *mut c_void) {
@@ -120,13 +135,18 @@ cu_export! {
         if graph.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(graph, hp(stream::end_capture(p, h(s))?))
+        let v = hp(stream::end_capture(p, h(s))?);
+        // SAFETY: the caller's contract: `graph` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(graph, v) }
     }
 
     fn cuStreamIsCapturing(s: Handle, status: *mut c_int) {
         let p = process::get()?;
         let active = stream::is_capturing(p, h(s))?;
-        out(status, if active { CU_STREAM_CAPTURE_STATUS_ACTIVE } else { CU_STREAM_CAPTURE_STATUS_NONE })
+        // SAFETY: the caller's contract: `status` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(status, if active { CU_STREAM_CAPTURE_STATUS_ACTIVE } else { CU_STREAM_CAPTURE_STATUS_NONE }) }
     }
 
     fn cuEventCreate(event: *mut Handle, flags: c_uint) {
@@ -134,7 +154,10 @@ cu_export! {
         if event.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(event, hp(stream::event_create(p, flags)?))
+        let v = hp(stream::event_create(p, flags)?);
+        // SAFETY: the caller's contract: `event` is NULL or points to a
+        // writable `Handle`; `out` rejects NULL.
+        unsafe { out(event, v) }
     }
 
     fn cuEventDestroy_v2(event: Handle) {
@@ -170,7 +193,10 @@ cu_export! {
         if ms.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        out(ms, stream::elapsed_ms(p, h(start), h(end))?)
+        let v = stream::elapsed_ms(p, h(start), h(end))?;
+        // SAFETY: the caller's contract: `ms` is NULL or points to a writable
+        // `f32`; `out` rejects NULL.
+        unsafe { out(ms, v) }
     }
 }
 
