@@ -160,9 +160,17 @@ fn origin(from_flag: bool, file: Option<&Path>) -> String {
 impl ConfigFile {
     /// Parses file text.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().replace('\n', " "),
+        toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|s| {
+                let before = &text[..s.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {column}: ")
+            });
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: format!("{}{}", at.unwrap_or_default(), e.message()),
+            }
         })
     }
 

@@ -145,6 +145,7 @@ fn run(cli: &Cli, nvml_given: bool, args: &ConfigArgs) -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     tessera_agent::daemon::run(config)?;
     Ok(())

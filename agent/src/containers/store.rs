@@ -101,6 +101,12 @@ pub enum StoreError {
         /// What it is.
         kind: &'static str,
     },
+    /// The metadata file is not a regular file (a FIFO, device, directory).
+    #[error("{path} is not a regular file")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+    },
     /// A change was refused.
     #[error("container {id}: {problem}")]
     Refused {
@@ -191,9 +197,8 @@ pub fn read_meta(path: &Path) -> Result<(Metadata, FileKey), StoreError> {
         .map_err(io("open", path))?;
     let m = file.metadata().map_err(io("stat", path))?;
     if !m.is_file() {
-        return Err(StoreError::NotDir {
+        return Err(StoreError::NotRegular {
             path: path.to_path_buf(),
-            kind: "non-regular file where a metadata file belongs",
         });
     }
     let mut bytes = Vec::new();

@@ -45,6 +45,8 @@ struct Gpus {
 /// What the loop keeps per managed container (a cache of the host state).
 struct Managed {
     control: Mapped<ControlRegion>,
+    /// The period in which this agent took the container over.
+    since: u64,
 }
 
 /// The measured use of one (container, GPU) in one period.
@@ -81,6 +83,9 @@ pub struct ContainerView {
     pub meta: Metadata,
     /// Control region epoch after this period.
     pub epoch: u64,
+    /// The period (of this agent) in which it took the container over: 0
+    /// for containers that existed when it started.
+    pub since_period: Option<u64>,
     /// Per GPU.
     pub gpus: Vec<GpuView>,
     /// Its processes (cgroup members and usage slots, joined).
@@ -299,12 +304,14 @@ impl Agent {
                 match open_control_rw(&c.dir) {
                     Ok(control) => {
                         tracing::info!(id = %c.id, dir = %c.dir.display(), "managing container");
-                        self.managed.insert(c.id.clone(), Managed { control });
+                        let since = self.periods;
+                        self.managed
+                            .insert(c.id.clone(), Managed { control, since });
                     }
                     Err(e) => {
                         skipped.push(Skipped {
                             name: c.id.to_string(),
-                            reason: format!("control region: {}", with_causes(&e)),
+                            reason: with_causes(&e),
                         });
                         continue;
                     }
@@ -364,6 +371,7 @@ impl Agent {
                 dir: c.dir.clone(),
                 meta: c.meta.clone(),
                 epoch: 0,
+                since_period: None,
                 gpus: Vec::new(),
                 processes,
                 problems,
@@ -424,6 +432,7 @@ impl Agent {
             dir: c.dir.clone(),
             meta: c.meta.clone(),
             epoch: after.epoch,
+            since_period: Some(m.since),
             gpus,
             processes,
             problems,
