@@ -164,8 +164,18 @@ impl ConfigFile {
             let at = e.span().map(|s| {
                 let before = &text[..s.start.min(text.len())];
                 let line = before.matches('\n').count() + 1;
-                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                format!("line {line}, column {column}: ")
+                let start = before.rfind('\n').map_or(0, |i| i + 1);
+                let column = before.len() - start + 1;
+                // The line itself names the field of a type error.
+                let source: String = text[start..]
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .chars()
+                    .take(80)
+                    .collect();
+                format!("line {line}, column {column} ({source}): ")
             });
             ConfigError::Parse {
                 path: path.to_path_buf(),
