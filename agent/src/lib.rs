@@ -6,6 +6,8 @@
 //! - [`ebpf`]: the eBPF observer (per-cgroup NVIDIA ioctls and opens,
 //!   bypass events, GPU use, memory estimates) and the per-pod device
 //!   guard, with attach-mode probing;
+//! - [`control`]: the compute controller (SM targets held by one feedback
+//!   loop per container and GPU, hard and elastic modes);
 //! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
 //!   and runtimes Kubernetes nodes use;
 //! - [`error_chain`]: an error and its causes on one line;
@@ -25,6 +27,7 @@
 pub mod cgroup;
 pub mod config;
 pub mod containers;
+pub mod control;
 pub mod daemon;
 pub mod ebpf;
 pub mod error_chain;

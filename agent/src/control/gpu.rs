@@ -1,0 +1,210 @@
+//! [`GpuController`]: the loops of one GPU's containers and their
+//! allocator.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::allocator::{Claim, allocate};
+use super::feedback::{Loop, Observation};
+use super::{
+    CAPACITY_PERCENT, ContainerControl, ContainerId, ControlError, ControllerConfig, GpuSample,
+    LoopState, RateDecision,
+};
+
+/// One container on the GPU.
+#[derive(Clone, Debug)]
+struct Managed {
+    control: ContainerControl,
+    state: Loop,
+    /// Periods left during which it counts as hungry.
+    hungry_for: u32,
+    /// SM use in the last window.
+    measured: Option<f64>,
+}
+
+/// The compute controller of one GPU: one loop per container, and the
+/// split of the GPU among them.
+///
+/// The daemon keeps one per GPU, tells it which containers use the GPU
+/// ([`Self::upsert`], [`Self::remove`]) and calls [`Self::tick`] every
+/// [`super::PERIOD`] with fresh samples; it writes each decision's rate
+/// and burst into the container's control region.
+#[derive(Clone, Debug, Default)]
+pub struct GpuController {
+    config: ControllerConfig,
+    containers: BTreeMap<ContainerId, Managed>,
+    last_tick: Option<Instant>,
+}
+
+impl GpuController {
+    /// A controller with `config`.
+    pub fn new(config: ControllerConfig) -> Self {
+        Self {
+            config,
+            containers: BTreeMap::new(),
+            last_tick: None,
+        }
+    }
+
+    /// The tuning in use.
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    /// Adds container `id`, or changes its target, mode or priority (the
+    /// next tick aims at the new values; what the loop learnt is kept).
+    pub fn upsert(&mut self, id: &str, control: ContainerControl) -> Result<(), ControlError> {
+        control.validate()?;
+        match self.containers.get_mut(id) {
+            Some(m) => m.control = control,
+            None => {
+                self.containers.insert(
+                    id.to_string(),
+                    Managed {
+                        control,
+                        state: Loop::new(self.config.initial_rate),
+                        hungry_for: 0,
+                        measured: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds container `id` that already runs under `current_rate` (read
+    /// from its control region, e.g. after the agent restarted): the loop
+    /// starts from that rate instead of the initial one, so control
+    /// resumes without a jump. A container already known is only updated
+    /// as by [`Self::upsert`].
+    pub fn resume(
+        &mut self,
+        id: &str,
+        control: ContainerControl,
+        current_rate: u64,
+    ) -> Result<(), ControlError> {
+        control.validate()?;
+        if self.containers.contains_key(id) {
+            return self.upsert(id, control);
+        }
+        let rate = if current_rate == 0 || current_rate == tessera_region::layout::UNLIMITED {
+            self.config.initial_rate
+        } else {
+            current_rate as f64
+        };
+        self.containers.insert(
+            id.to_string(),
+            Managed {
+                control,
+                state: Loop::new(rate),
+                hungry_for: 0,
+                measured: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Forgets container `id` (it left the GPU); its share goes to the
+    /// others at the next tick.
+    pub fn remove(&mut self, id: &str) -> bool {
+        self.containers.remove(id).is_some()
+    }
+
+    /// The containers managed, with their controls.
+    pub fn containers(&self) -> impl Iterator<Item = (&str, &ContainerControl)> {
+        self.containers
+            .iter()
+            .map(|(k, m)| (k.as_str(), &m.control))
+    }
+
+    /// One period: learns from `sample` (taken at `now`, covering the
+    /// window since the previous tick) and decides every managed
+    /// container's launch limits, in id order. Samples of unknown
+    /// containers are ignored; a managed container without one learns
+    /// nothing this period. A container's first sample only records its
+    /// counters.
+    pub fn tick(&mut self, now: Instant, sample: &GpuSample) -> Vec<RateDecision> {
+        let cfg = self.config;
+        let dt = self
+            .last_tick
+            .map(|t| now.saturating_duration_since(t).as_secs_f64());
+        // Keep the base of a window too short to learn from.
+        if dt.is_none_or(|d| d >= 0.005) {
+            self.last_tick = Some(now);
+        }
+        let mut observations: BTreeMap<&str, Option<Observation>> = BTreeMap::new();
+        let mut container_busy = 0.0;
+        for s in &sample.containers {
+            let Some(m) = self.containers.get_mut(&s.id) else {
+                continue;
+            };
+            let obs = m.state.observe(
+                dt.unwrap_or(0.0),
+                s.sm_percent,
+                s.warps,
+                s.throttled_ns,
+                cfg.burst_s,
+            );
+            if let Some(o) = obs {
+                m.measured = o.sm_percent;
+                container_busy += o.sm_percent.unwrap_or(0.0);
+                if o.binding {
+                    m.hungry_for = cfg.hungry_hold.max(1);
+                } else if o.warps_per_s <= 0.0 {
+                    m.hungry_for = 0;
+                } else {
+                    m.hungry_for = m.hungry_for.saturating_sub(1);
+                }
+            }
+            observations.insert(s.id.as_str(), obs);
+        }
+        let busy = sample
+            .busy_percent
+            .filter(|b| b.is_finite())
+            .unwrap_or(container_busy)
+            .max(container_busy);
+        let saturated = busy >= cfg.saturated_percent;
+        let claims: Vec<Claim> = self
+            .containers
+            .values()
+            .map(|m| {
+                let hungry = m.hungry_for > 0;
+                Claim {
+                    mode: m.control.mode,
+                    priority: m.control.priority,
+                    target: m.control.target_percent,
+                    claim: if hungry {
+                        CAPACITY_PERCENT
+                    } else {
+                        m.measured.unwrap_or(0.0) + cfg.headroom_pp
+                    },
+                    hungry,
+                }
+            })
+            .collect();
+        let allocations = allocate(&claims);
+        self.containers
+            .iter_mut()
+            .zip(allocations)
+            .map(|((id, m), a)| {
+                let obs = observations.get(id.as_str()).copied().flatten();
+                let rate = m.state.decide(obs, a.cap, saturated, &cfg);
+                let burst = (rate * cfg.burst_s).ceil().max(1.0);
+                RateDecision {
+                    id: id.clone(),
+                    launch_rate: rate as u64,
+                    launch_burst: burst as u64,
+                    cap_percent: a.cap,
+                    measured_percent: m.measured,
+                    cost: m.state.cost(),
+                    hungry: m.hungry_for > 0,
+                    state: if obs.is_none() && m.state.cost().is_some() {
+                        LoopState::Tracking
+                    } else {
+                        m.state.state()
+                    },
+                }
+            })
+            .collect()
+    }
+}

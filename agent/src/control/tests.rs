@@ -1,0 +1,487 @@
+//! The controller against the plant model (deterministic), and the
+//! allocator and sampling on their own.
+
+use std::time::Instant;
+
+use super::allocator::{Claim, allocate};
+use super::plant::{Plant, Workload, saturating};
+use super::sampling::fold_samples;
+use super::*;
+
+fn ctl(target: f64, mode: Mode) -> ContainerControl {
+    ContainerControl {
+        target_percent: target,
+        mode,
+        priority: 0,
+    }
+}
+
+/// A plant with containers `(id, target, mode, workload)`.
+fn plant(specs: Vec<(&str, f64, Mode, Workload)>) -> Plant {
+    let mut p = Plant::new(GpuController::new(ControllerConfig::default()));
+    for (id, target, mode, w) in specs {
+        p.controller.upsert(id, ctl(target, mode)).unwrap();
+        p.add(id, w);
+    }
+    p
+}
+
+/// Kernel shapes: GPU seconds per warp, from huge grids of cheap warps to
+/// single-warp kernels that run long.
+const COSTS: [f64; 5] = [2.7e-9, 1e-7, 2.9e-6, 2e-4, 5e-3];
+
+#[track_caller]
+fn assert_holds(p: &Plant, i: usize, want: f64, settle_s: f64, end_s: f64) {
+    let mean = p.mean(i, settle_s, end_s);
+    assert!(
+        (mean - want).abs() <= 2.0,
+        "container {i}: mean {mean:.2} after {settle_s} s, want {want} ± 2; history {:?}",
+        p.history.iter().map(|(_, u)| u[i]).collect::<Vec<_>>()
+    );
+    let at = p.settled_at(i, want, 3.0);
+    assert!(
+        at.is_some_and(|t| t <= settle_s),
+        "container {i}: settled (±3 pp per period) at {at:?}, want ≤ {settle_s} s; history {:?}",
+        p.history.iter().map(|(_, u)| u[i]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn hard_alone_holds_its_target_for_every_kernel_shape() {
+    for cost in COSTS {
+        for target in [5.0, 30.0, 70.0] {
+            let mut p = plant(vec![("a", target, Mode::Hard, saturating(cost))]);
+            p.run(8.0);
+            assert_holds(&p, 0, target, 3.0, 8.0);
+            // Probing starts from below: no window far over the cap, also
+            // while the estimate is being made.
+            let max = p.history.iter().map(|(_, u)| u[0]).fold(0.0, f64::max);
+            assert!(
+                max <= target + 5.0,
+                "cost {cost}, target {target}: a window at {max}: {:?}",
+                p.history
+            );
+        }
+    }
+}
+
+#[test]
+fn three_hard_containers_share_one_gpu_at_their_targets() {
+    let mut p = plant(vec![
+        ("a", 30.0, Mode::Hard, saturating(2.9e-6)),
+        ("b", 50.0, Mode::Hard, saturating(2e-4)),
+        ("c", 20.0, Mode::Hard, saturating(2.7e-9)),
+    ]);
+    p.run(10.0);
+    for (i, t) in [30.0, 50.0, 20.0].into_iter().enumerate() {
+        assert_holds(&p, i, t, 3.0, 10.0);
+    }
+}
+
+#[test]
+fn elastic_uses_idle_sms_and_splits_contention_by_target() {
+    let mut p = plant(vec![("a", 30.0, Mode::Elastic, saturating(2.9e-6))]);
+    p.run(6.0);
+    assert!(p.mean(0, 3.0, 6.0) >= 95.0, "{:?}", p.history);
+    let mut p = plant(vec![
+        ("a", 30.0, Mode::Elastic, saturating(2.9e-6)),
+        ("b", 50.0, Mode::Elastic, saturating(2e-4)),
+    ]);
+    p.run(8.0);
+    // 30 + 50 guaranteed, the 20 left split 30:50.
+    assert_holds(&p, 0, 37.5, 3.0, 8.0);
+    assert_holds(&p, 1, 62.5, 3.0, 8.0);
+    let busy = p.mean(0, 3.0, 8.0) + p.mean(1, 3.0, 8.0);
+    assert!(busy >= 95.0, "device {busy}");
+}
+
+#[test]
+fn a_hard_neighbour_keeps_its_target_next_to_an_elastic_one() {
+    let mut p = plant(vec![
+        ("a", 30.0, Mode::Hard, saturating(2e-4)),
+        ("b", 20.0, Mode::Elastic, saturating(2.9e-6)),
+    ]);
+    p.run(8.0);
+    assert_holds(&p, 0, 30.0, 3.0, 8.0);
+    assert_holds(&p, 1, 70.0, 3.0, 8.0);
+}
+
+#[test]
+fn priority_comes_before_target_share() {
+    let mut p = plant(vec![
+        ("a", 30.0, Mode::Elastic, saturating(2.9e-6)),
+        ("b", 50.0, Mode::Elastic, saturating(2.9e-6)),
+    ]);
+    p.controller
+        .upsert(
+            "a",
+            ContainerControl {
+                priority: 10,
+                ..ctl(30.0, Mode::Elastic)
+            },
+        )
+        .unwrap();
+    p.run(8.0);
+    // b keeps its guarantee; everything else goes to the higher priority.
+    assert_holds(&p, 0, 50.0, 3.0, 8.0);
+    assert_holds(&p, 1, 50.0, 3.0, 8.0);
+}
+
+#[test]
+fn no_windup_while_memory_bound_or_idle() {
+    // Launches a tenth of what the target needs for 20 s, then saturates.
+    let cost = 2.9e-6;
+    let needed = 40.0 / 100.0 / cost;
+    let w: Workload = Box::new(move |t| {
+        if t < 20.0 {
+            (needed / 10.0, cost)
+        } else {
+            (f64::INFINITY, cost)
+        }
+    });
+    let mut p = plant(vec![("a", 40.0, Mode::Hard, saturating(cost))]);
+    p.get("a").workload = w;
+    p.run(20.0);
+    let rate = p.decisions.last().unwrap()[0].launch_rate as f64;
+    assert!(
+        rate <= 1.5 * needed,
+        "rate {rate} grew past 1.5 x the {needed} the target needs"
+    );
+    p.run(5.0);
+    let after: Vec<f64> = p.history[200..].iter().map(|(_, u)| u[0]).collect();
+    assert!(
+        after.iter().all(|&u| u <= 40.0 + 5.0),
+        "overshoot after the idle phase: {after:?}"
+    );
+    assert_holds(&p, 0, 40.0, 21.0, 25.0);
+
+    // Fully idle for 10 s, then saturating: no burst above the cap.
+    let w: Workload = Box::new(move |t| {
+        if (2.0..12.0).contains(&t) {
+            (0.0, cost)
+        } else {
+            (f64::INFINITY, cost)
+        }
+    });
+    let mut p = plant(vec![("a", 40.0, Mode::Hard, w)]);
+    p.run(16.0);
+    let after: Vec<f64> = p.history[120..].iter().map(|(_, u)| u[0]).collect();
+    assert!(after.iter().all(|&u| u <= 45.0), "{after:?}");
+    assert_holds(&p, 0, 40.0, 13.0, 16.0);
+}
+
+/// Sign changes of (use − want) over the periods in `[from, to)`, ignoring
+/// deviations within `dead` pp.
+fn crossings(p: &Plant, i: usize, want: f64, from: f64, to: f64, dead: f64) -> usize {
+    let mut last = 0.0f64;
+    let mut n = 0;
+    for (t, u) in &p.history {
+        if *t <= from || *t > to {
+            continue;
+        }
+        let e = u[i] - want;
+        if e.abs() <= dead {
+            continue;
+        }
+        if last != 0.0 && e.signum() != last.signum() {
+            n += 1;
+        }
+        last = e;
+    }
+    n
+}
+
+#[test]
+fn a_target_change_settles_without_oscillation() {
+    let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2e-4))]);
+    p.run(5.0);
+    p.controller.upsert("a", ctl(60.0, Mode::Hard)).unwrap();
+    p.run(5.0);
+    assert_holds(&p, 0, 60.0, 8.0, 10.0);
+    let first = p.history[50..]
+        .iter()
+        .position(|(_, u)| (u[0] - 60.0).abs() <= 3.0)
+        .unwrap();
+    assert!(first <= 30, "took {first} periods to reach the new target");
+    assert!(
+        crossings(&p, 0, 60.0, 5.0, 10.0, 2.0) <= 1,
+        "oscillates: {:?}",
+        &p.history[50..]
+    );
+    // Down again, also without overshooting below.
+    p.controller.upsert("a", ctl(20.0, Mode::Hard)).unwrap();
+    p.run(5.0);
+    assert_holds(&p, 0, 20.0, 13.0, 15.0);
+    assert!(crossings(&p, 0, 20.0, 10.0, 15.0, 2.0) <= 1);
+}
+
+#[test]
+fn a_departing_and_an_arriving_workload_settle() {
+    let mut p = plant(vec![
+        ("a", 50.0, Mode::Elastic, saturating(2.9e-6)),
+        ("b", 50.0, Mode::Elastic, saturating(2e-4)),
+    ]);
+    p.run(5.0);
+    assert_holds(&p, 0, 50.0, 3.0, 5.0);
+    // b leaves: a takes the GPU within 3 s.
+    p.get("b").present = false;
+    p.controller.remove("b");
+    p.run(5.0);
+    assert!(p.mean(0, 8.0, 10.0) >= 95.0, "{:?}", &p.history[50..]);
+    // A hard one arrives: gets its 30, a gives way to 70.
+    p.controller.upsert("c", ctl(30.0, Mode::Hard)).unwrap();
+    p.add("c", saturating(2.7e-9));
+    p.run(6.0);
+    let a: Vec<f64> = p.history[100..].iter().map(|(_, u)| u[0]).collect();
+    let c: Vec<f64> = p.history[100..].iter().map(|(_, u)| u[1]).collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    assert!((mean(&c[30..]) - 30.0).abs() <= 2.0, "c {c:?}");
+    assert!((mean(&a[30..]) - 70.0).abs() <= 2.0, "a {a:?}");
+    assert!(c.iter().all(|&u| u <= 35.0), "c overshoots: {c:?}");
+}
+
+#[test]
+fn bursty_inference_is_capped_and_not_starved() {
+    // A request every 250 ms of 100 ms of GPU work (40 % on average)
+    // under a 30 % cap: requests pile up, the container runs at its cap,
+    // and no window shows more.
+    let cost = 2.9e-6;
+    let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(cost))]);
+    p.get("a").requests = Some((0.25, 0.1 / cost));
+    p.run(10.0);
+    let mean = p.mean(0, 3.0, 10.0);
+    assert!((mean - 30.0).abs() <= 2.0, "mean {mean}: {:?}", p.history);
+    assert!(
+        p.history[30..].iter().all(|(_, u)| u[0] <= 33.0),
+        "{:?}",
+        p.history
+    );
+    // 50 ms of work every 250 ms (20 %) under a 30 % cap: all served.
+    let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(cost))]);
+    p.get("a").requests = Some((0.25, 0.05 / cost));
+    p.run(10.0);
+    let mean = p.mean(0, 3.0, 10.0);
+    assert!((mean - 20.0).abs() <= 2.0, "mean {mean}: {:?}", p.history);
+    let left = p.get("a").pending * cost;
+    assert!(left <= 0.05, "{left} s of work left behind");
+}
+
+#[test]
+fn a_changing_kernel_shape_is_followed() {
+    let w: Workload = Box::new(|t| {
+        let cost = if (t as u64 / 4).is_multiple_of(2) {
+            2.9e-6
+        } else {
+            2e-4
+        };
+        (f64::INFINITY, cost)
+    });
+    let mut p = plant(vec![("a", 30.0, Mode::Hard, w)]);
+    p.run(16.0);
+    for k in 0..4 {
+        let from = 4.0 * f64::from(k);
+        assert_holds_window(&p, from + 3.0, from + 4.0, 30.0);
+    }
+}
+
+#[track_caller]
+fn assert_holds_window(p: &Plant, from: f64, to: f64, want: f64) {
+    let m = p.mean(0, from, to);
+    assert!(
+        (m - want).abs() <= 2.0,
+        "{from}..{to}: {m}: {:?}",
+        p.history
+    );
+}
+
+#[test]
+fn hostile_counters_neither_crash_nor_raise_the_rate() {
+    let mut c = GpuController::new(ControllerConfig::default());
+    c.upsert("a", ctl(30.0, Mode::Hard)).unwrap();
+    let t0 = Instant::now();
+    let mut tick = |k: u64, u: Option<f64>, warps: u64, thr: u64| {
+        c.tick(
+            t0 + PERIOD * k as u32,
+            &GpuSample {
+                busy_percent: u,
+                containers: vec![ContainerSample {
+                    id: "a".into(),
+                    sm_percent: u,
+                    warps,
+                    throttled_ns: thr,
+                }],
+            },
+        )
+        .remove(0)
+    };
+    tick(0, Some(30.0), 0, 0);
+    let d = tick(1, Some(30.0), 100, 100_000_000);
+    let sane = d.launch_rate;
+    let values = [
+        (Some(f64::NAN), u64::MAX, u64::MAX),
+        (Some(1e300), 0, 0),
+        (Some(-5.0), u64::MAX / 2, 7),
+        (Some(f64::INFINITY), 3, u64::MAX),
+        (None, u64::MAX, 0),
+        (Some(0.0), u64::MAX, u64::MAX),
+    ];
+    for (k, (u, w, thr)) in values.into_iter().enumerate() {
+        let d = tick(2 + k as u64, u, w, thr);
+        assert!(d.launch_rate >= 1, "{d:?}");
+        assert!(
+            (d.launch_rate as f64) <= sane as f64 * 4f64.powi(k as i32 + 1),
+            "rate grew faster than the growth limit: {d:?}"
+        );
+        assert!(d.launch_burst >= 1);
+        assert!(d.cost.is_none_or(|c| c.is_finite() && c > 0.0), "{d:?}");
+    }
+    // Claimed warps beyond what the bucket admits are clipped: a container
+    // at its cap that inflates its counter does not get a higher rate
+    // than an honest one.
+    let honest = {
+        let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2e-4))]);
+        p.run(5.0);
+        p.decisions.last().unwrap()[0].launch_rate
+    };
+    let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2e-4))]);
+    p.run(3.0);
+    for _ in 0..20 {
+        p.get("a").warps *= 10.0;
+        p.period();
+    }
+    let liar = p.decisions.last().unwrap()[0].launch_rate;
+    assert!(
+        liar as f64 <= honest as f64 * 1.5,
+        "inflated counters raised the rate {honest} -> {liar}"
+    );
+}
+
+#[test]
+fn live_mode_change_applies_at_the_next_tick() {
+    let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2.9e-6))]);
+    p.run(4.0);
+    p.controller.upsert("a", ctl(30.0, Mode::Elastic)).unwrap();
+    p.period();
+    let d = &p.decisions.last().unwrap()[0];
+    assert!(d.cap_percent > 90.0, "{d:?}");
+    p.run(3.0);
+    assert!(p.mean(0, 6.0, 7.1) >= 95.0);
+    p.controller.upsert("a", ctl(30.0, Mode::Hard)).unwrap();
+    p.period();
+    assert_eq!(p.decisions.last().unwrap()[0].cap_percent, 30.0);
+    p.run(3.0);
+    assert_holds_window(&p, 9.0, 10.2, 30.0);
+}
+
+#[test]
+fn bad_controls_are_refused_with_the_range() {
+    let mut c = GpuController::default();
+    for t in [0.0, -1.0, 100.5, f64::NAN] {
+        let e = c.upsert("a", ctl(t, Mode::Hard)).unwrap_err().to_string();
+        assert!(e.contains("SM target") && e.contains("100"), "{e}");
+    }
+    let e = "soft".parse::<Mode>().unwrap_err().to_string();
+    assert!(e.contains("soft") && e.contains("elastic"), "{e}");
+    assert_eq!("elastic".parse::<Mode>().unwrap(), Mode::Elastic);
+}
+
+fn claim(mode: Mode, priority: i32, target: f64, claim: f64, hungry: bool) -> Claim {
+    Claim {
+        mode,
+        priority,
+        target,
+        claim,
+        hungry,
+    }
+}
+
+#[test]
+fn the_allocator_guarantees_then_lends() {
+    use Mode::{Elastic, Hard};
+    let shares = |cs: &[Claim]| -> Vec<(f64, f64)> {
+        let a = allocate(cs);
+        let total: f64 = a.iter().map(|x| x.share).sum();
+        assert!(total <= 100.0 + 1e-9, "{a:?}");
+        a.iter()
+            .map(|x| {
+                (
+                    (x.share * 10.0).round() / 10.0,
+                    (x.cap * 10.0).round() / 10.0,
+                )
+            })
+            .collect()
+    };
+    // Hungry elastic containers: guarantees, then the rest by target.
+    assert_eq!(
+        shares(&[
+            claim(Elastic, 0, 30.0, 100.0, true),
+            claim(Elastic, 0, 50.0, 100.0, true)
+        ]),
+        vec![(37.5, 37.5), (62.5, 62.5)]
+    );
+    // An idle neighbour lends its share but keeps its target as a cap.
+    assert_eq!(
+        shares(&[
+            claim(Elastic, 0, 30.0, 100.0, true),
+            claim(Elastic, 0, 50.0, 1.0, false)
+        ]),
+        vec![(99.0, 99.0), (1.0, 50.0)]
+    );
+    // Hard: capped at the target whatever is free; its claim still counts.
+    assert_eq!(
+        shares(&[
+            claim(Hard, 0, 30.0, 100.0, true),
+            claim(Elastic, 0, 20.0, 100.0, true)
+        ]),
+        vec![(30.0, 30.0), (70.0, 70.0)]
+    );
+    assert_eq!(
+        shares(&[claim(Hard, 0, 30.0, 11.0, false)]),
+        vec![(11.0, 30.0)]
+    );
+    // Over-committed targets: priority first, then by target.
+    assert_eq!(
+        shares(&[
+            claim(Elastic, 1, 60.0, 100.0, true),
+            claim(Elastic, 0, 60.0, 100.0, true),
+            claim(Elastic, 0, 20.0, 100.0, true)
+        ]),
+        vec![(60.0, 60.0), (30.0, 30.0), (10.0, 10.0)]
+    );
+    // Garbage claims count as nothing.
+    let a = allocate(&[
+        claim(Elastic, 0, f64::NAN, f64::INFINITY, true),
+        claim(Elastic, 0, 50.0, 100.0, true),
+    ]);
+    assert!(a.iter().all(|x| x.share.is_finite()));
+    assert!(a.iter().map(|x| x.share).sum::<f64>() <= 100.0 + 1e-9);
+}
+
+#[test]
+fn samples_fold_per_pid() {
+    use nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample as S;
+    let s = |pid, timestamp, sm_util| S {
+        pid,
+        timestamp,
+        sm_util,
+        mem_util: 0,
+        enc_util: 0,
+        dec_util: 0,
+    };
+    let f = fold_samples(
+        &[
+            s(1, 100, 50),
+            s(1, 200, 30),
+            s(2, 150, 500),
+            s(3, 10, 90),
+            s(4, 300, 20),
+        ],
+        50,
+    );
+    assert_eq!(f.by_pid.get(&1), Some(&40.0));
+    assert_eq!(f.by_pid.get(&2), Some(&100.0), "clamped");
+    assert_eq!(f.by_pid.get(&3), None, "older than since");
+    assert_eq!(f.newest_us, 300);
+    assert_eq!(f.sum_over([1, 4, 1, 99]), 60.0, "each pid once");
+    assert_eq!(f.total(), 100.0);
+}

@@ -1,0 +1,179 @@
+//! The compute controller in closed loop on the simulated node: C
+//! workloads under `libtessera.so`, NVML samples in, rates out, judged by
+//! the simulator's own record of each process's kernel time
+//! (`control_support`). Needs `cargo xtask build --no-ebpf` first.
+//!
+//! Each run takes 8 to 12 s of wall time; they run one at a time so that
+//! they do not load each other.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+mod control_support;
+
+use std::sync::Mutex;
+
+use control_support::{
+    Change, Limiter, Run, Scenario, Spec, bursty, huge_kernels, in_child, spin_kernels, table,
+    tiny_kernels, wide_kernels,
+};
+use tessera_agent::control::{ContainerControl, Mode};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `scenario` (or, in the child, the scenario this process was
+/// started for).
+fn run(name: &str, scenario: Scenario) -> Option<Run> {
+    if control_support::child_main() {
+        return None;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = in_child(&scenario, &["--exact", name, "--nocapture"]);
+    eprintln!(
+        "{name}: load {:.1}, late ticks {}, oracle {:?}\n{}",
+        run.load,
+        run.late_ticks,
+        run.oracle,
+        table(&run)
+    );
+    Some(run)
+}
+
+#[track_caller]
+fn assert_near(run: &Run, window: usize, i: usize, want: f64, tol: f64) {
+    let got = run.oracle[window][i];
+    assert!(
+        (got - want).abs() <= tol,
+        "container {i}: {got} % in window {window}, want {want} ± {tol}\n{}",
+        table(run)
+    );
+}
+
+#[test]
+fn hard_targets_hold_for_three_kernel_shapes_on_one_gpu() {
+    let s = Scenario {
+        containers: vec![
+            Spec::new("tiny", 30.0, Mode::Hard, tiny_kernels(12.0)),
+            Spec::new("huge", 50.0, Mode::Hard, huge_kernels(12.0)),
+            Spec::new("wide", 20.0, Mode::Hard, wide_kernels(12.0)),
+        ],
+        changes: vec![],
+        seconds: 9.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(4.0, 9.0)],
+    };
+    let Some(r) = run("hard_targets_hold_for_three_kernel_shapes_on_one_gpu", s) else {
+        return;
+    };
+    for (i, want) in [30.0, 50.0, 20.0].into_iter().enumerate() {
+        assert_near(&r, 0, i, want, 2.0);
+    }
+}
+
+#[test]
+fn a_hard_container_alone_is_capped() {
+    let s = Scenario {
+        containers: vec![Spec::new("a", 30.0, Mode::Hard, spin_kernels(12.0))],
+        changes: vec![Change {
+            at_s: 5.0,
+            id: "a".into(),
+            control: ContainerControl {
+                target_percent: 60.0,
+                mode: Mode::Hard,
+                priority: 0,
+            },
+        }],
+        seconds: 10.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(3.0, 5.0), (8.0, 10.0)],
+    };
+    let Some(r) = run("a_hard_container_alone_is_capped", s) else {
+        return;
+    };
+    assert_near(&r, 0, 0, 30.0, 2.0);
+    // The live target change settled within 3 s.
+    assert_near(&r, 1, 0, 60.0, 2.0);
+}
+
+#[test]
+fn elastic_lends_idle_sms_and_shares_under_contention() {
+    let mut late = Spec::new("b", 50.0, Mode::Elastic, wide_kernels(12.0));
+    late.start_s = 5.0;
+    let s = Scenario {
+        containers: vec![
+            Spec::new("a", 30.0, Mode::Elastic, spin_kernels(14.0)),
+            late,
+        ],
+        changes: vec![],
+        seconds: 11.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(3.0, 5.0), (8.0, 11.0)],
+    };
+    let Some(r) = run("elastic_lends_idle_sms_and_shares_under_contention", s) else {
+        return;
+    };
+    // Alone: the whole GPU.
+    assert!(r.oracle[0][0] >= 95.0, "{:?}\n{}", r.oracle, table(&r));
+    // Both: 30 + 50 guaranteed, the 20 left split 30:50.
+    assert_near(&r, 1, 0, 37.5, 2.0);
+    assert_near(&r, 1, 1, 62.5, 2.0);
+    assert!(r.oracle_busy[1] >= 95.0, "{:?}", r.oracle_busy);
+}
+
+#[test]
+fn bursty_inference_is_capped_in_every_window() {
+    let s = Scenario {
+        containers: vec![Spec::new("a", 30.0, Mode::Hard, bursty(12.0))],
+        changes: vec![],
+        seconds: 10.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(4.0, 10.0)],
+    };
+    let Some(r) = run("bursty_inference_is_capped_in_every_window", s) else {
+        return;
+    };
+    // Unlimited it would use 40 %; capped at 30 % while a request runs,
+    // each takes 333 ms instead of 100, so the closed loop averages
+    // 100 / (333 + 150) = 20.7 %.
+    let got = r.oracle[0][0];
+    assert!((18.0..=23.0).contains(&got), "{got}\n{}", table(&r));
+    let over: Vec<f64> = r
+        .periods
+        .iter()
+        .filter(|p| p.t >= 3.0)
+        .filter_map(|p| p.used[0])
+        .filter(|&u| u > 33.0)
+        .collect();
+    assert!(
+        over.len() <= 2,
+        "windows over the cap: {over:?}\n{}",
+        table(&r)
+    );
+}
+
+#[test]
+fn inflated_usage_counters_gain_a_hostile_container_nothing() {
+    let mut liar = Spec::new("liar", 30.0, Mode::Hard, spin_kernels(12.0));
+    liar.hostile = true;
+    let s = Scenario {
+        containers: vec![
+            liar,
+            Spec::new("b", 50.0, Mode::Elastic, wide_kernels(12.0)),
+        ],
+        changes: vec![],
+        seconds: 9.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(4.0, 9.0)],
+    };
+    let Some(r) = run(
+        "inflated_usage_counters_gain_a_hostile_container_nothing",
+        s,
+    ) else {
+        return;
+    };
+    // Counters claiming 10^11 warps/s and constant throttling: the liar
+    // stays at its cap, the elastic neighbour gets the rest.
+    assert!(r.oracle[0][0] <= 32.0, "{:?}\n{}", r.oracle, table(&r));
+    assert_near(&r, 0, 1, 70.0, 3.0);
+}
