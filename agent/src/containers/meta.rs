@@ -8,8 +8,6 @@
 //! input: unknown fields, out-of-range values and malformed UUIDs are
 //! refused with the field named ([`Metadata::validate`]).
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 use tessera_region::control::GpuLimits;
 use tessera_region::layout::{FLAG_FAIL_OPEN, UNLIMITED};
@@ -29,36 +27,8 @@ pub const MAX_NAME_LEN: usize = 253;
 /// Longest accepted cgroup path.
 pub const MAX_CGROUP_LEN: usize = 4096;
 
-/// How the SM target is held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Capped at the target always, also alone on its GPU.
-    #[default]
-    Hard,
-    /// May use idle SMs; capped only under contention.
-    Elastic,
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Hard => "hard",
-            Self::Elastic => "elastic",
-        })
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "hard" => Ok(Self::Hard),
-            "elastic" => Ok(Self::Elastic),
-            _ => Err(format!("mode {s:?} is unknown; accepted: hard, elastic")),
-        }
-    }
-}
+/// How the SM target is held (the controller's type: one home).
+pub use crate::control::Mode;
 
 /// One GPU granted to the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +66,7 @@ pub struct Metadata {
     pub cgroup: Option<String>,
     /// Percent of each GPU's time (as NVML reports utilisation), 1 to 100.
     pub sm_target: u32,
-    /// How the target is held.
+    /// How the target is held: `hard` or `elastic`.
     #[serde(default)]
     pub mode: Mode,
     /// Under contention, higher priorities are served first (0 to
@@ -230,6 +200,16 @@ impl Metadata {
         let m: Self = serde_json::from_slice(text).map_err(|e| bad("(file)", e.to_string()))?;
         m.validate()?;
         Ok(m)
+    }
+
+    /// What the compute controller is asked to hold on each of its GPUs.
+    pub fn control(&self) -> crate::control::ContainerControl {
+        crate::control::ContainerControl {
+            target_percent: f64::from(self.sm_target),
+            mode: self.mode,
+            // At most MAX_PRIORITY (validated): fits.
+            priority: i32::try_from(self.priority).unwrap_or(i32::MAX),
+        }
     }
 
     /// The GPUs' UUID bytes (valid after [`Self::validate`]).

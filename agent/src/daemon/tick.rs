@@ -24,6 +24,11 @@ use crate::config::Config;
 use crate::containers::pids::{self, ProcessView};
 use crate::containers::store::{Container, Skipped, Store, WriterLock};
 use crate::containers::{ContainerId, Metadata};
+use crate::control::sampling::{self, SmSamples};
+use crate::control::{
+    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, LoopState,
+    RateDecision,
+};
 use crate::error_chain::with_causes;
 use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
 
@@ -40,6 +45,14 @@ struct NodeGpu {
 struct Gpus {
     backend: NvmlBackend,
     gpus: Vec<NodeGpu>,
+}
+
+/// What one period read of a container before deciding.
+struct Observed {
+    usage: Option<UsageSnapshot>,
+    processes: Vec<ProcessView>,
+    host_pids: Vec<u32>,
+    problems: Vec<String>,
 }
 
 /// What the loop keeps per managed container (a cache of the host state).
@@ -62,8 +75,16 @@ pub struct GpuView {
     pub preload_used_bytes: u64,
     /// Bytes NVML reports for the container's processes.
     pub nvml_used_bytes: Option<u64>,
-    /// SM use from NVML per-process samples (percent of the GPU).
-    pub sm_percent: Option<u32>,
+    /// SM use from NVML per-process samples over the last period
+    /// (percent of the GPU, summed over the container's host pids).
+    pub sm_percent: Option<f64>,
+    /// The SM percent the launch rate aims at (the target for hard
+    /// containers, the allocation for elastic ones).
+    pub cap_percent: Option<f64>,
+    /// Measured minus cap (percentage points).
+    pub error_pp: Option<f64>,
+    /// What the controller's loop is doing.
+    pub loop_state: Option<LoopState>,
     /// Warps admitted by the launch bucket (cumulative).
     pub warps: u64,
     /// Launches admitted (cumulative).
@@ -136,6 +157,10 @@ pub struct Agent {
     reported: BTreeMap<String, String>,
     periods: u64,
     last_sample_us: u64,
+    /// One compute controller per GPU (by UUID).
+    controllers: HashMap<[u8; 16], GpuController>,
+    /// Start of each GPU's next SM sample window (µs).
+    sm_since: HashMap<[u8; 16], u64>,
 }
 
 fn unix_us() -> u64 {
@@ -171,6 +196,8 @@ impl Agent {
             reported: BTreeMap::new(),
             periods: 0,
             last_sample_us: unix_us(),
+            controllers: HashMap::new(),
+            sm_since: HashMap::new(),
         }
     }
 
@@ -283,6 +310,36 @@ impl Agent {
         }
     }
 
+    /// Each GPU's SM samples since the previous period (empty without NVML).
+    fn sample_sm(&mut self) -> HashMap<[u8; 16], SmSamples> {
+        let mut out = HashMap::new();
+        let Some(g) = &self.gpus else {
+            return out;
+        };
+        for gpu in &g.gpus {
+            let since = *self
+                .sm_since
+                .entry(gpu.uuid)
+                .or_insert_with(sampling::now_us);
+            let read = g
+                .backend
+                .nvml()
+                .device_by_index(gpu.index)
+                .map_err(|source| ControlError::Nvml { source })
+                .and_then(|d| sampling::read_sm_samples(&d, since));
+            match read {
+                Ok(s) => {
+                    self.sm_since.insert(gpu.uuid, s.newest_us);
+                    out.insert(gpu.uuid, s);
+                }
+                Err(e) => {
+                    tracing::debug!(gpu = gpu.index, error = %with_causes(&e), "no SM samples");
+                }
+            }
+        }
+        out
+    }
+
     /// Runs one period and returns its view.
     pub fn tick(&mut self, status: &Status) -> View {
         let start = Instant::now();
@@ -320,13 +377,18 @@ impl Agent {
             ready.push(c);
         }
         self.report_skipped(&skipped);
-        let samples = self.sample_gpus();
+        let memory = self.sample_gpus();
+        let sm = self.sample_sm();
+        // Observe every container, then decide per GPU, then write.
+        let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c)).collect();
+        let decisions = self.decide(&ready, &observed, &sm);
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
         let views = ready
             .iter()
-            .map(|c| self.container(c, &samples, lock.as_ref()))
+            .zip(observed)
+            .map(|(c, o)| self.publish(c, o, &memory, &sm, &decisions, lock.as_ref()))
             .collect();
         drop(lock);
         let view = View {
@@ -351,19 +413,120 @@ impl Agent {
         view
     }
 
-    fn container(
-        &mut self,
-        c: &Container,
-        samples: &HashMap<[u8; 16], GpuUsage>,
-        lock: Option<&WriterLock>,
-    ) -> ContainerView {
+    /// A container's usage region and processes.
+    fn observe(&self, c: &Container) -> Observed {
         let mut problems = Vec::new();
         let usage = read_usage_bytes(&c.dir.join(USAGE_FILE))
             .and_then(|b| read_usage(&b))
             .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
             .ok();
         let processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
-        let host_pids: Vec<u32> = processes.iter().filter_map(|p| p.host_pid).collect();
+        let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
+        Observed {
+            usage,
+            processes,
+            host_pids,
+            problems,
+        }
+    }
+
+    /// One controller tick per GPU of the node: the launch limits of every
+    /// (container, GPU), by container and UUID. Without NVML nothing is
+    /// decided (rates stay as they are).
+    fn decide(
+        &mut self,
+        ready: &[Container],
+        observed: &[Observed],
+        sm: &HashMap<[u8; 16], SmSamples>,
+    ) -> HashMap<(ContainerId, [u8; 16]), RateDecision> {
+        let mut out = HashMap::new();
+        let Some(g) = &self.gpus else {
+            return out;
+        };
+        let now = Instant::now();
+        for gpu in &g.gpus {
+            let ctl = self
+                .controllers
+                .entry(gpu.uuid)
+                .or_insert_with(|| GpuController::new(ControllerConfig::default()));
+            let mut sample = GpuSample {
+                busy_percent: sm.get(&gpu.uuid).map(SmSamples::total),
+                containers: Vec::new(),
+            };
+            let mut present = Vec::new();
+            for (c, o) in ready.iter().zip(observed) {
+                let Some(i) = c.meta.uuids().iter().position(|u| u == &gpu.uuid) else {
+                    continue;
+                };
+                let id = c.id.as_str();
+                present.push(id.to_owned());
+                let control = c.meta.control();
+                let known = ctl.containers().any(|(k, _)| k == id);
+                let applied = if known {
+                    ctl.upsert(id, control)
+                } else {
+                    // Resume from the rate in its control region (I4: a
+                    // restarted agent continues without a jump).
+                    let rate = self
+                        .managed
+                        .get(&c.id)
+                        .map_or(UNLIMITED, |m| m.control.gpu(i).0.launch_rate);
+                    ctl.resume(id, control, rate)
+                };
+                if let Err(e) = applied {
+                    tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
+                    continue;
+                }
+                if let Some(u) = &o.usage {
+                    let pct = sm
+                        .get(&gpu.uuid)
+                        .map(|s| s.sum_over(o.host_pids.iter().copied()));
+                    sample
+                        .containers
+                        .push(ContainerSample::from_usage(id, pct, u, i));
+                }
+            }
+            let gone: Vec<String> = ctl
+                .containers()
+                .map(|(k, _)| k.to_owned())
+                .filter(|k| !present.contains(k))
+                .collect();
+            for k in gone {
+                ctl.remove(&k);
+            }
+            for d in ctl.tick(now, &sample) {
+                if let Ok(id) = ContainerId::new(&d.id) {
+                    out.insert((id, gpu.uuid), d);
+                }
+            }
+        }
+        self.controllers
+            .retain(|u, _| g.gpus.iter().any(|gpu| &gpu.uuid == u));
+        out
+    }
+
+    /// Writes a container's control region (memory limits from its
+    /// metadata, launch limits from the controller) and builds its view.
+    fn publish(
+        &mut self,
+        c: &Container,
+        o: Observed,
+        memory: &HashMap<[u8; 16], GpuUsage>,
+        sm: &HashMap<[u8; 16], SmSamples>,
+        decisions: &HashMap<(ContainerId, [u8; 16]), RateDecision>,
+        lock: Option<&WriterLock>,
+    ) -> ContainerView {
+        let Observed {
+            usage,
+            processes,
+            host_pids,
+            mut problems,
+        } = o;
+        let node_gpus: Vec<[u8; 16]> = self
+            .gpus
+            .as_ref()
+            .map(|g| g.gpus.iter().map(|g| g.uuid).collect())
+            .unwrap_or_default();
         let Some(m) = self.managed.get_mut(&c.id) else {
             problems.push("control region not open".to_owned());
             return ContainerView {
@@ -378,21 +541,40 @@ impl Agent {
             };
         };
         let current = m.control.snapshot();
-        // The launch rate per GPU: kept as it is until the controller
-        // decides (the metadata owns memory limits, the controller rates).
         let spec: ControlSpec = c.meta.control_spec(|uuid| {
+            if let Some(d) = decisions.get(&(c.id.clone(), *uuid)) {
+                return (d.launch_rate, d.launch_burst);
+            }
             current
                 .gpus
                 .iter()
                 .find(|g| &g.uuid == uuid)
                 .map_or((UNLIMITED, 0), |g| (g.launch_rate, g.launch_burst))
         });
+        for u in c.meta.uuids() {
+            if !node_gpus.is_empty() && !node_gpus.contains(&u) {
+                problems.push(format!("GPU {} is not on this node", format_uuid(&u)));
+            }
+        }
         if spec.gpus != current.gpus || spec.flags != current.flags {
             match lock {
-                Some(_) => match m.control.write(&spec) {
-                    Ok(()) => tracing::info!(id = %c.id, "control region updated from metadata"),
-                    Err(e) => problems.push(format!("cannot write control: {}", with_causes(&e))),
-                },
+                Some(_) => {
+                    let memory_changed = spec
+                        .gpus
+                        .iter()
+                        .zip(&current.gpus)
+                        .any(|(a, b)| a.memory_limit != b.memory_limit || a.uuid != b.uuid)
+                        || spec.gpus.len() != current.gpus.len();
+                    match m.control.write(&spec) {
+                        Ok(()) if memory_changed => {
+                            tracing::info!(id = %c.id, "memory limits updated from metadata");
+                        }
+                        Ok(()) => {}
+                        Err(e) => {
+                            problems.push(format!("cannot write control: {}", with_causes(&e)));
+                        }
+                    }
+                }
                 None => problems
                     .push("control region not written: another writer holds the lock".into()),
             }
@@ -403,24 +585,27 @@ impl Agent {
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                let sample = samples.get(&g.uuid);
-                let mine = |f: &dyn Fn(&crate::gpu::GpuProcess) -> Option<u64>| -> Option<u64> {
-                    sample.map(|s| {
-                        s.processes
-                            .iter()
-                            .filter(|p| host_pids.contains(&p.pid))
-                            .filter_map(f)
-                            .sum()
-                    })
-                };
+                let mem = memory.get(&g.uuid).map(|s| {
+                    s.processes
+                        .iter()
+                        .filter(|p| host_pids.contains(&p.pid))
+                        .filter_map(|p| p.used_memory_bytes)
+                        .sum()
+                });
                 let bucket = usage.as_ref().map(|u| u.buckets[i]).unwrap_or_default();
+                let d = decisions.get(&(c.id.clone(), g.uuid));
                 GpuView {
                     uuid: format_uuid(&g.uuid),
                     memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
                     launch_rate: (g.launch_rate != UNLIMITED).then_some(g.launch_rate),
                     preload_used_bytes: usage.as_ref().map_or(0, |u| u.used[i]),
-                    nvml_used_bytes: mine(&|p| p.used_memory_bytes),
-                    sm_percent: mine(&|p| p.sm_percent.map(u64::from)).map(|v| v.min(100) as u32),
+                    nvml_used_bytes: mem,
+                    sm_percent: sm
+                        .get(&g.uuid)
+                        .map(|s| s.sum_over(host_pids.iter().copied())),
+                    cap_percent: d.map(|d| d.cap_percent),
+                    error_pp: d.and_then(RateDecision::error_pp),
+                    loop_state: d.map(|d| d.state),
                     warps: bucket.warps,
                     launches: bucket.launches,
                     throttled_ns: bucket.throttled_ns,
