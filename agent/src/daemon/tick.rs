@@ -1,5 +1,8 @@
 //! One control period: discover containers, refresh their processes,
-//! sample usage, set launch rates, write control regions.
+//! sample usage (usage regions, NVML memory and SM samples), run one
+//! [`GpuController`] tick per GPU of the node, write each control region
+//! (memory limits from the metadata, launch rate and burst from the
+//! controller; a write that changes nothing is skipped by the region).
 //!
 //! Everything the agent needs to resume is on the host (invariant I4):
 //! the region directories and their metadata. The in-memory state here is
