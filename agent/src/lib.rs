@@ -13,15 +13,22 @@
 //! - [`error_chain`]: an error and its causes on one line;
 //! - [`mountinfo`]: this process's mounts;
 //! - [`region`]: the writer of container region directories (`tessera-agent
-//!   region create|set|show`).
+//!   region create|set|show`);
+//! - [`containers`]: the agent's unit, a container's region directory
+//!   under one root, and `tessera-agent container add|set|rm|list|show`;
+//! - [`config`]: the daemon's settings (file, flags, environment);
+//! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
+//!   `/readyz`.
 //!
-//! The device plugin and the region manager arrive
-//! in later changes (see `design.md`).
+//! The device plugin arrives in a later change (see `design.md`).
 
 #![forbid(unsafe_code)]
 
 pub mod cgroup;
+pub mod config;
+pub mod containers;
 pub mod control;
+pub mod daemon;
 pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;

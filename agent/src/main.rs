@@ -3,8 +3,11 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tessera_agent::cgroup::{CgroupMap, cgroup2_root};
+use tessera_agent::config::{Config, ConfigArgs};
+use tessera_agent::containers::cli::ContainerArgs;
 use tessera_agent::ebpf::Observer;
 use tessera_agent::ebpf::args::EbpfArgs;
 use tessera_agent::error_chain::with_causes;
@@ -42,6 +45,15 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
+    /// Run the node agent: the control loop over the region directories
+    /// under the root, /healthz and /readyz; stops on SIGTERM or SIGINT.
+    Run {
+        #[command(flatten)]
+        config: ConfigArgs,
+    },
+    /// Manage containers outside Kubernetes (docker run, systemd, Slurm):
+    /// their region directories under the root.
+    Container(ContainerArgs),
     /// Create, update and inspect a container's region directory (the
     /// limits its processes' libtessera.so enforces).
     Region {
@@ -123,9 +135,39 @@ fn inventory(cli: &Cli, json: bool) -> Result<()> {
     Ok(())
 }
 
+fn run(cli: &Cli, nvml_given: bool, args: &ConfigArgs) -> Result<()> {
+    let nvml = nvml_given.then(|| std::path::Path::new(&cli.gpu.nvml_lib));
+    let config = Config::load(args, nvml)?;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&config.log));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    tessera_agent::daemon::run(config)?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    // The NVML library from --nvml-lib/TESSERA_NVML_LIB wins over the
+    // config file; its built-in default does not.
+    let nvml_given = !matches!(
+        matches.value_source("nvml_lib"),
+        None | Some(ValueSource::DefaultValue)
+    );
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match &cli.command {
+        Command::Run { config } => run(&cli, nvml_given, config),
+        Command::Container(args) => tessera_agent::containers::cli::run(args)
+            .map(|out| println!("{out}"))
+            .map_err(anyhow::Error::from),
         Command::Inventory { json } => inventory(&cli, *json),
         Command::Observe { ebpf, seconds } => observe(ebpf, *seconds),
         Command::Region { command } => tessera_agent::region::run(command)

@@ -46,6 +46,11 @@ impl NvmlBackend {
         Ok(Self { nvml })
     }
 
+    /// The NVML handle (for the compute controller's samples).
+    pub fn nvml(&self) -> &Nvml {
+        &self.nvml
+    }
+
     fn handle(&self, index: u32) -> Result<nvml_wrapper::Device<'_>, GpuError> {
         self.nvml
             .device_by_index(index)

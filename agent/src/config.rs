@@ -1,0 +1,408 @@
+//! The daemon's settings (`tessera-agent run`): a TOML file, then flags
+//! and environment variables over it, then checks.
+//!
+//! Every field has a default that works on a GPU node, so no file is
+//! needed. The file (`--config FILE`, or `TESSERA_AGENT_CONFIG`):
+//!
+//! ```toml
+//! # Region directories, one per container (design §4.6).
+//! root = "/var/lib/tessera/containers"
+//! # Control period (milliseconds, 10 to 10000).
+//! period_ms = 100
+//! # Address of /healthz and /readyz.
+//! listen = "0.0.0.0:9400"
+//! # The NVML library (a file name or a path).
+//! nvml_lib = "libnvidia-ml.so.1"
+//! # Mount point of the cgroup v2 hierarchy; detected when absent
+//! # (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts).
+//! # cgroup_root = "/sys/fs/cgroup"
+//! # The proc file system (host pids).
+//! proc_root = "/proc"
+//! # /healthz fails when no period has completed for this long (ms).
+//! stall_after_ms = 5000
+//! # How often a failed NVML initialisation is retried (ms).
+//! nvml_retry_ms = 5000
+//! # Log filter (tracing EnvFilter syntax); RUST_LOG wins when set.
+//! log = "info"
+//! ```
+//!
+//! Unknown fields are refused, so a misspelt setting is never silently
+//! ignored; errors name the file, the field (with line and column for
+//! syntax and type errors) and what is accepted.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Where region directories live unless configured otherwise.
+pub const DEFAULT_ROOT: &str = "/var/lib/tessera/containers";
+/// The control period unless configured otherwise (ms).
+pub const DEFAULT_PERIOD_MS: u64 = 100;
+/// The health endpoint's address unless configured otherwise.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
+/// Accepted control periods (ms).
+pub const PERIOD_RANGE_MS: std::ops::RangeInclusive<u64> = 10..=10_000;
+
+/// The file as written (every field optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// See [`Config::root`].
+    pub root: Option<PathBuf>,
+    /// See [`Config::period`].
+    pub period_ms: Option<u64>,
+    /// See [`Config::listen`].
+    pub listen: Option<String>,
+    /// See [`Config::nvml_lib`].
+    pub nvml_lib: Option<PathBuf>,
+    /// See [`Config::cgroup_root`].
+    pub cgroup_root: Option<PathBuf>,
+    /// See [`Config::proc_root`].
+    pub proc_root: Option<PathBuf>,
+    /// See [`Config::stall_after`].
+    pub stall_after_ms: Option<u64>,
+    /// See [`Config::nvml_retry`].
+    pub nvml_retry_ms: Option<u64>,
+    /// See [`Config::log`].
+    pub log: Option<String>,
+}
+
+/// Settings given on the command line or in the environment (they win
+/// over the file).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct ConfigArgs {
+    /// The configuration file (TOML); see the README for its fields.
+    #[arg(long, value_name = "FILE", env = "TESSERA_AGENT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Root of the region directories.
+    #[arg(long, value_name = "DIR", env = "TESSERA_ROOT")]
+    pub root: Option<PathBuf>,
+    /// Control period in milliseconds (10 to 10000; default 100).
+    #[arg(long, value_name = "MS", env = "TESSERA_PERIOD_MS")]
+    pub period_ms: Option<u64>,
+    /// Address of /healthz and /readyz (default 0.0.0.0:9400; port 0
+    /// picks a free one, logged at start).
+    #[arg(long, value_name = "ADDR", env = "TESSERA_LISTEN")]
+    pub listen: Option<String>,
+    /// Mount point of the cgroup v2 hierarchy (default: detected).
+    #[arg(long, value_name = "DIR", env = "TESSERA_CGROUP_ROOT")]
+    pub cgroup_root: Option<PathBuf>,
+    /// Log filter (default info; RUST_LOG wins when set).
+    #[arg(long, value_name = "FILTER", env = "TESSERA_LOG")]
+    pub log: Option<String>,
+}
+
+/// The daemon's settings, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Root of the region directories.
+    pub root: PathBuf,
+    /// Control period.
+    pub period: Duration,
+    /// Address of the HTTP endpoint.
+    pub listen: SocketAddr,
+    /// NVML library.
+    pub nvml_lib: PathBuf,
+    /// cgroup v2 mount point; `None`: detect.
+    pub cgroup_root: Option<PathBuf>,
+    /// The proc file system.
+    pub proc_root: PathBuf,
+    /// `/healthz` fails after this long without a completed period.
+    pub stall_after: Duration,
+    /// Retry interval of a failed NVML initialisation.
+    pub nvml_retry: Duration,
+    /// Log filter.
+    pub log: String,
+}
+
+/// Why the settings were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the accepted shape.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (line, column, field, what is accepted).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("{origin}: field {field}: {problem}")]
+    Field {
+        /// `config file PATH` or `command line/environment`.
+        origin: String,
+        /// The field.
+        field: &'static str,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
+}
+
+/// Where a value came from, for messages.
+fn origin(from_flag: bool, file: Option<&Path>) -> String {
+    match (from_flag, file) {
+        (false, Some(p)) => format!("config file {}", p.display()),
+        _ => "command line/environment".to_owned(),
+    }
+}
+
+impl ConfigFile {
+    /// Parses file text.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|s| {
+                let before = &text[..s.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let start = before.rfind('\n').map_or(0, |i| i + 1);
+                let column = before.len() - start + 1;
+                // The line itself names the field of a type error.
+                let source: String = text[start..]
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .chars()
+                    .take(80)
+                    .collect();
+                format!("line {line}, column {column} ({source}): ")
+            });
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: format!("{}{}", at.unwrap_or_default(), e.message()),
+            }
+        })
+    }
+
+    /// Reads and parses `path`.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+}
+
+impl Config {
+    /// The file named by `args` (if any), `args` over it, the NVML library
+    /// `nvml_flag` when given on the command line or in the environment.
+    pub fn load(args: &ConfigArgs, nvml_flag: Option<&Path>) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(p) => ConfigFile::read(p)?,
+            None => ConfigFile::default(),
+        };
+        Self::merge(file, args.config.as_deref(), args, nvml_flag)
+    }
+
+    /// `args` over `file` (read from `path`), checked.
+    pub fn merge(
+        file: ConfigFile,
+        path: Option<&Path>,
+        args: &ConfigArgs,
+        nvml_flag: Option<&Path>,
+    ) -> Result<Self, ConfigError> {
+        let field = |from_flag: bool, field, problem: String| ConfigError::Field {
+            origin: origin(from_flag, path),
+            field,
+            problem,
+        };
+        let period_ms = args
+            .period_ms
+            .or(file.period_ms)
+            .unwrap_or(DEFAULT_PERIOD_MS);
+        if !PERIOD_RANGE_MS.contains(&period_ms) {
+            return Err(field(
+                args.period_ms.is_some(),
+                "period_ms",
+                format!(
+                    "is {period_ms}; accepted: {} to {} (milliseconds)",
+                    PERIOD_RANGE_MS.start(),
+                    PERIOD_RANGE_MS.end()
+                ),
+            ));
+        }
+        let listen_text = args
+            .listen
+            .clone()
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            field(
+                args.listen.is_some(),
+                "listen",
+                format!("{listen_text:?} is not an address; accepted: IP:PORT, e.g. 0.0.0.0:9400 or [::1]:9400"),
+            )
+        })?;
+        let stall_ms = file.stall_after_ms.unwrap_or(5000);
+        let min_stall = 3 * period_ms;
+        if stall_ms < min_stall || stall_ms > 600_000 {
+            return Err(field(
+                false,
+                "stall_after_ms",
+                format!(
+                    "is {stall_ms}; accepted: {min_stall} (3 periods) to 600000 (milliseconds)"
+                ),
+            ));
+        }
+        let retry_ms = file.nvml_retry_ms.unwrap_or(5000);
+        if !(100..=600_000).contains(&retry_ms) {
+            return Err(field(
+                false,
+                "nvml_retry_ms",
+                format!("is {retry_ms}; accepted: 100 to 600000 (milliseconds)"),
+            ));
+        }
+        let root = args
+            .root
+            .clone()
+            .or(file.root)
+            .unwrap_or_else(|| DEFAULT_ROOT.into());
+        if !root.is_absolute() {
+            return Err(field(
+                args.root.is_some(),
+                "root",
+                format!("{} is relative; accepted: an absolute path", root.display()),
+            ));
+        }
+        let cgroup_root = args.cgroup_root.clone().or(file.cgroup_root);
+        if let Some(c) = &cgroup_root
+            && !c.is_absolute()
+        {
+            return Err(field(
+                args.cgroup_root.is_some(),
+                "cgroup_root",
+                format!("{} is relative; accepted: an absolute path", c.display()),
+            ));
+        }
+        let proc_root = file.proc_root.unwrap_or_else(|| "/proc".into());
+        if !proc_root.is_absolute() {
+            return Err(field(
+                false,
+                "proc_root",
+                format!(
+                    "{} is relative; accepted: an absolute path",
+                    proc_root.display()
+                ),
+            ));
+        }
+        let log = args
+            .log
+            .clone()
+            .or(file.log)
+            .unwrap_or_else(|| "info".to_owned());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log) {
+            return Err(field(
+                args.log.is_some(),
+                "log",
+                format!(
+                    "{log:?} is not a tracing filter ({e}); accepted e.g. info, debug, tessera_agent=debug"
+                ),
+            ));
+        }
+        Ok(Self {
+            root,
+            period: Duration::from_millis(period_ms),
+            listen,
+            nvml_lib: nvml_flag
+                .map(Path::to_path_buf)
+                .or(file.nvml_lib)
+                .unwrap_or_else(|| crate::gpu::args::DEFAULT_NVML_LIB.into()),
+            cgroup_root,
+            proc_root,
+            stall_after: Duration::from_millis(stall_ms),
+            nvml_retry: Duration::from_millis(retry_ms),
+            log,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merge(text: &str, args: &ConfigArgs) -> Result<Config, ConfigError> {
+        let p = Path::new("/etc/tessera/agent.toml");
+        Config::merge(ConfigFile::parse(p, text)?, Some(p), args, None)
+    }
+
+    #[test]
+    fn defaults_work_without_a_file() {
+        let c = Config::merge(ConfigFile::default(), None, &ConfigArgs::default(), None).unwrap();
+        assert_eq!(c.root, Path::new(DEFAULT_ROOT));
+        assert_eq!(c.period, Duration::from_millis(100));
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.nvml_lib, Path::new("libnvidia-ml.so.1"));
+        assert_eq!(c.cgroup_root, None);
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let args = ConfigArgs {
+            period_ms: Some(50),
+            root: Some("/tmp/r".into()),
+            ..ConfigArgs::default()
+        };
+        let c = merge(
+            "period_ms = 200\nroot = \"/x\"\nlisten = \"127.0.0.1:0\"\n",
+            &args,
+        )
+        .unwrap();
+        assert_eq!(c.period, Duration::from_millis(50));
+        assert_eq!(c.root, Path::new("/tmp/r"));
+        assert_eq!(c.listen.to_string(), "127.0.0.1:0");
+        let c = Config::merge(
+            ConfigFile::parse(Path::new("f"), "nvml_lib = \"/a.so\"").unwrap(),
+            None,
+            &ConfigArgs::default(),
+            Some(Path::new("/b.so")),
+        )
+        .unwrap();
+        assert_eq!(c.nvml_lib, Path::new("/b.so"));
+    }
+
+    #[test]
+    fn bad_values_name_file_field_and_range() {
+        let e = merge("period_ms = 1\n", &ConfigArgs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("config file /etc/tessera/agent.toml"), "{e}");
+        assert!(e.contains("period_ms") && e.contains("10 to 10000"), "{e}");
+        let e = merge("perod_ms = 100\n", &ConfigArgs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field") && e.contains("perod_ms"), "{e}");
+        assert!(e.contains("line 1"), "{e}");
+        let e = merge("\n\nperiod_ms = \"fast\"\n", &ConfigArgs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3") && e.contains("period_ms"), "{e}");
+        let e = merge("listen = \"nowhere\"\n", &ConfigArgs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("field listen") && e.contains("IP:PORT"), "{e}");
+        let args = ConfigArgs {
+            period_ms: Some(0),
+            ..ConfigArgs::default()
+        };
+        let e = merge("", &args).unwrap_err().to_string();
+        assert!(
+            e.starts_with("command line/environment: field period_ms"),
+            "{e}"
+        );
+        let e = merge("root = \"rel\"\n", &ConfigArgs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("field root"), "{e}");
+    }
+}

@@ -1,0 +1,356 @@
+//! `tessera-agent container add|set|rm|list|show`: containers outside
+//! Kubernetes (plain `docker run`, systemd units, Slurm jobs).
+//!
+//! GPU specs are the region writer's (`tessera_region::spec`):
+//! `GPU-<uuid>[,memory=<MiB>][,overhead=<MiB>]`; the launch rate is not
+//! given here, the daemon derives it from the SM target.
+
+use std::path::{Path, PathBuf};
+
+use tessera_region::layout::UNLIMITED;
+use tessera_region::spec::{SpecError, format_uuid, parse_gpu};
+
+use super::id::ContainerId;
+use super::meta::{GpuGrant, META_VERSION, Metadata, Mode, check_cgroup};
+use super::store::{Store, StoreError};
+use crate::cgroup::cgroup2_root;
+use crate::config::DEFAULT_ROOT;
+
+/// `tessera-agent container …`.
+#[derive(Debug, clap::Args)]
+pub struct ContainerArgs {
+    /// The root of the region directories (the daemon's `root`).
+    #[arg(long, value_name = "DIR", env = "TESSERA_ROOT", default_value = DEFAULT_ROOT)]
+    pub root: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ContainerCommand,
+}
+
+/// The container subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ContainerCommand {
+    /// Create a container's region directory `<root>/<id>`; prints it (the
+    /// directory to mount at /run/tessera, or TESSERA_REGION_DIR).
+    Add(AddArgs),
+    /// Change a container's memory limits, SM target, mode, priority or
+    /// cgroup; running processes see the change without a restart.
+    Set(SetArgs),
+    /// Remove a container's region directory (running processes keep the
+    /// limits they have mapped).
+    Rm {
+        /// The container.
+        #[arg(long)]
+        id: ContainerId,
+    },
+    /// List the containers (and the entries skipped, with the reason).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a container's metadata, limits and usage as JSON.
+    Show {
+        /// The container.
+        #[arg(long)]
+        id: ContainerId,
+    },
+}
+
+/// `container add`.
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// The container's id: 1 to 128 of [A-Za-z0-9_.-], starting with a
+    /// letter or digit.
+    #[arg(long)]
+    pub id: ContainerId,
+    /// A GPU and its memory limit: GPU-<uuid>[,memory=<MiB>][,overhead=<MiB>].
+    /// Repeat for several GPUs.
+    #[arg(long = "gpu", required = true)]
+    pub gpus: Vec<String>,
+    /// Percent of each GPU's time (1 to 100).
+    #[arg(long, default_value_t = 100)]
+    pub sm_target: u32,
+    /// hard (capped always) or elastic (idle SMs lent, capped under contention).
+    #[arg(long, default_value = "hard")]
+    pub mode: Mode,
+    /// Priority under contention (0 to 100, higher first).
+    #[arg(long, default_value_t = 0)]
+    pub priority: u32,
+    /// The container's cgroup: a path below the cgroup v2 mount (e.g.
+    /// /sys/fs/cgroup/system.slice/docker-<id>.scope) or relative to it
+    /// (/system.slice/docker-<id>.scope).
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+    /// Kubernetes namespace (informational outside Kubernetes).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Pod name.
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Container name.
+    #[arg(long)]
+    pub container: Option<String>,
+    /// Let CUDA calls pass unlimited if the region becomes unusable.
+    #[arg(long)]
+    pub fail_open: bool,
+}
+
+/// `container set`.
+#[derive(Debug, clap::Args)]
+pub struct SetArgs {
+    /// The container.
+    #[arg(long)]
+    pub id: ContainerId,
+    /// New memory limit of one of the container's GPUs:
+    /// GPU-<uuid>[,memory=<MiB>|unlimited][,overhead=<MiB>] (an omitted
+    /// memory means unlimited, an omitted overhead keeps the current one).
+    #[arg(long = "gpu")]
+    pub gpus: Vec<String>,
+    /// New SM target (1 to 100).
+    #[arg(long)]
+    pub sm_target: Option<u32>,
+    /// New mode.
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    /// New priority.
+    #[arg(long)]
+    pub priority: Option<u32>,
+    /// New cgroup (as for `add`).
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+}
+
+/// Why a container command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerCommandError {
+    /// A `--gpu` value is malformed.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A `--gpu` value names a launch rate.
+    #[error(
+        "gpu spec {0:?}: rate and burst are set by the agent from --sm-target; accepted keys: memory, overhead"
+    )]
+    Rate(String),
+    /// A `--cgroup` value is not accepted.
+    #[error("--cgroup: {0}")]
+    Cgroup(String),
+    /// The store refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn grant(spec: &str) -> Result<(GpuGrant, bool), ContainerCommandError> {
+    let g = parse_gpu(spec)?;
+    if g.launch_rate != UNLIMITED || g.launch_burst != 0 {
+        return Err(ContainerCommandError::Rate(spec.to_owned()));
+    }
+    let overhead_given = spec.split(',').skip(1).any(|p| {
+        p.split_once('=')
+            .is_some_and(|(k, _)| k.trim() == "overhead")
+    });
+    Ok((
+        GpuGrant {
+            uuid: format_uuid(&g.uuid),
+            memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
+            context_overhead_bytes: g.context_overhead,
+        },
+        overhead_given,
+    ))
+}
+
+/// A `--cgroup` value as a path relative to the v2 root.
+pub fn cgroup_rel(path: &Path, v2_root: Option<&Path>) -> Result<String, ContainerCommandError> {
+    let rel = match v2_root.and_then(|r| path.strip_prefix(r).ok()) {
+        Some(rest) => format!("/{}", rest.display()),
+        None => path.display().to_string(),
+    };
+    let rel = if rel.len() > 1 {
+        rel.trim_end_matches('/').to_owned()
+    } else {
+        rel
+    };
+    check_cgroup(&rel).map_err(ContainerCommandError::Cgroup)?;
+    Ok(rel)
+}
+
+fn cgroup_arg(path: &Option<PathBuf>) -> Result<Option<String>, ContainerCommandError> {
+    let root = cgroup2_root().ok();
+    path.as_deref()
+        .map(|p| cgroup_rel(p, root.as_deref()))
+        .transpose()
+}
+
+fn add(store: &Store, a: &AddArgs) -> Result<String, ContainerCommandError> {
+    let gpus = a
+        .gpus
+        .iter()
+        .map(|s| grant(s).map(|(g, _)| g))
+        .collect::<Result<Vec<_>, _>>()?;
+    let meta = Metadata {
+        version: META_VERSION,
+        namespace: a.namespace.clone(),
+        pod: a.pod.clone(),
+        container: a.container.clone(),
+        cgroup: cgroup_arg(&a.cgroup)?,
+        sm_target: a.sm_target,
+        mode: a.mode,
+        priority: a.priority,
+        fail_open: a.fail_open,
+        gpus,
+    };
+    let c = store.add(&a.id, &meta)?;
+    Ok(c.dir.display().to_string())
+}
+
+fn set(store: &Store, a: &SetArgs) -> Result<String, ContainerCommandError> {
+    let grants = a
+        .gpus
+        .iter()
+        .map(|s| grant(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cgroup = cgroup_arg(&a.cgroup)?;
+    let c = store.set(&a.id, |m| {
+        for (g, overhead_given) in &grants {
+            let Some(cur) = m
+                .gpus
+                .iter_mut()
+                .find(|c| c.uuid.eq_ignore_ascii_case(&g.uuid))
+            else {
+                return Err(format!(
+                    "has no GPU {}; its GPUs: {} (GPUs cannot be added to a running container)",
+                    g.uuid,
+                    m.gpus
+                        .iter()
+                        .map(|g| g.uuid.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            };
+            cur.memory_limit_bytes = g.memory_limit_bytes;
+            if *overhead_given {
+                cur.context_overhead_bytes = g.context_overhead_bytes;
+            }
+        }
+        if let Some(t) = a.sm_target {
+            m.sm_target = t;
+        }
+        if let Some(mode) = a.mode {
+            m.mode = mode;
+        }
+        if let Some(p) = a.priority {
+            m.priority = p;
+        }
+        if cgroup.is_some() {
+            m.cgroup.clone_from(&cgroup);
+        }
+        Ok(())
+    })?;
+    Ok(format!("updated {}", c.dir.display()))
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or_else(|| "unlimited".to_owned(), |b| format!("{}", b >> 20))
+}
+
+fn list(store: &Store, json: bool) -> Result<String, ContainerCommandError> {
+    let l = store.list()?;
+    if json {
+        let v = serde_json::json!({
+            "root": store.root(),
+            "containers": l.containers.iter().map(|c| serde_json::json!({
+                "id": c.id.as_str(),
+                "dir": c.dir,
+                "meta": c.meta,
+            })).collect::<Vec<_>>(),
+            "skipped": l.skipped.iter().map(|s| serde_json::json!({
+                "name": s.name,
+                "reason": s.reason,
+            })).collect::<Vec<_>>(),
+        });
+        return Ok(serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string()));
+    }
+    let mut out = format!(
+        "{:<24} {:>4} {:<8} {:>4}  {:<40} {:>10}\n",
+        "ID", "SM%", "MODE", "PRIO", "GPU", "MEMORY_MIB"
+    );
+    for c in &l.containers {
+        for (i, g) in c.meta.gpus.iter().enumerate() {
+            let (id, sm, mode, prio) = if i == 0 {
+                (
+                    c.id.to_string(),
+                    c.meta.sm_target.to_string(),
+                    c.meta.mode.to_string(),
+                    c.meta.priority.to_string(),
+                )
+            } else {
+                Default::default()
+            };
+            out.push_str(&format!(
+                "{id:<24} {sm:>4} {mode:<8} {prio:>4}  {:<40} {:>10}\n",
+                g.uuid,
+                mib(g.memory_limit_bytes)
+            ));
+        }
+    }
+    for s in &l.skipped {
+        out.push_str(&format!("skipped {:?}: {}\n", s.name, s.reason));
+    }
+    Ok(out.trim_end().to_owned())
+}
+
+/// Runs `args`; returns what to print.
+pub fn run(args: &ContainerArgs) -> Result<String, ContainerCommandError> {
+    let store = Store::new(&args.root);
+    match &args.command {
+        ContainerCommand::Add(a) => add(&store, a),
+        ContainerCommand::Set(a) => set(&store, a),
+        ContainerCommand::Rm { id } => {
+            store.remove(id)?;
+            Ok(format!("removed {}", store.dir(id).display()))
+        }
+        ContainerCommand::List { json } => list(&store, *json),
+        ContainerCommand::Show { id } => {
+            let c = store.load(id)?;
+            let region = crate::region::show(&c.dir).unwrap_or_else(
+                |e| serde_json::json!({"error": crate::error_chain::with_causes(&e)}),
+            );
+            let v = serde_json::json!({"id": c.id.as_str(), "dir": c.dir, "meta": c.meta, "region": region});
+            Ok(serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_paths_become_relative_to_the_v2_root() {
+        let root = Path::new("/sys/fs/cgroup/unified");
+        assert_eq!(
+            cgroup_rel(
+                Path::new("/sys/fs/cgroup/unified/system.slice/x.scope/"),
+                Some(root)
+            )
+            .unwrap(),
+            "/system.slice/x.scope"
+        );
+        assert_eq!(
+            cgroup_rel(Path::new("/system.slice/x.scope"), Some(root)).unwrap(),
+            "/system.slice/x.scope"
+        );
+        assert!(cgroup_rel(Path::new("/a/../../etc"), Some(root)).is_err());
+        assert!(cgroup_rel(Path::new("rel"), None).is_err());
+    }
+
+    #[test]
+    fn specs_with_a_rate_are_refused() {
+        let u = "GPU-5e1a0000-0000-4000-8000-000051510000";
+        let e = grant(&format!("{u},rate=5")).unwrap_err().to_string();
+        assert!(e.contains("--sm-target"), "{e}");
+        let (g, o) = grant(&format!("{u},memory=10")).unwrap();
+        assert_eq!((g.memory_limit_bytes, o), (Some(10 << 20), false));
+        assert!(grant(&format!("{u},overhead=3")).unwrap().1);
+    }
+}

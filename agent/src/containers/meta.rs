@@ -1,0 +1,317 @@
+//! A container's metadata file (`meta.json` in its region directory): who
+//! it is (namespace, pod, container, cgroup) and what it was granted (SM
+//! target, mode, priority, memory limit per GPU).
+//!
+//! The metadata is the source of truth for the limits; the control region
+//! follows it (the CLI writes both, the daemon reconciles the control
+//! region with the metadata every period). The file is read as untrusted
+//! input: unknown fields, out-of-range values and malformed UUIDs are
+//! refused with the field named ([`Metadata::validate`]).
+
+use serde::{Deserialize, Serialize};
+use tessera_region::control::GpuLimits;
+use tessera_region::layout::{FLAG_FAIL_OPEN, UNLIMITED};
+use tessera_region::spec::parse_uuid;
+use tessera_region::{ControlSpec, MAX_GPUS};
+
+/// File name of the metadata in a region directory.
+pub const META_FILE: &str = "meta.json";
+/// The metadata format this agent writes and reads.
+pub const META_VERSION: u32 = 1;
+/// Largest byte count accepted for a memory limit or context overhead (1 PiB).
+pub const MAX_BYTES: u64 = 1 << 50;
+/// Largest accepted priority.
+pub const MAX_PRIORITY: u32 = 100;
+/// Longest accepted name (namespace, pod, container), as Kubernetes allows.
+pub const MAX_NAME_LEN: usize = 253;
+/// Longest accepted cgroup path.
+pub const MAX_CGROUP_LEN: usize = 4096;
+
+/// How the SM target is held (the controller's type: one home).
+pub use crate::control::Mode;
+
+/// One GPU granted to the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuGrant {
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Device memory the container may hold (bytes); absent: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    /// Memory charged per CUDA context (bytes).
+    #[serde(default)]
+    pub context_overhead_bytes: u64,
+}
+
+/// The metadata of one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metadata {
+    /// Format version ([`META_VERSION`]).
+    pub version: u32,
+    /// Kubernetes namespace, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Kubernetes pod name, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Container name, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The container's cgroup, relative to the cgroup v2 root (starting
+    /// with `/`); absent: its processes are known only from the usage
+    /// region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// Percent of each GPU's time (as NVML reports utilisation), 1 to 100.
+    pub sm_target: u32,
+    /// How the target is held: `hard` or `elastic`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Under contention, higher priorities are served first (0 to
+    /// [`MAX_PRIORITY`]).
+    #[serde(default)]
+    pub priority: u32,
+    /// Let CUDA calls pass unlimited if the region becomes unusable.
+    #[serde(default)]
+    pub fail_open: bool,
+    /// The GPUs, in the order of the control region.
+    pub gpus: Vec<GpuGrant>,
+}
+
+/// Why metadata was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("field {field}: {problem}")]
+pub struct MetaError {
+    /// The field, e.g. `gpus[1].uuid`.
+    pub field: String,
+    /// What is wrong and what is accepted.
+    pub problem: String,
+}
+
+fn bad(field: impl Into<String>, problem: impl Into<String>) -> MetaError {
+    MetaError {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+fn check_name(field: &str, v: &Option<String>) -> Result<(), MetaError> {
+    if let Some(v) = v
+        && (v.is_empty() || v.len() > MAX_NAME_LEN || v.chars().any(char::is_control))
+    {
+        return Err(bad(
+            field,
+            format!(
+                "{v:?} is not accepted; accepted: 1 to {MAX_NAME_LEN} characters without control characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a cgroup path relative to the v2 root: starts with `/`, no `.`
+/// or `..` components, no NUL or control characters.
+pub fn check_cgroup(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "{path:?} does not start with '/'; accepted: a path relative to the cgroup v2 root, e.g. /system.slice/docker-<id>.scope"
+        ));
+    }
+    if path.len() > MAX_CGROUP_LEN || path.chars().any(char::is_control) {
+        return Err(format!("{path:?} is too long or holds control characters"));
+    }
+    if path.split('/').any(|c| c == "." || c == "..") {
+        return Err(format!("{path:?} holds a '.' or '..' component"));
+    }
+    Ok(())
+}
+
+impl Metadata {
+    /// Checks every field; the first bad one is named.
+    pub fn validate(&self) -> Result<(), MetaError> {
+        if self.version != META_VERSION {
+            return Err(bad(
+                "version",
+                format!("is {}; accepted: {META_VERSION}", self.version),
+            ));
+        }
+        check_name("namespace", &self.namespace)?;
+        check_name("pod", &self.pod)?;
+        check_name("container", &self.container)?;
+        if let Some(c) = &self.cgroup {
+            check_cgroup(c).map_err(|p| bad("cgroup", p))?;
+        }
+        if !(1..=100).contains(&self.sm_target) {
+            return Err(bad(
+                "sm_target",
+                format!("is {}; accepted: 1 to 100 (percent)", self.sm_target),
+            ));
+        }
+        if self.priority > MAX_PRIORITY {
+            return Err(bad(
+                "priority",
+                format!("is {}; accepted: 0 to {MAX_PRIORITY}", self.priority),
+            ));
+        }
+        if self.gpus.is_empty() || self.gpus.len() > MAX_GPUS {
+            return Err(bad(
+                "gpus",
+                format!("has {} entries; accepted: 1 to {MAX_GPUS}", self.gpus.len()),
+            ));
+        }
+        let mut seen = Vec::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            let uuid = parse_uuid(&g.uuid).ok_or_else(|| {
+                bad(
+                    format!("gpus[{i}].uuid"),
+                    format!(
+                        "{:?} is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+                        g.uuid
+                    ),
+                )
+            })?;
+            if seen.contains(&uuid) {
+                return Err(bad(
+                    format!("gpus[{i}].uuid"),
+                    format!("{} is listed twice", g.uuid),
+                ));
+            }
+            seen.push(uuid);
+            if g.memory_limit_bytes.is_some_and(|b| b > MAX_BYTES) {
+                return Err(bad(
+                    format!("gpus[{i}].memory_limit_bytes"),
+                    format!("is too large; accepted: up to {MAX_BYTES} or absent (unlimited)"),
+                ));
+            }
+            if g.context_overhead_bytes > MAX_BYTES {
+                return Err(bad(
+                    format!("gpus[{i}].context_overhead_bytes"),
+                    format!("is too large; accepted: up to {MAX_BYTES}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and validates the file's text.
+    pub fn from_json(text: &[u8]) -> Result<Self, MetaError> {
+        let m: Self = serde_json::from_slice(text).map_err(|e| bad("(file)", e.to_string()))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// What the compute controller is asked to hold on each of its GPUs.
+    pub fn control(&self) -> crate::control::ContainerControl {
+        crate::control::ContainerControl {
+            target_percent: f64::from(self.sm_target),
+            mode: self.mode,
+            // At most MAX_PRIORITY (validated): fits.
+            priority: i32::try_from(self.priority).unwrap_or(i32::MAX),
+        }
+    }
+
+    /// The GPUs' UUID bytes (valid after [`Self::validate`]).
+    pub fn uuids(&self) -> Vec<[u8; 16]> {
+        self.gpus
+            .iter()
+            .filter_map(|g| parse_uuid(&g.uuid))
+            .collect()
+    }
+
+    /// The control region this metadata asks for, with the launch rate and
+    /// burst of each GPU taken from `rate` (by UUID; the controller's
+    /// business, not the metadata's).
+    pub fn control_spec(&self, rate: impl Fn(&[u8; 16]) -> (u64, u64)) -> ControlSpec {
+        ControlSpec {
+            flags: if self.fail_open { FLAG_FAIL_OPEN } else { 0 },
+            gpus: self
+                .gpus
+                .iter()
+                .filter_map(|g| {
+                    let uuid = parse_uuid(&g.uuid)?;
+                    let (launch_rate, launch_burst) = rate(&uuid);
+                    Some(GpuLimits {
+                        uuid,
+                        memory_limit: g.memory_limit_bytes.unwrap_or(UNLIMITED),
+                        context_overhead: g.context_overhead_bytes,
+                        launch_rate,
+                        launch_burst,
+                    })
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U: &str = "GPU-5e1a0000-0000-4000-8000-000051510000";
+
+    fn meta() -> Metadata {
+        Metadata {
+            version: META_VERSION,
+            namespace: Some("default".into()),
+            pod: Some("trainer".into()),
+            container: Some("main".into()),
+            cgroup: Some("/system.slice/docker-abc.scope".into()),
+            sm_target: 30,
+            mode: Mode::Hard,
+            priority: 1,
+            fail_open: false,
+            gpus: vec![GpuGrant {
+                uuid: U.into(),
+                memory_limit_bytes: Some(4000 << 20),
+                context_overhead_bytes: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_builds_the_control_spec() {
+        let m = meta();
+        let text = serde_json::to_vec(&m).unwrap();
+        assert_eq!(Metadata::from_json(&text).unwrap(), m);
+        let spec = m.control_spec(|_| (7, 1));
+        assert_eq!(spec.gpus[0].memory_limit, 4000 << 20);
+        assert_eq!(spec.gpus[0].launch_rate, 7);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        type Edit = Box<dyn Fn(&mut Metadata)>;
+        let cases: Vec<(Edit, &str)> = vec![
+            (Box::new(|m| m.version = 9), "version"),
+            (Box::new(|m| m.sm_target = 0), "sm_target"),
+            (Box::new(|m| m.sm_target = 101), "sm_target"),
+            (Box::new(|m| m.priority = 1000), "priority"),
+            (Box::new(|m| m.gpus.clear()), "gpus"),
+            (
+                Box::new(|m| m.gpus[0].uuid = "GPU-x".into()),
+                "gpus[0].uuid",
+            ),
+            (Box::new(|m| m.gpus.push(m.gpus[0].clone())), "gpus[1].uuid"),
+            (
+                Box::new(|m| m.gpus[0].memory_limit_bytes = Some(u64::MAX)),
+                "gpus[0].memory_limit_bytes",
+            ),
+            (Box::new(|m| m.cgroup = Some("/a/../..".into())), "cgroup"),
+            (Box::new(|m| m.cgroup = Some("relative".into())), "cgroup"),
+            (Box::new(|m| m.pod = Some("a\nb".into())), "pod"),
+        ];
+        for (edit, field) in cases {
+            let mut m = meta();
+            edit(&mut m);
+            let e = m.validate().unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+        }
+        let e = Metadata::from_json(br#"{"version":1,"sm_target":5,"gpus":[],"evil":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field"), "{e}");
+        assert!(Metadata::from_json(b"\xff\xfe").is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! The agent's unit of management: a container's region directory under
+//! one root (design §4.6), `<root>/<id>/{control,usage,meta.json}`.
+//!
+//! - [`id`]: container ids, safe as one path component;
+//! - [`meta`]: the metadata file (who the container is, what it was
+//!   granted), validated as untrusted input;
+//! - [`store`]: atomic create / update / remove / list under the root, with
+//!   malformed and foreign entries skipped with the reason;
+//! - [`pids`]: host pids of a container (its cgroup, `NSpid`) joined with
+//!   the processes registered in its usage region;
+//! - [`cli`]: `tessera-agent container add|set|rm|list`.
+
+pub mod cli;
+pub mod id;
+pub mod meta;
+pub mod pids;
+pub mod store;
+
+pub use id::{ContainerId, IdError};
+pub use meta::{GpuGrant, META_FILE, MetaError, Metadata, Mode};
+pub use store::{Container, Listing, Skipped, Store, StoreError};

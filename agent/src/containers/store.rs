@@ -1,0 +1,511 @@
+//! The root of region directories: create, update, remove and list
+//! containers atomically.
+//!
+//! Layout under the root (default `/var/lib/tessera/containers`):
+//!
+//! ```text
+//! <root>/.lock           flock(2)ed by every writer of a control region
+//! <root>/<id>/control    limits (tessera-region), written by the agent only
+//! <root>/<id>/usage      usage (tessera-region), written by the container
+//! <root>/<id>/meta.json  metadata (super::meta)
+//! <root>/.new.<id>.<pid> a directory being created (renamed into place)
+//! <root>/.rm.<id>.<pid>  a directory being removed
+//! ```
+//!
+//! Invariants:
+//! - a container directory appears complete (control, usage, metadata)
+//!   or not at all: it is built under a dot-name and renamed into place;
+//!   it disappears at once the same way;
+//! - the metadata is replaced by temp + rename, never rewritten in place;
+//! - the control region has one writer at a time: every writer (the
+//!   `container` CLI, the daemon) holds `<root>/.lock`, a kernel lock in a
+//!   directory containers never see (only `<root>/<id>` is mounted into a
+//!   container), so no container can hold it and a dead holder releases it;
+//! - a malformed or foreign entry is listed in [`Listing::skipped`] with
+//!   the reason, never an error of the whole listing.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FlockOperation, flock};
+use tessera_region::RegionError;
+use tessera_region::file::{CONTROL_FILE, create_control, create_usage, open_control_rw};
+use tessera_region::layout::UNLIMITED;
+
+use super::id::{ContainerId, IdError};
+use super::meta::{META_FILE, MetaError, Metadata};
+
+/// Largest metadata file read (bytes).
+pub const MAX_META_LEN: u64 = 64 << 10;
+/// The lock file's name under the root.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The id is not acceptable.
+    #[error(transparent)]
+    Id(#[from] IdError),
+    /// The metadata is malformed.
+    #[error("metadata {path}")]
+    Meta {
+        /// The metadata file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: MetaError,
+    },
+    /// A file system call failed.
+    #[error("cannot {action} {path}")]
+    Io {
+        /// What was attempted.
+        action: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A region file could not be written or read.
+    #[error("region directory {dir}")]
+    Region {
+        /// The directory.
+        dir: PathBuf,
+        /// Cause.
+        #[source]
+        source: RegionError,
+    },
+    /// `add` of an id that exists.
+    #[error("container {id} already exists ({dir}); use `container set` to change it")]
+    Exists {
+        /// The id.
+        id: ContainerId,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// No container with this id.
+    #[error("there is no container {id} under {root}")]
+    Missing {
+        /// The id.
+        id: ContainerId,
+        /// The root.
+        root: PathBuf,
+    },
+    /// The entry is not a plain directory.
+    #[error("{path} is not a directory (a {kind})")]
+    NotDir {
+        /// The entry.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// The metadata file is not a regular file (a FIFO, device, directory).
+    #[error("{path} is not a regular file")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A change was refused.
+    #[error("container {id}: {problem}")]
+    Refused {
+        /// The id.
+        id: ContainerId,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Identity of a metadata file version (replaced by rename: a new inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileKey {
+    /// Inode.
+    pub ino: u64,
+    /// Modification time (ns since the epoch).
+    pub mtime_ns: i128,
+    /// Size.
+    pub len: u64,
+}
+
+/// One container found under the root.
+#[derive(Debug, Clone)]
+pub struct Container {
+    /// Its id.
+    pub id: ContainerId,
+    /// Its region directory.
+    pub dir: PathBuf,
+    /// Its metadata.
+    pub meta: Metadata,
+    /// The metadata file version read.
+    pub meta_key: FileKey,
+}
+
+/// An entry of the root that is not a usable container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The entry's name (lossy).
+    pub name: String,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// What [`Store::list`] found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Usable containers, by id.
+    pub containers: Vec<Container>,
+    /// Malformed or foreign entries.
+    pub skipped: Vec<Skipped>,
+}
+
+/// The exclusive writer lock of a root; released on drop (or death).
+#[derive(Debug)]
+pub struct WriterLock {
+    _file: File,
+}
+
+/// The region directories under one root.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+}
+
+fn key_of(m: &std::fs::Metadata) -> FileKey {
+    FileKey {
+        ino: m.ino(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        len: m.len(),
+    }
+}
+
+/// Reads a metadata file without following a symlink, blocking on a FIFO
+/// or reading more than [`MAX_META_LEN`].
+pub fn read_meta(path: &Path) -> Result<(Metadata, FileKey), StoreError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io("open", path))?;
+    let m = file.metadata().map_err(io("stat", path))?;
+    if !m.is_file() {
+        return Err(StoreError::NotRegular {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_META_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io("read", path))?;
+    if bytes.len() as u64 > MAX_META_LEN {
+        return Err(StoreError::Meta {
+            path: path.to_path_buf(),
+            source: MetaError {
+                field: "(file)".into(),
+                problem: format!("is over {MAX_META_LEN} bytes"),
+            },
+        });
+    }
+    let meta = Metadata::from_json(&bytes).map_err(|source| StoreError::Meta {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((meta, key_of(&m)))
+}
+
+/// The key of the metadata file now (to tell whether it changed).
+pub fn meta_key(dir: &Path) -> Option<FileKey> {
+    std::fs::symlink_metadata(dir.join(META_FILE))
+        .ok()
+        .map(|m| key_of(&m))
+}
+
+/// Writes `meta` to `dir/meta.json` by temp + rename.
+fn write_meta(dir: &Path, meta: &Metadata) -> Result<(), StoreError> {
+    let tmp = dir.join(format!(".{META_FILE}.tmp.{}", std::process::id()));
+    let path = dir.join(META_FILE);
+    let _ = std::fs::remove_file(&tmp);
+    let text = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Io {
+        action: "encode",
+        path: path.clone(),
+        source: std::io::Error::other(e),
+    })?;
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        f.write_all(&text).map_err(io("write", &tmp))?;
+        f.write_all(b"\n").map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("flush", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io("publish", &path))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+impl Store {
+    /// The store at `root` (not touched yet).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `root/<id>`.
+    pub fn dir(&self, id: &ContainerId) -> PathBuf {
+        self.root.join(id.as_str())
+    }
+
+    /// Creates the root (mode 0755) if it does not exist.
+    pub fn ensure_root(&self) -> Result<(), StoreError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&self.root)
+            .map_err(io("create", &self.root))
+    }
+
+    fn lock_file(&self) -> Result<File, StoreError> {
+        self.ensure_root()?;
+        let path = self.root.join(LOCK_FILE);
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(io("open", &path))
+    }
+
+    /// Takes the writer lock, waiting for another writer.
+    pub fn lock(&self) -> Result<WriterLock, StoreError> {
+        let file = self.lock_file()?;
+        let path = self.root.join(LOCK_FILE);
+        flock(&file, FlockOperation::LockExclusive).map_err(|e| io("lock", &path)(e.into()))?;
+        Ok(WriterLock { _file: file })
+    }
+
+    /// Takes the writer lock if it is free now.
+    pub fn try_lock(&self) -> Result<Option<WriterLock>, StoreError> {
+        let file = self.lock_file()?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(WriterLock { _file: file })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(io("lock", &self.root.join(LOCK_FILE))(e.into())),
+        }
+    }
+
+    /// Creates container `id` with `meta` (control with the memory limits
+    /// and no launch limit until the daemon sets one, empty usage, the
+    /// metadata), atomically.
+    pub fn add(&self, id: &ContainerId, meta: &Metadata) -> Result<Container, StoreError> {
+        meta.validate().map_err(|source| StoreError::Meta {
+            path: self.dir(id).join(META_FILE),
+            source,
+        })?;
+        let _lock = self.lock()?;
+        let dir = self.dir(id);
+        if std::fs::symlink_metadata(&dir).is_ok() {
+            return Err(StoreError::Exists {
+                id: id.clone(),
+                dir,
+            });
+        }
+        let tmp = self.root.join(format!(".new.{id}.{}", std::process::id()));
+        if std::fs::symlink_metadata(&tmp).is_ok() {
+            std::fs::remove_dir_all(&tmp).map_err(io("remove", &tmp))?;
+        }
+        let built = (|| -> Result<(), StoreError> {
+            std::fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&tmp)
+                .map_err(io("create", &tmp))?;
+            let region = |source| StoreError::Region {
+                dir: dir.clone(),
+                source,
+            };
+            create_control(&tmp, &meta.control_spec(|_| (UNLIMITED, 0))).map_err(region)?;
+            create_usage(&tmp).map_err(region)?;
+            write_meta(&tmp, meta)?;
+            sync_dir(&tmp);
+            std::fs::rename(&tmp, &dir).map_err(io("publish", &dir))?;
+            sync_dir(&self.root);
+            Ok(())
+        })();
+        if built.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        built?;
+        self.load(id)
+    }
+
+    /// Container `id` as it is on disk.
+    pub fn load(&self, id: &ContainerId) -> Result<Container, StoreError> {
+        let dir = self.dir(id);
+        match std::fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Missing {
+                    id: id.clone(),
+                    root: self.root.clone(),
+                });
+            }
+            Err(e) => return Err(io("stat", &dir)(e)),
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(StoreError::NotDir {
+                    path: dir,
+                    kind: "symbolic link",
+                });
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(StoreError::NotDir {
+                    path: dir,
+                    kind: "file",
+                });
+            }
+            Ok(_) => {}
+        }
+        let (meta, meta_key) = read_meta(&dir.join(META_FILE))?;
+        Ok(Container {
+            id: id.clone(),
+            dir,
+            meta,
+            meta_key,
+        })
+    }
+
+    /// Changes container `id`'s metadata with `edit` and publishes the new
+    /// memory limits to its control region at once (running processes see
+    /// them; launch rates are kept, the daemon sets them from the new
+    /// target within one period).
+    pub fn set(
+        &self,
+        id: &ContainerId,
+        edit: impl FnOnce(&mut Metadata) -> Result<(), String>,
+    ) -> Result<Container, StoreError> {
+        let lock = self.lock()?;
+        let c = self.load(id)?;
+        let mut meta = c.meta.clone();
+        edit(&mut meta).map_err(|problem| StoreError::Refused {
+            id: id.clone(),
+            problem,
+        })?;
+        meta.validate().map_err(|source| StoreError::Meta {
+            path: c.dir.join(META_FILE),
+            source,
+        })?;
+        write_meta(&c.dir, &meta)?;
+        publish(&c.dir, &meta, &lock)?;
+        self.load(id)
+    }
+
+    /// Removes container `id`: its directory disappears at once. Running
+    /// processes keep the limits they have mapped.
+    pub fn remove(&self, id: &ContainerId) -> Result<(), StoreError> {
+        let _lock = self.lock()?;
+        let dir = self.dir(id);
+        self.load(id).map(drop).or_else(|e| match e {
+            // A malformed directory can still be removed.
+            StoreError::Meta { .. } | StoreError::Io { .. } if dir.is_dir() => Ok(()),
+            e => Err(e),
+        })?;
+        let gone = self.root.join(format!(".rm.{id}.{}", std::process::id()));
+        std::fs::rename(&dir, &gone).map_err(io("remove", &dir))?;
+        sync_dir(&self.root);
+        std::fs::remove_dir_all(&gone).map_err(io("remove", &gone))
+    }
+
+    /// Every container under the root; unusable entries are skipped with
+    /// the reason. A missing root is an empty listing.
+    pub fn list(&self) -> Result<Listing, StoreError> {
+        let mut out = Listing::default();
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(io("list", &self.root)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io("list", &self.root))?;
+            let os = entry.file_name();
+            let name = os.to_string_lossy().into_owned();
+            let Some(text) = os.to_str() else {
+                out.skipped.push(Skipped {
+                    name,
+                    reason: "name is not UTF-8".into(),
+                });
+                continue;
+            };
+            if text.starts_with('.') {
+                continue; // the store's own entries
+            }
+            let id = match ContainerId::new(text) {
+                Ok(id) => id,
+                Err(e) => {
+                    out.skipped.push(Skipped {
+                        name,
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            match self.load(&id) {
+                Ok(c) => out.containers.push(c),
+                Err(e) => out.skipped.push(Skipped {
+                    name,
+                    reason: crate::error_chain::with_causes(&e),
+                }),
+            }
+        }
+        out.containers.sort_by(|a, b| a.id.cmp(&b.id));
+        out.skipped.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+/// Writes `meta`'s limits to `dir/control`, keeping each GPU's current
+/// launch rate and burst (held `lock` proves the caller is the one writer).
+pub fn publish(dir: &Path, meta: &Metadata, _lock: &WriterLock) -> Result<(), StoreError> {
+    let region = |source| StoreError::Region {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let control = open_control_rw(dir).map_err(region)?;
+    let current = control.snapshot();
+    let spec = meta.control_spec(|uuid| {
+        current
+            .gpus
+            .iter()
+            .find(|g| &g.uuid == uuid)
+            .map_or((UNLIMITED, 0), |g| (g.launch_rate, g.launch_burst))
+    });
+    control.write(&spec).map_err(region)
+}
+
+/// `dir/control` exists as a regular file (not a link).
+pub fn has_control(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(CONTROL_FILE)).is_ok_and(|m| m.is_file())
+}

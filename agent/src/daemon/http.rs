@@ -1,0 +1,138 @@
+//! The daemon's HTTP endpoint (hyper 1, HTTP/1.1): [`route`] answers,
+//! [`serve`] moves bytes.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /healthz` | 200 while the process answers and the loop is not wedged, else 503 |
+//! | `GET /readyz` | 200 once NVML is initialised and the first period is done, else 503 with the reasons |
+//! | `GET /containers` | the last period's view of the containers (JSON) |
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::status::{Status, Verdict};
+
+/// An answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// Status code.
+    pub status: StatusCode,
+    /// Content type.
+    pub content_type: &'static str,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+fn text(status: StatusCode, text: &str) -> Reply {
+    Reply {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        body: format!("{text}\n").into_bytes(),
+    }
+}
+
+fn verdict(v: Verdict) -> Reply {
+    let code = if v.ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    text(code, &v.detail)
+}
+
+/// Answers `method path`.
+pub fn route(method: &str, path: &str, status: &Status) -> Reply {
+    match (method, path) {
+        ("GET" | "HEAD", "/healthz") => verdict(status.health()),
+        ("GET" | "HEAD", "/readyz") => verdict(status.ready()),
+        ("GET" | "HEAD", "/containers") => Reply {
+            status: StatusCode::OK,
+            content_type: "application/json",
+            body: serde_json::to_vec_pretty(&status.view()).unwrap_or_default(),
+        },
+        (_, "/healthz" | "/readyz" | "/containers") => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{method} is not accepted on {path}; accepted: GET"),
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            &format!("no route {path}; routes: /healthz, /readyz, /containers"),
+        ),
+    }
+}
+
+async fn handle(
+    request: Request<Incoming>,
+    status: Arc<Status>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = route(request.method().as_str(), request.uri().path(), &status);
+    let mut response = Response::new(Full::new(Bytes::from(reply.body)));
+    *response.status_mut() = reply.status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(reply.content_type),
+    );
+    Ok(response)
+}
+
+/// Serves `listener` until `shutdown` completes. Accept errors are logged
+/// and retried after a pause (a full descriptor table passes).
+pub async fn serve(listener: TcpListener, status: Arc<Status>, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => return,
+            a = listener.accept() => a,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(error) => {
+                tracing::warn!(%error, "accepting a connection failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let status = status.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |r| handle(r, status.clone()));
+            // A client that never finishes its request is dropped.
+            let conn = http1::Builder::new()
+                .header_read_timeout(Some(Duration::from_secs(10)))
+                .timer(hyper_util::rt::TokioTimer::new())
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = conn.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let s = Status::new(Duration::from_secs(5));
+        assert_eq!(route("GET", "/healthz", &s).status, StatusCode::OK);
+        assert_eq!(
+            route("GET", "/readyz", &s).status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            route("POST", "/healthz", &s).status,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(route("GET", "/x", &s).status, StatusCode::NOT_FOUND);
+    }
+}

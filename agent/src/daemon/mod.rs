@@ -1,0 +1,149 @@
+//! `tessera-agent run`: the node agent as a long-running service.
+//!
+//! A tokio runtime (current thread) runs the HTTP endpoint ([`http`]) and
+//! the control loop; each period ([`tick`]) runs on the blocking pool so a
+//! slow NVML call or file system never stalls the endpoint, and a period
+//! that never returns shows as a failing `/healthz`. SIGTERM or SIGINT
+//! stops both: the period in flight completes (control writes are never
+//! cut short by the agent itself), the listener closes, the process exits
+//! 0. Nothing is undone on exit: the limits stay in the control regions
+//! (invariant I4), and the next agent resumes them in its first period.
+
+pub mod http;
+pub mod status;
+pub mod tick;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use status::Status;
+use tick::Agent;
+
+/// Why the daemon could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The runtime could not start.
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The root could not be created.
+    #[error(transparent)]
+    Root(#[from] crate::containers::StoreError),
+    /// The endpoint could not listen.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No signal handler could be installed.
+    #[error("cannot install the SIGTERM/SIGINT handlers")]
+    Signal(#[source] std::io::Error),
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub fn run(config: Config) -> Result<(), DaemonError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(4)
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let result = runtime.block_on(serve(config));
+    // A period stuck in the kernel must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result
+}
+
+async fn serve(config: Config) -> Result<(), DaemonError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+    let agent = Agent::new(&config);
+    agent.store().ensure_root()?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| DaemonError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| DaemonError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    tracing::info!(
+        listen = %local,
+        root = %config.root.display(),
+        period_ms = config.period.as_millis() as u64,
+        "tessera-agent running"
+    );
+    let status = Arc::new(Status::new(config.stall_after));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let server = tokio::spawn(http::serve(
+        listener,
+        status.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let control = tokio::spawn(control_loop(
+        Arc::new(Mutex::new(agent)),
+        status,
+        config.period,
+        stopped(stop_rx),
+    ));
+    let signal = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(signal, "stopping");
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    if tokio::time::timeout(Duration::from_secs(5), control)
+        .await
+        .is_err()
+    {
+        tracing::error!("the control period in flight did not end within 5 s; exiting anyway");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn control_loop(
+    agent: Arc<Mutex<Agent>>,
+    status: Arc<Status>,
+    period: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            _ = interval.tick() => {}
+        }
+        let (a, s) = (agent.clone(), status.clone());
+        let period = tokio::task::spawn_blocking(move || {
+            // A period that panicked left nothing half-done that the next
+            // one does not redo from the host state.
+            let mut a = a.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let view = a.tick(&s);
+            let json = serde_json::to_value(&view).unwrap_or_default();
+            s.tick_done(json);
+        });
+        // Finish the period in flight before stopping (its writes are
+        // never cut short); a period that never ends leaves /healthz
+        // failing and the stop to the runtime's shutdown timeout.
+        if let Err(e) = period.await {
+            tracing::error!(error = %e, "a control period panicked");
+        }
+    }
+}

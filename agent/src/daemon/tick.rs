@@ -1,0 +1,629 @@
+//! One control period: discover containers, refresh their processes,
+//! sample usage (usage regions, NVML memory and SM samples), run one
+//! [`GpuController`] tick per GPU of the node, write each control region
+//! (memory limits from the metadata, launch rate and burst from the
+//! controller; a write that changes nothing is skipped by the region).
+//!
+//! Everything the agent needs to resume is on the host (invariant I4):
+//! the region directories and their metadata. The in-memory state here is
+//! a cache — writable control mappings, the last usage seen — rebuilt from
+//! the directories by a new agent in its first period. Nothing a
+//! container writes (its usage region, its processes) can stop a period
+//! or touch another container (I3): every per-container failure is
+//! reported in the view and the period goes on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tessera_region::control::ControlSpec;
+use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw, read_usage_bytes};
+use tessera_region::layout::{ControlRegion, UNLIMITED};
+use tessera_region::reader::{UsageSnapshot, read_usage};
+use tessera_region::spec::format_uuid;
+
+use crate::config::Config;
+use crate::containers::pids::{self, ProcessView};
+use crate::containers::store::{Container, Skipped, Store, WriterLock};
+use crate::containers::{ContainerId, Metadata};
+use crate::control::sampling::{self, SmSamples};
+use crate::control::{
+    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, LoopState,
+    RateDecision,
+};
+use crate::error_chain::with_causes;
+use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
+
+use super::status::Status;
+
+/// One GPU of the node as NVML lists it.
+#[derive(Debug, Clone)]
+struct NodeGpu {
+    index: u32,
+    uuid: [u8; 16],
+}
+
+/// NVML and the node's GPUs.
+struct Gpus {
+    backend: NvmlBackend,
+    gpus: Vec<NodeGpu>,
+}
+
+/// What one period read of a container before deciding.
+struct Observed {
+    usage: Option<UsageSnapshot>,
+    processes: Vec<ProcessView>,
+    host_pids: Vec<u32>,
+    problems: Vec<String>,
+}
+
+/// What the loop keeps per managed container (a cache of the host state).
+struct Managed {
+    control: Mapped<ControlRegion>,
+    /// The period in which this agent took the container over.
+    since: u64,
+}
+
+/// The measured use of one (container, GPU) in one period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuView {
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Memory limit written to the control region (bytes; null: unlimited).
+    pub memory_limit_bytes: Option<u64>,
+    /// Launch rate in the control region (warps/s; null: unlimited).
+    pub launch_rate: Option<u64>,
+    /// Bytes the preload accounts for (usage region).
+    pub preload_used_bytes: u64,
+    /// Bytes NVML reports for the container's processes.
+    pub nvml_used_bytes: Option<u64>,
+    /// SM use from NVML per-process samples over the last period
+    /// (percent of the GPU, summed over the container's host pids).
+    pub sm_percent: Option<f64>,
+    /// The SM percent the launch rate aims at (the target for hard
+    /// containers, the allocation for elastic ones).
+    pub cap_percent: Option<f64>,
+    /// Measured minus cap (percentage points).
+    pub error_pp: Option<f64>,
+    /// What the controller's loop is doing.
+    pub loop_state: Option<LoopState>,
+    /// Warps admitted by the launch bucket (cumulative).
+    pub warps: u64,
+    /// Launches admitted (cumulative).
+    pub launches: u64,
+    /// Time spent throttled (ns, cumulative).
+    pub throttled_ns: u64,
+}
+
+/// One container in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerView {
+    /// Id.
+    pub id: String,
+    /// Region directory.
+    pub dir: PathBuf,
+    /// Its metadata.
+    pub meta: Metadata,
+    /// Control region epoch after this period.
+    pub epoch: u64,
+    /// The period (of this agent) in which it took the container over: 0
+    /// for containers that existed when it started.
+    pub since_period: Option<u64>,
+    /// Per GPU.
+    pub gpus: Vec<GpuView>,
+    /// Its processes (cgroup members and usage slots, joined).
+    pub processes: Vec<ProcessView>,
+    /// Problems of this period (usage region unreadable, cgroup missing,
+    /// control not written …).
+    pub problems: Vec<String>,
+}
+
+/// The view of one period (served at `/containers`).
+#[derive(Debug, Clone, Serialize)]
+pub struct View {
+    /// Periods completed before this one.
+    pub period: u64,
+    /// The root.
+    pub root: PathBuf,
+    /// Managed containers.
+    pub containers: Vec<ContainerView>,
+    /// Entries of the root that are not usable containers.
+    pub skipped: Vec<SkippedView>,
+    /// NVML state.
+    pub nvml: String,
+    /// How long the period took (µs).
+    pub duration_us: u64,
+}
+
+/// A skipped entry in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedView {
+    /// Entry name.
+    pub name: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The loop's state.
+pub struct Agent {
+    store: Store,
+    nvml_lib: PathBuf,
+    nvml_retry: Duration,
+    cgroup_root: Option<PathBuf>,
+    proc_root: PathBuf,
+    gpus: Option<Gpus>,
+    nvml_error: String,
+    nvml_next_try: Instant,
+    managed: HashMap<ContainerId, Managed>,
+    /// Skipped entries already logged (name → reason), to log changes only.
+    reported: BTreeMap<String, String>,
+    periods: u64,
+    last_sample_us: u64,
+    /// One compute controller per GPU (by UUID).
+    controllers: HashMap<[u8; 16], GpuController>,
+    /// Start of each GPU's next SM sample window (µs).
+    sm_since: HashMap<[u8; 16], u64>,
+}
+
+fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Agent {
+    /// A loop over `config`'s root; the cgroup v2 root is detected when
+    /// not configured.
+    pub fn new(config: &Config) -> Self {
+        let cgroup_root = config
+            .cgroup_root
+            .clone()
+            .or_else(|| crate::cgroup::cgroup2_root().ok());
+        match &cgroup_root {
+            Some(r) => tracing::info!(cgroup_root = %r.display(), "cgroup v2 hierarchy"),
+            None => tracing::warn!(
+                "no cgroup v2 hierarchy found; processes are known only from usage regions"
+            ),
+        }
+        Self {
+            store: Store::new(&config.root),
+            nvml_lib: config.nvml_lib.clone(),
+            nvml_retry: config.nvml_retry,
+            cgroup_root,
+            proc_root: config.proc_root.clone(),
+            gpus: None,
+            nvml_error: "not initialised yet".to_owned(),
+            nvml_next_try: Instant::now(),
+            managed: HashMap::new(),
+            reported: BTreeMap::new(),
+            periods: 0,
+            last_sample_us: unix_us(),
+            controllers: HashMap::new(),
+            sm_since: HashMap::new(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn ensure_nvml(&mut self, status: &Status) {
+        if self.gpus.is_some() || Instant::now() < self.nvml_next_try {
+            return;
+        }
+        self.nvml_next_try = Instant::now() + self.nvml_retry;
+        let loaded = NvmlBackend::load(self.nvml_lib.as_os_str()).and_then(|backend| {
+            let n = backend.device_count()?;
+            let mut gpus = Vec::new();
+            for index in 0..n {
+                let d = backend.device(index)?;
+                if let Some(uuid) = tessera_region::spec::parse_uuid(&d.uuid) {
+                    gpus.push(NodeGpu { index, uuid });
+                }
+            }
+            Ok(Gpus { backend, gpus })
+        });
+        match loaded {
+            Ok(g) => {
+                tracing::info!(gpus = g.gpus.len(), lib = %self.nvml_lib.display(), "NVML initialised");
+                self.gpus = Some(g);
+                self.nvml_error.clear();
+                status.set_nvml(Ok(()));
+            }
+            Err(e) => {
+                let msg = with_causes(&e);
+                if msg != self.nvml_error {
+                    tracing::warn!(error = %msg, retry_ms = self.nvml_retry.as_millis() as u64, "NVML unavailable");
+                }
+                self.nvml_error.clone_from(&msg);
+                status.set_nvml(Err(msg));
+            }
+        }
+    }
+
+    /// NVML's live state of every GPU, by UUID (empty without NVML).
+    fn sample_gpus(&mut self) -> HashMap<[u8; 16], GpuUsage> {
+        let mut out = HashMap::new();
+        let since = self.last_sample_us;
+        self.last_sample_us = unix_us();
+        let Some(g) = &self.gpus else {
+            return out;
+        };
+        for gpu in &g.gpus {
+            match g.backend.usage(gpu.index, since) {
+                Ok(u) => {
+                    out.insert(gpu.uuid, u);
+                }
+                Err(e) => tracing::debug!(gpu = gpu.index, error = %with_causes(&e), "no usage"),
+            }
+        }
+        out
+    }
+
+    fn report_skipped(&mut self, skipped: &[Skipped]) {
+        let now: BTreeMap<String, String> = skipped
+            .iter()
+            .map(|s| (s.name.clone(), s.reason.clone()))
+            .collect();
+        for (name, reason) in &now {
+            if self.reported.get(name) != Some(reason) {
+                tracing::warn!(entry = %name, %reason, "skipping an entry of the container root");
+            }
+        }
+        self.reported = now;
+    }
+
+    /// Host processes of `meta`'s cgroup joined with `usage`'s slots.
+    fn processes(
+        &self,
+        meta: &Metadata,
+        usage: Option<&UsageSnapshot>,
+        problems: &mut Vec<String>,
+    ) -> Vec<ProcessView> {
+        let slots = usage.map(|u| u.slots.as_slice()).unwrap_or_default();
+        match (&meta.cgroup, &self.cgroup_root) {
+            (Some(rel), Some(root)) => {
+                let dir = root.join(rel.trim_start_matches('/'));
+                match pids::cgroup_pids(&dir) {
+                    Ok(host) => {
+                        let procs: Vec<_> = host
+                            .iter()
+                            .filter_map(|&p| pids::proc_info(&self.proc_root, p))
+                            .collect();
+                        pids::join(&procs, slots)
+                    }
+                    Err(e) => {
+                        problems.push(format!(
+                            "cannot read the processes of cgroup {}: {e}",
+                            dir.display()
+                        ));
+                        pids::join(&[], slots)
+                    }
+                }
+            }
+            (Some(rel), None) => {
+                problems.push(format!(
+                    "cgroup {rel} is set but no cgroup v2 hierarchy is mounted"
+                ));
+                pids::join(&[], slots)
+            }
+            (None, _) => pids::join_same_namespace(&self.proc_root, slots),
+        }
+    }
+
+    /// Each GPU's SM samples since the previous period (empty without NVML).
+    fn sample_sm(&mut self) -> HashMap<[u8; 16], SmSamples> {
+        let mut out = HashMap::new();
+        let Some(g) = &self.gpus else {
+            return out;
+        };
+        for gpu in &g.gpus {
+            let since = *self
+                .sm_since
+                .entry(gpu.uuid)
+                .or_insert_with(sampling::now_us);
+            let read = g
+                .backend
+                .nvml()
+                .device_by_index(gpu.index)
+                .map_err(|source| ControlError::Nvml { source })
+                .and_then(|d| sampling::read_sm_samples(&d, since));
+            match read {
+                Ok(s) => {
+                    self.sm_since.insert(gpu.uuid, s.newest_us);
+                    out.insert(gpu.uuid, s);
+                }
+                Err(e) => {
+                    tracing::debug!(gpu = gpu.index, error = %with_causes(&e), "no SM samples");
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs one period and returns its view.
+    pub fn tick(&mut self, status: &Status) -> View {
+        let start = Instant::now();
+        self.ensure_nvml(status);
+        let (containers, mut skipped) = match self.store.list() {
+            Ok(l) => (l.containers, l.skipped),
+            Err(e) => {
+                tracing::warn!(error = %with_causes(&e), "cannot list the container root");
+                (Vec::new(), Vec::new())
+            }
+        };
+        // Forget what is gone; open what is new (a restarted agent
+        // resumes every existing container here).
+        self.managed
+            .retain(|id, _| containers.iter().any(|c| &c.id == id));
+        let mut ready = Vec::new();
+        for c in containers {
+            if !self.managed.contains_key(&c.id) {
+                match open_control_rw(&c.dir) {
+                    Ok(control) => {
+                        tracing::info!(id = %c.id, dir = %c.dir.display(), "managing container");
+                        let since = self.periods;
+                        self.managed
+                            .insert(c.id.clone(), Managed { control, since });
+                    }
+                    Err(e) => {
+                        skipped.push(Skipped {
+                            name: c.id.to_string(),
+                            reason: with_causes(&e),
+                        });
+                        continue;
+                    }
+                }
+            }
+            ready.push(c);
+        }
+        self.report_skipped(&skipped);
+        let memory = self.sample_gpus();
+        let sm = self.sample_sm();
+        // Observe every container, then decide per GPU, then write.
+        let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c)).collect();
+        let decisions = self.decide(&ready, &observed, &sm);
+        // One writer of control regions at a time; a CLI call holding the
+        // lock delays this period's writes to the next one.
+        let lock = self.store.try_lock().ok().flatten();
+        let views = ready
+            .iter()
+            .zip(observed)
+            .map(|(c, o)| self.publish(c, o, &memory, &sm, &decisions, lock.as_ref()))
+            .collect();
+        drop(lock);
+        let view = View {
+            period: self.periods,
+            root: self.store.root().to_path_buf(),
+            containers: views,
+            skipped: skipped
+                .into_iter()
+                .map(|s| SkippedView {
+                    name: s.name,
+                    reason: s.reason,
+                })
+                .collect(),
+            nvml: if self.gpus.is_some() {
+                "ready".to_owned()
+            } else {
+                self.nvml_error.clone()
+            },
+            duration_us: start.elapsed().as_micros() as u64,
+        };
+        self.periods += 1;
+        view
+    }
+
+    /// A container's usage region and processes.
+    fn observe(&self, c: &Container) -> Observed {
+        let mut problems = Vec::new();
+        let usage = read_usage_bytes(&c.dir.join(USAGE_FILE))
+            .and_then(|b| read_usage(&b))
+            .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
+            .ok();
+        let processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
+        let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
+        Observed {
+            usage,
+            processes,
+            host_pids,
+            problems,
+        }
+    }
+
+    /// One controller tick per GPU of the node: the launch limits of every
+    /// (container, GPU), by container and UUID. Without NVML nothing is
+    /// decided (rates stay as they are).
+    fn decide(
+        &mut self,
+        ready: &[Container],
+        observed: &[Observed],
+        sm: &HashMap<[u8; 16], SmSamples>,
+    ) -> HashMap<(ContainerId, [u8; 16]), RateDecision> {
+        let mut out = HashMap::new();
+        let Some(g) = &self.gpus else {
+            return out;
+        };
+        let now = Instant::now();
+        for gpu in &g.gpus {
+            let ctl = self
+                .controllers
+                .entry(gpu.uuid)
+                .or_insert_with(|| GpuController::new(ControllerConfig::default()));
+            let mut sample = GpuSample {
+                busy_percent: sm.get(&gpu.uuid).map(SmSamples::total),
+                containers: Vec::new(),
+            };
+            let mut present = Vec::new();
+            for (c, o) in ready.iter().zip(observed) {
+                let Some(i) = c.meta.uuids().iter().position(|u| u == &gpu.uuid) else {
+                    continue;
+                };
+                let id = c.id.as_str();
+                present.push(id.to_owned());
+                let control = c.meta.control();
+                let known = ctl.containers().any(|(k, _)| k == id);
+                let applied = if known {
+                    ctl.upsert(id, control)
+                } else {
+                    // Resume from the rate in its control region (I4: a
+                    // restarted agent continues without a jump).
+                    let rate = self
+                        .managed
+                        .get(&c.id)
+                        .map_or(UNLIMITED, |m| m.control.gpu(i).0.launch_rate);
+                    ctl.resume(id, control, rate)
+                };
+                if let Err(e) = applied {
+                    tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
+                    continue;
+                }
+                if let Some(u) = &o.usage {
+                    let pct = sm
+                        .get(&gpu.uuid)
+                        .map(|s| s.sum_over(o.host_pids.iter().copied()));
+                    sample
+                        .containers
+                        .push(ContainerSample::from_usage(id, pct, u, i));
+                }
+            }
+            let gone: Vec<String> = ctl
+                .containers()
+                .map(|(k, _)| k.to_owned())
+                .filter(|k| !present.contains(k))
+                .collect();
+            for k in gone {
+                ctl.remove(&k);
+            }
+            for d in ctl.tick(now, &sample) {
+                if let Ok(id) = ContainerId::new(&d.id) {
+                    out.insert((id, gpu.uuid), d);
+                }
+            }
+        }
+        self.controllers
+            .retain(|u, _| g.gpus.iter().any(|gpu| &gpu.uuid == u));
+        out
+    }
+
+    /// Writes a container's control region (memory limits from its
+    /// metadata, launch limits from the controller) and builds its view.
+    fn publish(
+        &mut self,
+        c: &Container,
+        o: Observed,
+        memory: &HashMap<[u8; 16], GpuUsage>,
+        sm: &HashMap<[u8; 16], SmSamples>,
+        decisions: &HashMap<(ContainerId, [u8; 16]), RateDecision>,
+        lock: Option<&WriterLock>,
+    ) -> ContainerView {
+        let Observed {
+            usage,
+            processes,
+            host_pids,
+            mut problems,
+        } = o;
+        let node_gpus: Vec<[u8; 16]> = self
+            .gpus
+            .as_ref()
+            .map(|g| g.gpus.iter().map(|g| g.uuid).collect())
+            .unwrap_or_default();
+        let Some(m) = self.managed.get_mut(&c.id) else {
+            problems.push("control region not open".to_owned());
+            return ContainerView {
+                id: c.id.to_string(),
+                dir: c.dir.clone(),
+                meta: c.meta.clone(),
+                epoch: 0,
+                since_period: None,
+                gpus: Vec::new(),
+                processes,
+                problems,
+            };
+        };
+        let current = m.control.snapshot();
+        let spec: ControlSpec = c.meta.control_spec(|uuid| {
+            if let Some(d) = decisions.get(&(c.id.clone(), *uuid)) {
+                return (d.launch_rate, d.launch_burst);
+            }
+            current
+                .gpus
+                .iter()
+                .find(|g| &g.uuid == uuid)
+                .map_or((UNLIMITED, 0), |g| (g.launch_rate, g.launch_burst))
+        });
+        for u in c.meta.uuids() {
+            if !node_gpus.is_empty() && !node_gpus.contains(&u) {
+                problems.push(format!("GPU {} is not on this node", format_uuid(&u)));
+            }
+        }
+        if spec.gpus != current.gpus || spec.flags != current.flags {
+            match lock {
+                Some(_) => {
+                    let memory_changed = spec
+                        .gpus
+                        .iter()
+                        .zip(&current.gpus)
+                        .any(|(a, b)| a.memory_limit != b.memory_limit || a.uuid != b.uuid)
+                        || spec.gpus.len() != current.gpus.len();
+                    match m.control.write(&spec) {
+                        Ok(()) if memory_changed => {
+                            tracing::info!(id = %c.id, "memory limits updated from metadata");
+                        }
+                        Ok(()) => {}
+                        Err(e) => {
+                            problems.push(format!("cannot write control: {}", with_causes(&e)));
+                        }
+                    }
+                }
+                None => problems
+                    .push("control region not written: another writer holds the lock".into()),
+            }
+        }
+        let after = m.control.snapshot();
+        let gpus = after
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let mem = memory.get(&g.uuid).map(|s| {
+                    s.processes
+                        .iter()
+                        .filter(|p| host_pids.contains(&p.pid))
+                        .filter_map(|p| p.used_memory_bytes)
+                        .sum()
+                });
+                let bucket = usage.as_ref().map(|u| u.buckets[i]).unwrap_or_default();
+                let d = decisions.get(&(c.id.clone(), g.uuid));
+                GpuView {
+                    uuid: format_uuid(&g.uuid),
+                    memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
+                    launch_rate: (g.launch_rate != UNLIMITED).then_some(g.launch_rate),
+                    preload_used_bytes: usage.as_ref().map_or(0, |u| u.used[i]),
+                    nvml_used_bytes: mem,
+                    sm_percent: sm
+                        .get(&g.uuid)
+                        .map(|s| s.sum_over(host_pids.iter().copied())),
+                    cap_percent: d.map(|d| d.cap_percent),
+                    error_pp: d.and_then(RateDecision::error_pp),
+                    loop_state: d.map(|d| d.state),
+                    warps: bucket.warps,
+                    launches: bucket.launches,
+                    throttled_ns: bucket.throttled_ns,
+                }
+            })
+            .collect();
+        ContainerView {
+            id: c.id.to_string(),
+            dir: c.dir.clone(),
+            meta: c.meta.clone(),
+            epoch: after.epoch,
+            since_period: Some(m.since),
+            gpus,
+            processes,
+            problems,
+        }
+    }
+}

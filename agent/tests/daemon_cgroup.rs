@@ -1,0 +1,131 @@
+//! Host pids of a container come from its cgroup (`cgroup.procs`, the v2
+//! hierarchy detected, not assumed) and are joined with the usage
+//! region's slots through `NSpid`: a workload in its own pid namespace
+//! registers as pid 1, and the agent names its host pid. Needs root (it
+//! creates a real cgroup and a pid namespace); prints "skipped" otherwise.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+mod daemon_support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use daemon_support::sim::spawn_command_ready;
+use daemon_support::{Agent, Link, Node, container_ok, libtessera, uuid, wait_for, workload};
+use tessera_agent::cgroup::cgroup2_root;
+
+/// A cgroup made for the test, removed on drop (after its processes).
+struct TestCgroup(PathBuf);
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = wait_for(Duration::from_secs(5), || {
+            std::fs::remove_dir(&self.0).is_ok().then_some(())
+        });
+    }
+}
+
+fn root_cgroup() -> Result<TestCgroup, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root".into());
+    }
+    if Command::new("unshare").arg("--version").output().is_err() {
+        return Err("no unshare(1)".into());
+    }
+    let v2 = cgroup2_root().map_err(|e| e.to_string())?;
+    let dir = v2.join(format!("tessera-daemon-test-{}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(TestCgroup(dir))
+}
+
+/// The only child pid of `pid`.
+fn child_of(pid: i32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
+    let cg = match root_cgroup() {
+        Ok(cg) => cg,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let gpu = uuid(&node, 0);
+    let dir = container_ok(
+        &root,
+        &[
+            "add",
+            "--id",
+            "ns",
+            "--gpu",
+            &format!("{gpu},memory=1000"),
+            "--cgroup",
+            cg.0.to_str().unwrap(),
+        ],
+    );
+    let dir = PathBuf::from(dir.trim());
+    let procs = cg.0.join("cgroup.procs");
+    // The workload: into the cgroup, then pid 1 of a new pid namespace
+    // (with its own /proc, as in a container).
+    let mut c = node.command(&PathBuf::from("sh"));
+    c.arg("-c")
+        .arg(format!(
+            "echo 0 > {} && exec unshare --pid --fork --mount-proc --kill-child {} dev 0 alloc 100 ready hold",
+            procs.display(),
+            workload(Link::Direct).display()
+        ))
+        .env("LD_PRELOAD", libtessera())
+        .env("TESSERA_REGION_DIR", &dir);
+    let work = spawn_command_ready(c, "workload in a pid namespace");
+    let host = child_of(work.pid()).expect("unshare's child");
+    // The namespace's init ignores SIGTERM from outside: SIGKILL it on
+    // any exit of this test (unshare's --kill-child covers unshare's end).
+    struct KillOnDrop(u32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on a pid this test started.
+            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        }
+    }
+    let _init = KillOnDrop(host);
+    // A member that never loads the preload.
+    let mut plain = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo 0 > {} && exec sleep 60", procs.display()))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let plain_pid = plain.id();
+
+    let agent = Agent::start(&node, &root, &[]);
+    agent.wait_ready();
+    let view = agent.wait_view("both processes", |v| {
+        Agent::container(v, "ns").is_some_and(|c| {
+            let p = c["processes"].as_array().unwrap();
+            p.iter().any(|p| p["source"] == "registered")
+                && p.iter().any(|p| p["host_pid"] == plain_pid)
+        })
+    });
+    let c = Agent::container(&view, "ns").unwrap();
+    let p = c["processes"].as_array().unwrap();
+    let reg = p.iter().find(|p| p["source"] == "registered").unwrap();
+    assert_eq!(reg["ns_pid"], 1, "{c:#}");
+    assert_eq!(reg["host_pid"], host, "{c:#}");
+    let plain_view = p.iter().find(|p| p["host_pid"] == plain_pid).unwrap();
+    assert_eq!(plain_view["source"], "unregistered", "{c:#}");
+    assert!(!p.iter().any(|p| p["source"] == "unmatched_slot"), "{c:#}");
+    assert_eq!(c["gpus"][0]["preload_used_bytes"], 100u64 << 20);
+    drop(work);
+    let _ = plain.kill();
+    let _ = plain.wait();
+}
