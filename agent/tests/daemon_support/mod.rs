@@ -4,8 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-#[path = "../../../preload/gpusim/tests/support/mod.rs"]
-pub mod sim;
+pub use tessera_testkit::sim;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
