@@ -10,18 +10,7 @@ use common::{Container, field, memory_limit};
 fn a_child_forked_mid_call_never_waits_for_the_parents_locks() {
     let c = Container::new(|u| memory_limit(u, 4000));
     let dir = tempfile::tempdir().unwrap();
-    let probe = dir.path().join("fork_locks");
-    let sim = common::sim::sim_dir();
-    common::sim::cc(&[
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fork_locks.c"),
-        "-o",
-        probe.to_str().unwrap(),
-        &format!("-L{}", sim.display()),
-        &format!("-Wl,-rpath,{}", sim.display()),
-        "-lcuda",
-        "-lnvidia-ml",
-        "-lpthread",
-    ]);
+    let probe = common::linked_probe(dir.path(), "fork_locks");
     // cuda: a thread allocates while the children ask NVML; nvml: a
     // thread reads memory information while the children allocate. Each
     // child's calls take the locks the parent's thread keeps taking.

@@ -230,17 +230,7 @@ fn contexts_count_and_destroying_one_returns_its_memory() {
 fn a_forked_child_is_charged_in_its_own_slot_or_refused() {
     let c = Container::new(|u| memory_limit(u, 1000));
     let dir = tempfile::tempdir().unwrap();
-    let probe = dir.path().join("fork_probe");
-    let sim = common::sim::sim_dir();
-    common::sim::cc(&[
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fork_probe.c"),
-        "-o",
-        probe.to_str().unwrap(),
-        &format!("-L{}", sim.display()),
-        &format!("-Wl,-rpath,{}", sim.display()),
-        "-lcuda",
-        "-lnvidia-ml",
-    ]);
+    let probe = common::linked_probe(dir.path(), "fork_probe");
     let child = |mode: &str| {
         let out = c.command(&probe).arg(mode).output().unwrap();
         assert!(out.status.success(), "{mode}: {out:?}");

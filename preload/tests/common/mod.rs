@@ -125,6 +125,25 @@ impl Container {
     }
 }
 
+/// Compiles `tests/c/<name>.c` into `dir`, linked against the stand-in
+/// `libcuda` and `libnvidia-ml` (with an rpath) and pthreads.
+pub fn linked_probe(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let sim = sim::sim_dir();
+    sim::cc(&[
+        src.to_str().unwrap(),
+        "-o",
+        exe.to_str().unwrap(),
+        &format!("-L{}", sim.display()),
+        &format!("-Wl,-rpath,{}", sim.display()),
+        "-lcuda",
+        "-lnvidia-ml",
+        "-lpthread",
+    ]);
+    exe
+}
+
 /// `tests/c/graph_probe.c` built for `link`, once per test binary.
 pub fn graph_probe(link: Link) -> PathBuf {
     static BUILT: std::sync::OnceLock<(tempfile::TempDir, [PathBuf; 3])> =
