@@ -33,4 +33,5 @@ pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
 pub mod mountinfo;
+pub mod policy;
 pub mod region;

@@ -12,6 +12,7 @@
 pub mod http;
 pub mod status;
 pub mod tick;
+pub mod view;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tessera_region::control::ControlSpec;
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw, read_usage_bytes};
 use tessera_region::layout::{ControlRegion, UNLIMITED};
@@ -29,13 +28,15 @@ use crate::containers::store::{Container, Skipped, Store, WriterLock};
 use crate::containers::{ContainerId, Metadata};
 use crate::control::sampling::{self, SmSamples};
 use crate::control::{
-    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, LoopState,
-    RateDecision,
+    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, RateDecision,
 };
 use crate::error_chain::with_causes;
 use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
 
+use crate::policy::Policy;
+
 use super::status::Status;
+use super::view::{ContainerView, EnforcementView, GpuView, PolicyView, SkippedView, View};
 
 /// One GPU of the node as NVML lists it.
 #[derive(Debug, Clone)]
@@ -65,86 +66,6 @@ struct Managed {
     since: u64,
 }
 
-/// The measured use of one (container, GPU) in one period.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct GpuView {
-    /// `GPU-…` UUID.
-    pub uuid: String,
-    /// Memory limit written to the control region (bytes; null: unlimited).
-    pub memory_limit_bytes: Option<u64>,
-    /// Launch rate in the control region (warps/s; null: unlimited).
-    pub launch_rate: Option<u64>,
-    /// Bytes the preload accounts for (usage region).
-    pub preload_used_bytes: u64,
-    /// Bytes NVML reports for the container's processes.
-    pub nvml_used_bytes: Option<u64>,
-    /// SM use from NVML per-process samples over the last period
-    /// (percent of the GPU, summed over the container's host pids).
-    pub sm_percent: Option<f64>,
-    /// The SM percent the launch rate aims at (the target for hard
-    /// containers, the allocation for elastic ones).
-    pub cap_percent: Option<f64>,
-    /// Measured minus cap (percentage points).
-    pub error_pp: Option<f64>,
-    /// What the controller's loop is doing.
-    pub loop_state: Option<LoopState>,
-    /// Warps admitted by the launch bucket (cumulative).
-    pub warps: u64,
-    /// Launches admitted (cumulative).
-    pub launches: u64,
-    /// Time spent throttled (ns, cumulative).
-    pub throttled_ns: u64,
-}
-
-/// One container in the view.
-#[derive(Debug, Clone, Serialize)]
-pub struct ContainerView {
-    /// Id.
-    pub id: String,
-    /// Region directory.
-    pub dir: PathBuf,
-    /// Its metadata.
-    pub meta: Metadata,
-    /// Control region epoch after this period.
-    pub epoch: u64,
-    /// The period (of this agent) in which it took the container over: 0
-    /// for containers that existed when it started.
-    pub since_period: Option<u64>,
-    /// Per GPU.
-    pub gpus: Vec<GpuView>,
-    /// Its processes (cgroup members and usage slots, joined).
-    pub processes: Vec<ProcessView>,
-    /// Problems of this period (usage region unreadable, cgroup missing,
-    /// control not written …).
-    pub problems: Vec<String>,
-}
-
-/// The view of one period (served at `/containers`).
-#[derive(Debug, Clone, Serialize)]
-pub struct View {
-    /// Periods completed before this one.
-    pub period: u64,
-    /// The root.
-    pub root: PathBuf,
-    /// Managed containers.
-    pub containers: Vec<ContainerView>,
-    /// Entries of the root that are not usable containers.
-    pub skipped: Vec<SkippedView>,
-    /// NVML state.
-    pub nvml: String,
-    /// How long the period took (µs).
-    pub duration_us: u64,
-}
-
-/// A skipped entry in the view.
-#[derive(Debug, Clone, Serialize)]
-pub struct SkippedView {
-    /// Entry name.
-    pub name: String,
-    /// Why.
-    pub reason: String,
-}
-
 /// The loop's state.
 pub struct Agent {
     store: Store,
@@ -164,6 +85,8 @@ pub struct Agent {
     controllers: HashMap<[u8; 16], GpuController>,
     /// Start of each GPU's next SM sample window (µs).
     sm_since: HashMap<[u8; 16], u64>,
+    /// The policy in force.
+    policy: Policy,
 }
 
 fn unix_us() -> u64 {
@@ -201,6 +124,7 @@ impl Agent {
             last_sample_us: unix_us(),
             controllers: HashMap::new(),
             sm_since: HashMap::new(),
+            policy: Policy::default(),
         }
     }
 
@@ -411,6 +335,8 @@ impl Agent {
                 self.nvml_error.clone()
             },
             duration_us: start.elapsed().as_micros() as u64,
+            ebpf: "not started".to_owned(),
+            policy: PolicyView::default(),
         };
         self.periods += 1;
         view
@@ -541,6 +467,9 @@ impl Agent {
                 gpus: Vec::new(),
                 processes,
                 problems,
+                policy: self.policy.effective(&c.meta),
+                ebpf: None,
+                enforcement: EnforcementView::default(),
             };
         };
         let current = m.control.snapshot();
@@ -612,6 +541,7 @@ impl Agent {
                     warps: bucket.warps,
                     launches: bucket.launches,
                     throttled_ns: bucket.throttled_ns,
+                    ebpf_used_bytes: None,
                 }
             })
             .collect();
@@ -624,6 +554,12 @@ impl Agent {
             gpus,
             processes,
             problems,
+            policy: self.policy.effective(&c.meta),
+            ebpf: None,
+            enforcement: EnforcementView {
+                state: "running".to_owned(),
+                ..EnforcementView::default()
+            },
         }
     }
 }

@@ -1,0 +1,177 @@
+//! What one control period saw and did: served as JSON at `/containers`,
+//! rendered as Prometheus series, shown by the demo. The loop builds it
+//! ([`super::tick`]); readers never see a half-built one.
+//!
+//! Counters here (`warps`, `ioctls`, enforcement counts …) are cumulative
+//! since the agent started (or since the usage region was created, for the
+//! region's own counters), so a reader can turn them into rates.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::containers::Metadata;
+use crate::containers::pids::ProcessView;
+use crate::control::LoopState;
+use crate::policy::{Action, Effective};
+
+/// The measured use of one (container, GPU) in one period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuView {
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Memory limit written to the control region (bytes; null: unlimited).
+    pub memory_limit_bytes: Option<u64>,
+    /// Launch rate in the control region (warps/s; null: unlimited).
+    pub launch_rate: Option<u64>,
+    /// Bytes the preload accounts for (usage region).
+    pub preload_used_bytes: u64,
+    /// Bytes NVML reports for the container's processes.
+    pub nvml_used_bytes: Option<u64>,
+    /// SM use from NVML per-process samples over the last period
+    /// (percent of the GPU, summed over the container's host pids).
+    pub sm_percent: Option<f64>,
+    /// The SM percent the launch rate aims at (the target for hard
+    /// containers, the allocation for elastic ones).
+    pub cap_percent: Option<f64>,
+    /// Measured minus cap (percentage points).
+    pub error_pp: Option<f64>,
+    /// What the controller's loop is doing.
+    pub loop_state: Option<LoopState>,
+    /// Warps admitted by the launch bucket (cumulative).
+    pub warps: u64,
+    /// Launches admitted (cumulative).
+    pub launches: u64,
+    /// Time spent throttled (ns, cumulative).
+    pub throttled_ns: u64,
+    /// Bytes the eBPF observer estimates from the container's allocation
+    /// ioctls on this GPU (null: no observer).
+    pub ebpf_used_bytes: Option<u64>,
+}
+
+/// One container in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerView {
+    /// Id.
+    pub id: String,
+    /// Region directory.
+    pub dir: PathBuf,
+    /// Its metadata.
+    pub meta: Metadata,
+    /// Control region epoch after this period.
+    pub epoch: u64,
+    /// The period (of this agent) in which it took the container over: 0
+    /// for containers that existed when it started.
+    pub since_period: Option<u64>,
+    /// Per GPU.
+    pub gpus: Vec<GpuView>,
+    /// Its processes (cgroup members and usage slots, joined).
+    pub processes: Vec<ProcessView>,
+    /// Problems of this period (usage region unreadable, cgroup missing,
+    /// control not written …).
+    pub problems: Vec<String>,
+    /// What the policy decided for it.
+    pub policy: Effective,
+    /// What the eBPF observer saw (null: no observer).
+    pub ebpf: Option<EbpfView>,
+    /// What the watchdog did.
+    pub enforcement: EnforcementView,
+}
+
+/// The view of one period (served at `/containers`).
+#[derive(Debug, Clone, Serialize)]
+pub struct View {
+    /// Periods completed before this one.
+    pub period: u64,
+    /// The root.
+    pub root: PathBuf,
+    /// Managed containers.
+    pub containers: Vec<ContainerView>,
+    /// Entries of the root that are not usable containers.
+    pub skipped: Vec<SkippedView>,
+    /// NVML state.
+    pub nvml: String,
+    /// How long the period took (µs).
+    pub duration_us: u64,
+    /// The eBPF observer's state (`running (<mode>)`, or why not).
+    pub ebpf: String,
+    /// The policy in force.
+    pub policy: PolicyView,
+}
+
+/// The policy in force and the last reload.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyView {
+    /// The policy file (null: built-in defaults).
+    pub file: Option<PathBuf>,
+    /// Policies loaded so far (1 after the first load).
+    pub loads: u64,
+    /// Why the newest file was refused (the previous policy stays).
+    pub error: Option<String>,
+}
+
+/// A skipped entry in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedView {
+    /// Entry name.
+    pub name: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// What the eBPF observer saw of one container (cumulative since the agent
+/// started watching its cgroup).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EbpfView {
+    /// NVIDIA ioctls issued by its processes.
+    pub ioctls: u64,
+    /// Opens of GPU device nodes.
+    pub opens: u64,
+    /// Processes reported as using the GPU without the interposer.
+    pub bypass_events: u64,
+}
+
+/// Why the watchdog acted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Real memory (NVML) above the container's limit.
+    MemoryOverage,
+    /// A process used the GPU without the interposer.
+    Bypass,
+}
+
+impl Reason {
+    /// Every reason.
+    pub const ALL: [Reason; 2] = [Reason::MemoryOverage, Reason::Bypass];
+
+    /// The name used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::MemoryOverage => "memory_overage",
+            Reason::Bypass => "bypass",
+        }
+    }
+}
+
+/// How often the watchdog took one action for one reason (cumulative).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionCount {
+    /// Why.
+    pub reason: Reason,
+    /// What.
+    pub action: Action,
+    /// How often.
+    pub count: u64,
+}
+
+/// What the watchdog has done to a container.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EnforcementView {
+    /// `running`, `denied` (GPU opens refused), `frozen` or `killed`.
+    pub state: String,
+    /// Actions taken, per reason and action.
+    pub actions: Vec<ActionCount>,
+    /// The latest event, one line (none yet: null).
+    pub last_event: Option<String>,
+}
