@@ -36,7 +36,9 @@ use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
 use crate::policy::Policy;
 
 use super::status::Status;
-use super::view::{ContainerView, EnforcementView, GpuView, PolicyView, SkippedView, View};
+use super::view::{
+    ContainerView, DeviceView, EnforcementView, GpuView, PolicyView, SkippedView, View,
+};
 
 /// One GPU of the node as NVML lists it.
 #[derive(Debug, Clone)]
@@ -334,12 +336,38 @@ impl Agent {
             } else {
                 self.nvml_error.clone()
             },
+            devices: self.devices(&memory, &sm),
             duration_us: start.elapsed().as_micros() as u64,
             ebpf: "not started".to_owned(),
             policy: PolicyView::default(),
         };
         self.periods += 1;
         view
+    }
+
+    /// Every GPU of the node in this period's view.
+    fn devices(
+        &self,
+        memory: &HashMap<[u8; 16], GpuUsage>,
+        sm: &HashMap<[u8; 16], SmSamples>,
+    ) -> Vec<DeviceView> {
+        let Some(g) = &self.gpus else {
+            return Vec::new();
+        };
+        g.gpus
+            .iter()
+            .map(|gpu| {
+                let m = memory.get(&gpu.uuid);
+                DeviceView {
+                    index: gpu.index,
+                    uuid: format_uuid(&gpu.uuid),
+                    memory_used_bytes: m.map(|m| m.memory_used_bytes),
+                    memory_total_bytes: m.map(|m| m.memory_used_bytes + m.memory_free_bytes),
+                    sm_percent: sm.get(&gpu.uuid).map(SmSamples::total),
+                    healthy: m.is_some(),
+                }
+            })
+            .collect()
     }
 
     /// A container's usage region and processes.

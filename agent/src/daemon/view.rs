@@ -93,10 +93,30 @@ pub struct View {
     pub nvml: String,
     /// How long the period took (µs).
     pub duration_us: u64,
+    /// The node's GPUs as NVML sees them this period (empty without NVML).
+    pub devices: Vec<DeviceView>,
     /// The eBPF observer's state (`running (<mode>)`, or why not).
     pub ebpf: String,
     /// The policy in force.
     pub policy: PolicyView,
+}
+
+/// One GPU of the node in one period.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceView {
+    /// NVML index.
+    pub index: u32,
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Memory allocated by all processes (bytes; null: NVML did not answer).
+    pub memory_used_bytes: Option<u64>,
+    /// Framebuffer size (bytes; null: NVML did not answer).
+    pub memory_total_bytes: Option<u64>,
+    /// Percent of the GPU's time a kernel ran over the last period, summed
+    /// over NVML's per-process samples (null: no samples).
+    pub sm_percent: Option<f64>,
+    /// Whether NVML answered for it this period.
+    pub healthy: bool,
 }
 
 /// The policy in force and the last reload.
