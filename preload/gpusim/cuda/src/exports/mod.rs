@@ -57,7 +57,7 @@ macro_rules! cu_export {
     ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {
         $(
             $(#[$m])*
-            #[unsafe(no_mangle)]
+            #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::status::CUresult {
                 $crate::exports::guard(move || $body)
@@ -71,7 +71,7 @@ macro_rules! cu_export {
 macro_rules! cu_alias {
     ($( $alias:ident => $target:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
         $(
-            #[unsafe(no_mangle)]
+            #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $alias($($arg: $ty),*) -> $crate::status::CUresult {
                 // SAFETY: same contract as the target, which takes the same

@@ -220,7 +220,7 @@ cu_alias! {
 }
 
 /// `cuStreamBeginCapture` (CUDA 10.0): global capture mode.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 #[allow(non_snake_case, clippy::missing_safety_doc)]
 pub unsafe extern "C" fn cuStreamBeginCapture(s: Handle) -> CUresult {
     // SAFETY: forwards the caller's handle with the default mode.

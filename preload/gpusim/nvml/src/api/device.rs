@@ -15,14 +15,14 @@ use crate::library::context;
 use crate::{handle, pci, ptr, sensors};
 
 /// `nvmlDeviceGetCount` (v1).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetCount(device_count: *mut c_uint) -> Return {
     // SAFETY: same contract.
     unsafe { nvmlDeviceGetCount_v2(device_count) }
 }
 
 /// `nvmlDeviceGetCount_v2`: GPUs in the node description.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(device_count: *mut c_uint) -> Return {
     entry(|| {
         let ctx = context()?;
@@ -32,7 +32,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(device_count: *mut c_uint) -> Ret
 }
 
 /// `nvmlDeviceGetHandleByIndex` (v1).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
     index: c_uint,
     device: *mut DeviceHandle,
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(
 }
 
 /// `nvmlDeviceGetHandleByIndex_v2`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     index: c_uint,
     device: *mut DeviceHandle,
@@ -59,7 +59,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
 }
 
 /// `nvmlDeviceGetHandleByUUID`: exact match on `GPU-…`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
     device: *mut DeviceHandle,
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
 }
 
 /// `nvmlDeviceGetHandleByPciBusId` (v1).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
     pci_bus_id: *const c_char,
     device: *mut DeviceHandle,
@@ -88,7 +88,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
 }
 
 /// `nvmlDeviceGetHandleByPciBusId_v2`: any case, 4- or 8-digit domain.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     pci_bus_id: *const c_char,
     device: *mut DeviceHandle,
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
 }
 
 /// `nvmlDeviceGetIndex`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(device: DeviceHandle, index: *mut c_uint) -> Return {
     entry(|| {
         let gpu = context()?.gpu(device)?;
@@ -114,7 +114,7 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: DeviceHandle, index: *mut c_
 }
 
 /// `nvmlDeviceGetName`: the node description's `model`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetName(
     device: DeviceHandle,
     name: *mut c_char,
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
 }
 
 /// `nvmlDeviceGetUUID`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(
     device: DeviceHandle,
     uuid: *mut c_char,
@@ -144,7 +144,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
 }
 
 /// `nvmlDeviceGetMinorNumber`: the index (`/dev/nvidia<index>`).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     device: DeviceHandle,
     minor_number: *mut c_uint,
@@ -163,7 +163,7 @@ fn pci_info(device: DeviceHandle) -> Result<PciInfo, NvmlError> {
 }
 
 /// `nvmlDeviceGetPciInfo` (v1): the 52-byte struct of its era.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo(device: DeviceHandle, pci: *mut PciInfo) -> Return {
     entry(|| {
         let info = pci_info(device)?;
@@ -173,7 +173,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(device: DeviceHandle, pci: *mut Pc
 }
 
 /// `nvmlDeviceGetPciInfo_v2`: the 52-byte struct of its era.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
     device: DeviceHandle,
     pci: *mut PciInfo,
@@ -183,7 +183,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(
 }
 
 /// `nvmlDeviceGetPciInfo_v3`: the whole `nvmlPciInfo_t`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: DeviceHandle,
     pci: *mut PciInfo,
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
 }
 
 /// `nvmlDeviceGetCudaComputeCapability`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     device: DeviceHandle,
     major: *mut c_int,
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
 }
 
 /// `nvmlDeviceGetMultiGpuBoard`: always 0 (one GPU per board).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMultiGpuBoard(
     device: DeviceHandle,
     multi_gpu_bool: *mut c_uint,
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMultiGpuBoard(
 }
 
 /// `nvmlDeviceGetNumGpuCores`: SMs × cores per SM of the architecture.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(
     device: DeviceHandle,
     num_cores: *mut c_uint,
@@ -247,7 +247,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(
 
 /// `nvmlDeviceGetAttributes_v2`: `NVML_ERROR_NOT_SUPPORTED`, as the header
 /// documents for handles that are not MIG devices (none are simulated).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     device: DeviceHandle,
     attributes: *mut std::ffi::c_void,
@@ -262,7 +262,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
 }
 
 /// `nvmlDeviceGetAttributes` (v1): as `_v2`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetAttributes(
     device: DeviceHandle,
     attributes: *mut std::ffi::c_void,
@@ -273,7 +273,7 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes(
 
 /// `nvmlDeviceGetMigMode`: from the node description's `mig_enabled`;
 /// `NVML_ERROR_NOT_SUPPORTED` before compute capability 8.0 (pre-Ampere).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     device: DeviceHandle,
     current_mode: *mut c_uint,

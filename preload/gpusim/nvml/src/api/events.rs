@@ -13,7 +13,7 @@ use crate::library::context;
 use crate::{handle, ptr};
 
 /// `nvmlEventSetCreate`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut EventSetHandle) -> Return {
     entry(|| {
         context()?;
@@ -26,7 +26,7 @@ pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut EventSetHandle) -> Return 
 }
 
 /// `nvmlDeviceGetSupportedEventTypes`: Xid critical errors only.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     device: DeviceHandle,
     event_types: *mut c_ulonglong,
@@ -41,7 +41,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
 /// `nvmlDeviceRegisterEvents`: types outside `nvmlEventTypeAll` are
 /// invalid; valid types that are not simulated give
 /// `NVML_ERROR_NOT_SUPPORTED` and register nothing.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
     device: DeviceHandle,
     event_types: c_ulonglong,
@@ -70,7 +70,7 @@ fn wait(set: EventSetHandle, timeout_ms: c_uint) -> Result<Event, NvmlError> {
 }
 
 /// `nvmlEventSetWait_v2`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlEventSetWait_v2(
     set: EventSetHandle,
     data: *mut EventData,
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
 }
 
 /// `nvmlEventSetWait` (v1): the event data of its era (no instance ids).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlEventSetWait(
     set: EventSetHandle,
     data: *mut EventDataV1,
@@ -116,7 +116,7 @@ pub unsafe extern "C" fn nvmlEventSetWait(
 }
 
 /// `nvmlEventSetFree`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlEventSetFree(set: EventSetHandle) -> Return {
     entry(|| {
         context()?;

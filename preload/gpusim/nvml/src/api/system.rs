@@ -9,31 +9,31 @@ use crate::library::{self, context};
 use crate::ptr;
 
 /// `nvmlInit` (v1): same as `nvmlInit_v2`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlInit() -> Return {
     entry(library::init)
 }
 
 /// `nvmlInit_v2`: opens the simulated node (reference counted).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlInit_v2() -> Return {
     entry(library::init)
 }
 
 /// `nvmlInitWithFlags`: flags (`NO_GPUS`, `NO_ATTACH`) change nothing here.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> Return {
     entry(library::init)
 }
 
 /// `nvmlShutdown`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlShutdown() -> Return {
     entry(library::shutdown)
 }
 
 /// `nvmlErrorString`: a static string for any code.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlErrorString(result: Return) -> *const c_char {
     std::panic::catch_unwind(|| error::message(result))
         .unwrap_or(error::message(NvmlError::Unknown.code()))
@@ -41,7 +41,7 @@ pub unsafe extern "C" fn nvmlErrorString(result: Return) -> *const c_char {
 }
 
 /// `nvmlSystemGetDriverVersion`: the node description's `driver_version`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     version: *mut c_char,
     length: c_uint,
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
 }
 
 /// `nvmlSystemGetNVMLVersion`: `12.<driver version>`, as NVML reports it.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> Return {
     entry(|| {
         let ctx = context()?;
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: 
 }
 
 /// `nvmlSystemGetCudaDriverVersion`: the node description's `cuda_version`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(cuda_driver_version: *mut c_int) -> Return {
     entry(|| {
         let ctx = context()?;
@@ -75,7 +75,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(cuda_driver_version: *mu
 }
 
 /// `nvmlSystemGetCudaDriverVersion_v2`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
     cuda_driver_version: *mut c_int,
 ) -> Return {
@@ -84,7 +84,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(
 }
 
 /// `nvmlSystemGetProcessName`: the process's `/proc/<pid>/comm`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlSystemGetProcessName(
     pid: c_uint,
     name: *mut c_char,

@@ -26,7 +26,7 @@ use crate::library::context;
 use crate::{pci, ptr};
 
 /// `nvmlDeviceGetNumaNodeId`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
     device: DeviceHandle,
     node: *mut c_uint,
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
 }
 
 /// `nvmlDeviceGetTopologyCommonAncestor`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetTopologyCommonAncestor(
     device1: DeviceHandle,
     device2: DeviceHandle,
@@ -84,7 +84,7 @@ fn link_peer(
 }
 
 /// `nvmlDeviceGetNvLinkState`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(
     device: DeviceHandle,
     link: c_uint,
@@ -109,7 +109,7 @@ fn remote_pci(device: DeviceHandle, link: c_uint) -> Result<PciInfo, NvmlError> 
 }
 
 /// `nvmlDeviceGetNvLinkRemotePciInfo` (v1): the 52-byte struct of its era.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo(
     device: DeviceHandle,
     link: c_uint,
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo(
 }
 
 /// `nvmlDeviceGetNvLinkRemotePciInfo_v2`: the whole `nvmlPciInfo_t`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
     device: DeviceHandle,
     link: c_uint,

@@ -36,7 +36,7 @@ fn live(
 }
 
 /// `nvmlDeviceGetMemoryInfo` (v1): `used` includes the driver's reserve.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: DeviceHandle,
     memory: *mut Memory,
@@ -59,7 +59,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
 }
 
 /// `nvmlDeviceGetMemoryInfo_v2`: `version` must be `nvmlMemory_v2`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: DeviceHandle,
     memory: *mut MemoryV2,
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 
 /// `nvmlDeviceGetUtilizationRates`: kernel and copy activity over the
 /// node's utilisation window.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: DeviceHandle,
     utilization: *mut Utilization,
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
 /// activity since `last_seen_time_stamp` (µs; 0 = the whole history);
 /// `NVML_ERROR_NOT_FOUND` when there is none. A NULL buffer asks for the
 /// count (`NVML_ERROR_INSUFFICIENT_SIZE`).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     device: DeviceHandle,
     utilization: *mut ProcessUtilizationSample,
@@ -178,7 +178,7 @@ fn v1(p: &ProcessInfo) -> ProcessInfoV1 {
 }
 
 /// `nvmlDeviceGetComputeRunningProcesses` (v1): `nvmlProcessInfo_v1_t`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -192,7 +192,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
 }
 
 /// `nvmlDeviceGetComputeRunningProcesses_v2`: `nvmlProcessInfo_v2_t`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
 
 /// `nvmlDeviceGetComputeRunningProcesses_v3`: `nvmlProcessInfo_t` (the
 /// same layout as v2 in this header).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -231,7 +231,7 @@ fn no_processes<T: Copy>(
 }
 
 /// `nvmlDeviceGetGraphicsRunningProcesses` (v1): empty.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -241,7 +241,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(
 }
 
 /// `nvmlDeviceGetGraphicsRunningProcesses_v2`: empty.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -251,7 +251,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(
 }
 
 /// `nvmlDeviceGetGraphicsRunningProcesses_v3`: empty.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -261,7 +261,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
 }
 
 /// `nvmlDeviceGetMPSComputeRunningProcesses_v3`: empty.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
     device: DeviceHandle,
     info_count: *mut c_uint,
@@ -277,7 +277,7 @@ fn util(device: DeviceHandle) -> Result<u32, NvmlError> {
 }
 
 /// `nvmlDeviceGetClockInfo`: see `sensors.rs`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     device: DeviceHandle,
     clock_type: c_uint,
@@ -292,7 +292,7 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
 }
 
 /// `nvmlDeviceGetMaxClockInfo`: see `sensors.rs`.
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     device: DeviceHandle,
     clock_type: c_uint,
@@ -307,7 +307,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
 }
 
 /// `nvmlDeviceGetTemperature`: derived from utilisation (`sensors.rs`).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetTemperature(
     device: DeviceHandle,
     sensor_type: c_uint,
@@ -324,7 +324,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
 }
 
 /// `nvmlDeviceGetPowerUsage` (mW): derived from utilisation (`sensors.rs`).
-#[unsafe(no_mangle)]
+#[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(
     device: DeviceHandle,
     power: *mut c_uint,
