@@ -127,6 +127,25 @@ impl Local {
         }
     }
 
+    /// Spends `cost` from this thread's batch if it is for `gpu`, taken
+    /// under `epoch`, holds enough and has not expired (unlimited: counts
+    /// the launch, up to [`FLUSH_EVERY`] of them).
+    #[inline(always)]
+    fn try_spend(&self, gpu: usize, epoch: u64, cost: u64) -> bool {
+        if self.gpu.get() != gpu || self.epoch.get() != epoch || self.left.get() < cost {
+            return false;
+        }
+        let fresh = if self.unlimited.get() {
+            self.launches.get() < FLUSH_EVERY
+        } else {
+            sys::coarse_ns() < self.expires.get()
+        };
+        if fresh {
+            self.spend(cost);
+        }
+        fresh
+    }
+
     fn spend(&self, cost: u64) {
         self.left.set(self.left.get() - cost);
         self.launches.set(self.launches.get() + 1);
@@ -143,25 +162,16 @@ thread_local! {
 
 /// Waits until a launch of `cost` warps on control GPU `gpu` may start,
 /// and counts it.
+#[inline]
 pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
     // (The field, not `ControlRegion::epoch`: a call into another crate
     // that is not inlined.)
     let epoch = e.control.header.epoch.load(Ordering::Acquire);
-    LOCAL.with(|l| {
-        if l.gpu.get() == gpu && l.epoch.get() == epoch && l.left.get() >= cost {
-            if l.unlimited.get() {
-                // Counted only; the counts go out every FLUSH_EVERY launches.
-                if l.launches.get() < FLUSH_EVERY {
-                    l.spend(cost);
-                    return;
-                }
-            } else if sys::coarse_ns() < l.expires.get() {
-                l.spend(cost);
-                return;
-            }
-        }
-        refill(e, l, gpu, cost);
-    });
+    // The fast path alone inside the thread-local access, so that it
+    // inlines into the hook; the slow path looks the thread-local up again.
+    if !LOCAL.with(|l| l.try_spend(gpu, epoch, cost)) {
+        LOCAL.with(|l| refill(e, l, gpu, cost));
+    }
 }
 
 /// Drops this thread's batch and uncounted launches (in a forked child:

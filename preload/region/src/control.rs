@@ -215,6 +215,7 @@ impl ControlRegion {
     }
 
     /// The current epoch.
+    #[inline]
     pub fn epoch(&self) -> u64 {
         self.header.epoch.load(Ordering::Acquire)
     }
