@@ -43,3 +43,8 @@ $REGION show "$OUT/slow"
 echo "== without libtessera.so (baseline)"
 python3 "$HERE/torch_limits.py" rate "$SECONDS_PER_RUN"
 echo "regions left in $OUT"
+
+if [ "${SKIP_CONTROLLER:-0}" != 1 ]; then
+    echo "== compute controller: tessera-agent on real NVML, PyTorch at SM targets"
+    OUT="$OUT/controller" "$HERE/controller.sh"
+fi

@@ -1,6 +1,7 @@
 //! `cargo xtask gpu-bundle`: a folder that shows the limits on a real
 //! NVIDIA GPU with PyTorch, without Rust on that machine: the release
-//! `libtessera.so` plus the scripts in `xtask/gpu-bundle/`.
+//! `libtessera.so` and `tessera-agent` plus the scripts in
+//! `xtask/gpu-bundle/`.
 
 use std::path::PathBuf;
 
@@ -35,9 +36,11 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|_| ())
     };
     copy(artifacts.lib().join("libtessera.so"), "libtessera.so")?;
+    copy(artifacts.bin().join("tessera-agent"), "tessera-agent")?;
     let src = workspace_root().join("xtask/gpu-bundle");
     for f in [
         "run.sh",
+        "controller.sh",
         "tessera_region.py",
         "torch_limits.py",
         "driver_pages.py",
