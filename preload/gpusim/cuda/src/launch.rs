@@ -1,7 +1,5 @@
 //! Kernel launches, copies and memsets: work items on the timeline.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use gpusim::cost::{LaunchShape, copy_ns};
 use gpusim::layout::ItemKind;
 
@@ -12,15 +10,22 @@ use crate::stream;
 /// Largest block (threads).
 pub const MAX_THREADS_PER_BLOCK: u64 = 1024;
 
-/// Kernels this process submitted to the GPU and their warps (blocks ×
-/// ⌈threads per block / 32⌉), whatever API launched them: the record of
-/// what really ran, for tests to judge a launch limiter by.
-#[derive(Debug, Default)]
-pub struct Executed {
-    /// Kernels submitted.
-    pub kernels: AtomicU64,
-    /// Their warps.
-    pub warps: AtomicU64,
+/// Kernels this process submitted to the GPUs and their warps (blocks ×
+/// ⌈threads per block / 32⌉), whatever API launched them, from the node's
+/// launch log (`gpusim::launch_log`, the one record of what the GPUs were
+/// given): the channels this process holds, summed over the GPUs.
+pub fn executed(p: &Process) -> Result<(u64, u64), CUresult> {
+    let pid = std::process::id() as i32;
+    let (mut kernels, mut warps) = (0u64, 0u64);
+    for gpu in 0..p.sim.gpu_count() {
+        for l in p.sim.launches(gpu).map_err(crate::process::sim_err)? {
+            if l.pid == pid && l.active {
+                kernels += l.kernels;
+                warps += l.warps;
+            }
+        }
+    }
+    Ok((kernels, warps))
 }
 
 /// Warps of a launch of `shape`.
@@ -81,10 +86,7 @@ pub fn launch(
         (att, ns)
     };
     let warps = shape.warps();
-    stream::submit_kernel_on(p, stream, att, ns, warps)?;
-    p.executed.kernels.fetch_add(1, Ordering::Relaxed);
-    p.executed.warps.fetch_add(warps, Ordering::Relaxed);
-    Ok(())
+    stream::submit_kernel_on(p, stream, att, ns, warps)
 }
 
 /// A copy or memset of `bytes` on `stream`; `sync` waits for it (and for

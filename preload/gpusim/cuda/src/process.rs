@@ -32,9 +32,6 @@ pub struct Process {
     pub callbacks: (std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64),
     /// The host-callback worker's queue.
     pub callback_queue: std::sync::OnceLock<std::sync::mpsc::Sender<crate::stream::QueuedCall>>,
-    /// Work this process has submitted: kernels and their warps
-    /// (`gpusimExecutedWork`).
-    pub executed: crate::launch::Executed,
 }
 
 static PROCESS: OnceLock<Result<Process, CUresult>> = OnceLock::new();
@@ -71,7 +68,6 @@ pub fn init() -> Result<&'static Process, CUresult> {
                 inner: Mutex::new(Inner::new(n)),
                 callbacks: Default::default(),
                 callback_queue: std::sync::OnceLock::new(),
-                executed: Default::default(),
             })
         })
         .as_ref()

@@ -87,13 +87,13 @@ cu_export! {
     /// them (direct launches, graphs, legacy calls). Tests judge launch
     /// limits by it.
     fn gpusimExecutedWork(kernels: *mut u64, warps: *mut u64) {
-        let p = process::get()?;
+        let (k, w) = launch::executed(process::get()?)?;
         // SAFETY: the caller's contract: `kernels` is NULL or points to a
         // writable `u64`; `out` rejects NULL.
-        unsafe { out(kernels, p.executed.kernels.load(std::sync::atomic::Ordering::Relaxed)) }?;
+        unsafe { out(kernels, k) }?;
         // SAFETY: the caller's contract: `warps` is NULL or points to a
         // writable `u64`; `out` rejects NULL.
-        unsafe { out(warps, p.executed.warps.load(std::sync::atomic::Ordering::Relaxed)) }
+        unsafe { out(warps, w) }
     }
 
     fn cuGraphLaunch(exec: Handle, s: Handle) {
