@@ -390,7 +390,10 @@ mod tests {
     #[test]
     fn the_policy_path_comes_from_flag_or_file() {
         let c = merge("policy = \"/etc/p.yaml\"\n", &ConfigArgs::default()).unwrap();
-        assert_eq!((c.policy.as_path(), c.policy_explicit), (Path::new("/etc/p.yaml"), true));
+        assert_eq!(
+            (c.policy.as_path(), c.policy_explicit),
+            (Path::new("/etc/p.yaml"), true)
+        );
         let args = ConfigArgs {
             policy: Some("/run/q.yaml".into()),
             ..ConfigArgs::default()

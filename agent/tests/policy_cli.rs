@@ -28,9 +28,16 @@ fn example() -> PathBuf {
 fn policy_check_prints_the_policy_or_the_error() {
     let out = agent(&["policy", "check", example().to_str().unwrap()]);
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("accepted, 3 rule(s)"), "{stdout}");
-    assert!(stdout.contains("name: research-lends-idle-compute"), "{stdout}");
+    assert!(
+        stdout.contains("name: research-lends-idle-compute"),
+        "{stdout}"
+    );
     // What it prints is itself a policy file that passes.
     let dir = tempfile::tempdir().unwrap();
     let printed = dir.path().join("printed.yaml");
@@ -38,7 +45,11 @@ fn policy_check_prints_the_policy_or_the_error() {
     let again = agent(&["policy", "check", printed.to_str().unwrap()]);
     assert!(again.status.success());
     assert_eq!(
-        String::from_utf8(again.stdout).unwrap().lines().skip(1).collect::<Vec<_>>(),
+        String::from_utf8(again.stdout)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>(),
         stdout.lines().skip(1).collect::<Vec<_>>()
     );
 
@@ -47,11 +58,7 @@ fn policy_check_prints_the_policy_or_the_error() {
     let text = std::fs::read_to_string(example())
         .unwrap()
         .replace("bypassAction: freeze", "bypassAction: throttle");
-    let line = text
-        .lines()
-        .position(|l| l.contains("throttle"))
-        .unwrap()
-        + 1;
+    let line = text.lines().position(|l| l.contains("throttle")).unwrap() + 1;
     std::fs::write(&bad, text).unwrap();
     let out = agent(&["policy", "check", bad.to_str().unwrap()]);
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -66,7 +73,11 @@ fn policy_check_prints_the_policy_or_the_error() {
     ] {
         assert!(stderr.contains(says), "{stderr:?} lacks {says:?}");
     }
-    let out = agent(&["policy", "check", dir.path().join("none.yaml").to_str().unwrap()]);
+    let out = agent(&[
+        "policy",
+        "check",
+        dir.path().join("none.yaml").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("none.yaml"));
 }
@@ -102,31 +113,74 @@ fn containers_carry_labels_and_leave_mode_and_priority_to_the_policy() {
     container_ok(
         r,
         &[
-            "add", "--id", "c", "--gpu", GPU, "--sm-target", "30", "--namespace", "prod",
-            "--label", "tier=inference", "--label", "app.kubernetes.io/part-of=shop",
+            "add",
+            "--id",
+            "c",
+            "--gpu",
+            GPU,
+            "--sm-target",
+            "30",
+            "--namespace",
+            "prod",
+            "--label",
+            "tier=inference",
+            "--label",
+            "app.kubernetes.io/part-of=shop",
         ],
     );
     let m = meta(r, "c");
     assert_eq!(m["labels"]["tier"], "inference");
     assert_eq!(m["labels"]["app.kubernetes.io/part-of"], "shop");
     // Not given: not written (the policy decides).
-    assert!(m.get("mode").is_none() && m.get("priority").is_none(), "{m}");
+    assert!(
+        m.get("mode").is_none() && m.get("priority").is_none(),
+        "{m}"
+    );
 
     container_ok(
         r,
-        &["set", "--id", "c", "--mode", "elastic", "--priority", "7", "--label", "tier-", "--label", "x=1"],
+        &[
+            "set",
+            "--id",
+            "c",
+            "--mode",
+            "elastic",
+            "--priority",
+            "7",
+            "--label",
+            "tier-",
+            "--label",
+            "x=1",
+        ],
     );
     let m = meta(r, "c");
-    assert_eq!((m["mode"].as_str(), m["priority"].as_u64()), (Some("elastic"), Some(7)));
+    assert_eq!(
+        (m["mode"].as_str(), m["priority"].as_u64()),
+        (Some("elastic"), Some(7))
+    );
     assert!(m["labels"].get("tier").is_none(), "{m}");
     assert_eq!(m["labels"]["x"], "1");
     let out = agent(&["container", "--root", r.to_str().unwrap(), "list"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("elastic"));
 
     // Back to the policy.
-    container_ok(r, &["set", "--id", "c", "--mode", "policy", "--priority", "policy"]);
+    container_ok(
+        r,
+        &[
+            "set",
+            "--id",
+            "c",
+            "--mode",
+            "policy",
+            "--priority",
+            "policy",
+        ],
+    );
     let m = meta(r, "c");
-    assert!(m.get("mode").is_none() && m.get("priority").is_none(), "{m}");
+    assert!(
+        m.get("mode").is_none() && m.get("priority").is_none(),
+        "{m}"
+    );
     let out = agent(&["container", "--root", r.to_str().unwrap(), "list"]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("policy"), "{table}");

@@ -126,14 +126,31 @@ fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
     let r = container_ok(
         &root,
         &[
-            "add", "--id", "r", "--gpu", &g0, "--sm-target", "30", "--namespace", "research",
+            "add",
+            "--id",
+            "r",
+            "--gpu",
+            &g0,
+            "--sm-target",
+            "30",
+            "--namespace",
+            "research",
         ],
     );
     let x = container_ok(
         &root,
         &[
-            "add", "--id", "x", "--gpu", &g1, "--sm-target", "30", "--namespace", "research",
-            "--mode", "hard",
+            "add",
+            "--id",
+            "x",
+            "--gpu",
+            &g1,
+            "--sm-target",
+            "30",
+            "--namespace",
+            "research",
+            "--mode",
+            "hard",
         ],
     );
     let agent = Agent::start(
@@ -145,15 +162,29 @@ fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
     let v = agent.wait_view("the policy loaded", |v| v["policy"]["loads"] == 1);
     assert_eq!(v["policy"]["file"], policy.to_str().unwrap());
     assert_eq!(decided(&v, "r"), ("hard".to_owned(), None));
-    let wr = spawn(&node, Path::new(r.trim()), "dev 0 ready run spin 1 256 60000");
-    let wx = spawn(&node, Path::new(x.trim()), "dev 1 ready run spin 1 256 60000");
+    let wr = spawn(
+        &node,
+        Path::new(r.trim()),
+        "dev 0 ready run spin 1 256 60000",
+    );
+    let wx = spawn(
+        &node,
+        Path::new(x.trim()),
+        "dev 1 ready run spin 1 256 60000",
+    );
 
     // Hard: each holds its 30 % although alone on its GPU.
     std::thread::sleep(Duration::from_secs(4));
     let window = Duration::from_secs(2);
-    let (sr, sx) = (share(&node, 0, wr.pid(), window), share(&node, 1, wx.pid(), window));
+    let (sr, sx) = (
+        share(&node, 0, wr.pid(), window),
+        share(&node, 1, wx.pid(), window),
+    );
     eprintln!("hard: r {sr:.1} %, x {sx:.1} %");
-    assert!((sr - 30.0).abs() <= 3.0 && (sx - 30.0).abs() <= 3.0, "r {sr}, x {sx}");
+    assert!(
+        (sr - 30.0).abs() <= 3.0 && (sx - 30.0).abs() <= 3.0,
+        "r {sr}, x {sx}"
+    );
 
     // The rule: in /containers within a period of the write.
     let before = period(&agent.view());
@@ -173,12 +204,18 @@ fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
         decided(&v, "x"),
         ("hard".to_owned(), Some("research-elastic".to_owned()))
     );
-    assert_eq!((v["policy"]["loads"].as_u64(), &v["policy"]["error"]), (Some(2), &serde_json::Value::Null));
+    assert_eq!(
+        (v["policy"]["loads"].as_u64(), &v["policy"]["error"]),
+        (Some(2), &serde_json::Value::Null)
+    );
 
     // The controller follows: r, alone on GPU 0, now runs well above its
     // target; x stays capped.
     std::thread::sleep(Duration::from_secs(4));
-    let (sr, sx) = (share(&node, 0, wr.pid(), window), share(&node, 1, wx.pid(), window));
+    let (sr, sx) = (
+        share(&node, 0, wr.pid(), window),
+        share(&node, 1, wx.pid(), window),
+    );
     eprintln!("elastic rule: r {sr:.1} %, x {sx:.1} %");
     assert!(sr >= 60.0, "elastic r alone on its GPU: {sr}");
     assert!((sx - 30.0).abs() <= 3.0, "explicitly hard x: {sx}");
@@ -188,7 +225,10 @@ fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
     let v = agent.wait_view("the policy error", |v| !v["policy"]["error"].is_null());
     let e = v["policy"]["error"].as_str().unwrap();
     assert!(e.contains(policy.to_str().unwrap()), "{e}");
-    assert!(e.contains("line 10") && e.contains("rules[0].priority"), "{e}");
+    assert!(
+        e.contains("line 10") && e.contains("rules[0].priority"),
+        "{e}"
+    );
     assert_eq!(decided(&v, "r").0, "elastic");
     assert_eq!(v["policy"]["loads"], 2);
     // Still elastic in the controller too, and logged once, not per period.
@@ -208,7 +248,10 @@ fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
     std::fs::write(&policy, HARD).unwrap();
     let v = agent.wait_view("r hard again", |v| decided(v, "r").0 == "hard");
     assert!(period(&v) <= before + 2, "{} vs {before}", period(&v));
-    assert_eq!((v["policy"]["loads"].as_u64(), &v["policy"]["error"]), (Some(3), &serde_json::Value::Null));
+    assert_eq!(
+        (v["policy"]["loads"].as_u64(), &v["policy"]["error"]),
+        (Some(3), &serde_json::Value::Null)
+    );
     std::thread::sleep(Duration::from_secs(4));
     let sr = share(&node, 0, wr.pid(), window);
     eprintln!("fixed (hard): r {sr:.1} %");

@@ -75,7 +75,10 @@ fn a_missing_default_file_is_the_built_in_policy_and_a_configured_one_is_reporte
     std::fs::write(&path, ELASTIC).unwrap();
     assert!(r.poll(&mut policy));
     let v = r.view(&policy);
-    assert_eq!((v.file.as_deref(), v.loads, v.error), (Some(path.as_path()), 1, None));
+    assert_eq!(
+        (v.file.as_deref(), v.loads, v.error),
+        (Some(path.as_path()), 1, None)
+    );
     assert_eq!(v.rules, ["research"]);
 }
 
@@ -104,7 +107,11 @@ fn a_bad_file_keeps_the_previous_policy_until_it_is_fixed() {
         e.contains("line 8") && e.contains("rules[0].priority") && e.contains("0 to 100"),
         "{e}"
     );
-    assert_eq!(research_mode(&policy), Mode::Elastic, "the previous policy stays");
+    assert_eq!(
+        research_mode(&policy),
+        Mode::Elastic,
+        "the previous policy stays"
+    );
     assert_eq!((v.loads, v.file.as_deref()), (1, Some(path.as_path())));
 
     // Fixed: applied at the next look, the error gone.
@@ -129,7 +136,10 @@ fn a_deleted_file_keeps_the_policy_and_says_so() {
     std::fs::remove_file(&path).unwrap();
     assert!(!r.poll(&mut policy));
     let e = r.view(&policy).error.unwrap();
-    assert!(e.contains("was removed") && e.contains("stays in force"), "{e}");
+    assert!(
+        e.contains("was removed") && e.contains("stays in force"),
+        "{e}"
+    );
     assert_eq!(research_mode(&policy), Mode::Elastic);
     // Back again (the same text): loaded again, the error gone.
     std::fs::write(&path, ELASTIC).unwrap();

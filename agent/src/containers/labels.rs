@@ -23,7 +23,8 @@ pub const MAX_PREFIX_LEN: usize = 253;
 pub const MAX_LABELS: usize = 256;
 
 const KEY_RULE: &str = "accepted: [prefix/]name, the name 1 to 63 of [A-Za-z0-9-_.] starting and ending with a letter or digit, the prefix a lowercase DNS subdomain (e.g. app.kubernetes.io/name)";
-const VALUE_RULE: &str = "accepted: empty, or 1 to 63 of [A-Za-z0-9-_.] starting and ending with a letter or digit";
+const VALUE_RULE: &str =
+    "accepted: empty, or 1 to 63 of [A-Za-z0-9-_.] starting and ending with a letter or digit";
 const NAMESPACE_RULE: &str = "accepted: 1 to 63 of [a-z0-9-] starting and ending with a letter or digit (a Kubernetes namespace)";
 
 /// 1 to 63 of `[A-Za-z0-9-_.]`, alphanumeric at both ends.

@@ -168,7 +168,9 @@ impl Metadata {
         {
             return Err(bad(
                 "priority",
-                format!("is {p}; accepted: 0 to {MAX_PRIORITY} (higher is served first) or absent (the node policy decides)"),
+                format!(
+                    "is {p}; accepted: 0 to {MAX_PRIORITY} (higher is served first) or absent (the node policy decides)"
+                ),
             ));
         }
         if let Err((key, problem)) = super::labels::check_labels(&self.labels) {
@@ -370,6 +372,9 @@ mod tests {
         assert_eq!((m.mode, m.priority), (None, None));
         // Unset stays unset through a round trip (not written as null or 0).
         let text = serde_json::to_string(&m).unwrap();
-        assert!(!text.contains("mode") && !text.contains("priority"), "{text}");
+        assert!(
+            !text.contains("mode") && !text.contains("priority"),
+            "{text}"
+        );
     }
 }

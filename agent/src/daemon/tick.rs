@@ -37,7 +37,7 @@ use crate::policy::{Policy, Reloader};
 
 use super::status::Status;
 use super::view::{
-    ContainerView, DeviceView, EnforcementView, GpuView, SkippedView, View,
+    ContainerView, DeviceView, EnforcementView, GpuView, PolicyView, SkippedView, View,
 };
 
 /// One GPU of the node as NVML lists it.
@@ -276,6 +276,7 @@ impl Agent {
     pub fn tick(&mut self, status: &Status) -> View {
         let start = Instant::now();
         self.policy_file.poll(&mut self.policy);
+        let policy: PolicyView = self.policy_file.view(&self.policy);
         self.ensure_nvml(status);
         let (containers, mut skipped) = match self.store.list() {
             Ok(l) => (l.containers, l.skipped),
@@ -343,7 +344,7 @@ impl Agent {
             devices: self.devices(&memory, &sm),
             duration_us: start.elapsed().as_micros() as u64,
             ebpf: "not started".to_owned(),
-            policy: self.policy_file.view(&self.policy),
+            policy,
         };
         self.periods += 1;
         view

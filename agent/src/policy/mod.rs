@@ -195,17 +195,12 @@ impl Policy {
         let set = rule.map(|r| &r.set);
         let d = &self.defaults;
         Effective {
-            mode: meta
-                .mode
-                .or(set.and_then(|s| s.mode))
-                .unwrap_or(d.mode),
+            mode: meta.mode.or(set.and_then(|s| s.mode)).unwrap_or(d.mode),
             priority: meta
                 .priority
                 .or(set.and_then(|s| s.priority))
                 .unwrap_or(d.priority),
-            bypass_action: set
-                .and_then(|s| s.bypass_action)
-                .unwrap_or(d.bypass_action),
+            bypass_action: set.and_then(|s| s.bypass_action).unwrap_or(d.bypass_action),
             memory_overage_action: set
                 .and_then(|s| s.memory_overage_action)
                 .unwrap_or(d.memory_overage_action),

@@ -130,7 +130,10 @@ fn the_first_matching_rule_sets_only_its_fields() {
     );
     // Labels: all of (one missing, one different: the next rule).
     let e = p.effective(&meta(Some("prod"), &[("tier", "inference")]));
-    assert_eq!((e.rule.as_deref(), e.mode, e.priority), (Some("prod"), Mode::Elastic, 10));
+    assert_eq!(
+        (e.rule.as_deref(), e.mode, e.priority),
+        (Some("prod"), Mode::Elastic, 10)
+    );
     let e = p.effective(&meta(
         Some("prod"),
         &[("tier", "batch"), ("app.kubernetes.io/part-of", "shop")],
@@ -138,7 +141,10 @@ fn the_first_matching_rule_sets_only_its_fields() {
     assert_eq!(e.rule.as_deref(), Some("prod"));
     // Label-only rules match in any namespace, and outside Kubernetes.
     let e = p.effective(&meta(Some("lab"), &[("component", "notebook")]));
-    assert_eq!((e.rule.as_deref(), e.bypass_action), (Some("notebooks"), Action::Deny));
+    assert_eq!(
+        (e.rule.as_deref(), e.bypass_action),
+        (Some("notebooks"), Action::Deny)
+    );
     let e = p.effective(&meta(None, &[("component", "notebook")]));
     assert_eq!(e.rule.as_deref(), Some("notebooks"));
     // A container without a namespace never matches a namespace rule,
@@ -157,22 +163,34 @@ fn explicit_metadata_wins_over_rules_and_defaults() {
     m.priority = Some(3);
     let e = p.effective(&m);
     // The rule still decides what the metadata leaves to it.
-    assert_eq!((e.rule.as_deref(), e.mode, e.priority), (Some("prod"), Mode::Hard, 3));
+    assert_eq!(
+        (e.rule.as_deref(), e.mode, e.priority),
+        (Some("prod"), Mode::Hard, 3)
+    );
     let mut m = meta(Some("dev"), &[]);
     m.mode = Some(Mode::Elastic);
     m.priority = Some(0);
     let e = p.effective(&m);
-    assert_eq!((e.rule.as_deref(), e.mode, e.priority), (None, Mode::Elastic, 0));
+    assert_eq!(
+        (e.rule.as_deref(), e.mode, e.priority),
+        (None, Mode::Elastic, 0)
+    );
     // And the controller is asked for what the policy decided.
     let c = m.control(&e);
-    assert_eq!((c.mode, c.priority, c.target_percent), (Mode::Elastic, 0, 30.0));
+    assert_eq!(
+        (c.mode, c.priority, c.target_percent),
+        (Mode::Elastic, 0, 30.0)
+    );
 }
 
 /// The error for `body` after the header: its line, field and text.
 fn refused(body: &str) -> (Option<usize>, Option<String>, String) {
     let e = parse(&format!("{HEAD}{body}")).unwrap_err();
     let text = e.to_string();
-    assert!(text.starts_with("policy file /etc/tessera/policy.yaml, line "), "{text}");
+    assert!(
+        text.starts_with("policy file /etc/tessera/policy.yaml, line "),
+        "{text}"
+    );
     (e.line(), e.field().map(str::to_owned), text)
 }
 
@@ -237,7 +255,13 @@ fn actions_modes_and_priorities_out_of_range_are_refused() {
         "defaults:\n  bypassAction: throttle\n",
         4,
         Some("defaults.bypassAction"),
-        &["unknown variant `throttle`", "alert", "deny", "freeze", "kill"],
+        &[
+            "unknown variant `throttle`",
+            "alert",
+            "deny",
+            "freeze",
+            "kill",
+        ],
     );
     assert_refused(
         "rules:\n  - name: a\n    match: {namespaces: [x]}\n    memoryOverageAction: Kill\n",
@@ -281,7 +305,10 @@ fn rule_errors_point_at_the_rule() {
         "rules:\n  - name: a\n    match: {namespaces: [x]}\n",
         4,
         Some("rules[0]"),
-        &["sets nothing", "computeMode, priority, bypassAction, memoryOverageAction"],
+        &[
+            "sets nothing",
+            "computeMode, priority, bypassAction, memoryOverageAction",
+        ],
     );
     assert_refused(
         "rules:\n  - match: {namespaces: [x]}\n    priority: 1\n",
@@ -322,14 +349,12 @@ fn empty_or_malformed_criteria_are_refused() {
         &rule(" {}"),
         6,
         Some("rules[0].match"),
-        &["sets no criterion", "namespaces (a list), podLabels (a map)"],
+        &[
+            "sets no criterion",
+            "namespaces (a list), podLabels (a map)",
+        ],
     );
-    assert_refused(
-        &rule(""),
-        6,
-        Some("rules[0].match"),
-        &["sets no criterion"],
-    );
+    assert_refused(&rule(""), 6, Some("rules[0].match"), &["sets no criterion"]);
     assert_refused(
         &rule(" {namespaces: []}"),
         6,
@@ -361,7 +386,11 @@ fn empty_or_malformed_criteria_are_refused() {
         &["expected a label value"],
     );
     // A number is the text written (as Kubernetes would store it quoted).
-    let p = parse(&format!("{HEAD}{}", rule("\n      podLabels:\n        tier: 010"))).unwrap();
+    let p = parse(&format!(
+        "{HEAD}{}",
+        rule("\n      podLabels:\n        tier: 010")
+    ))
+    .unwrap();
     assert_eq!(p.rules[0].matcher.pod_labels["tier"], "010");
     assert_refused(
         &rule("\n      podLabels:\n        tier: -x"),
@@ -371,7 +400,10 @@ fn empty_or_malformed_criteria_are_refused() {
     );
     let (line, field, text) = refused(&rule("\n      podLabels:\n        bad key!: x"));
     assert_eq!(line, Some(8), "{text}");
-    assert!(field.is_some_and(|f| f.starts_with("rules[0].match.podLabels")), "{text}");
+    assert!(
+        field.is_some_and(|f| f.starts_with("rules[0].match.podLabels")),
+        "{text}"
+    );
     assert!(text.contains("is not a label key"), "{text}");
     assert_refused(
         &rule("\n      podLabels:\n        tier: a\n        tier: b"),
