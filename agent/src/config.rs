@@ -24,6 +24,11 @@
 //! nvml_retry_ms = 5000
 //! # Log filter (tracing EnvFilter syntax); RUST_LOG wins when set.
 //! log = "info"
+//! # The node policy (YAML, design §4.5; deploy/examples/policy.yaml),
+//! # checked once per period and reloaded when it changes. A missing file
+//! # at this default path means the built-in defaults; a path set here,
+//! # by --policy or by TESSERA_AGENT_POLICY that is missing is reported.
+//! policy = "/var/lib/tessera/policy/policy.yaml"
 //! ```
 //!
 //! Unknown fields are refused, so a misspelt setting is never silently
@@ -42,6 +47,8 @@ pub const DEFAULT_ROOT: &str = "/var/lib/tessera/containers";
 pub const DEFAULT_PERIOD_MS: u64 = 100;
 /// The health endpoint's address unless configured otherwise.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9400";
+/// The node policy file unless configured otherwise.
+pub const DEFAULT_POLICY: &str = "/var/lib/tessera/policy/policy.yaml";
 /// Accepted control periods (ms).
 pub const PERIOD_RANGE_MS: std::ops::RangeInclusive<u64> = 10..=10_000;
 
@@ -67,6 +74,8 @@ pub struct ConfigFile {
     pub nvml_retry_ms: Option<u64>,
     /// See [`Config::log`].
     pub log: Option<String>,
+    /// See [`Config::policy`].
+    pub policy: Option<PathBuf>,
 }
 
 /// Settings given on the command line or in the environment (they win
@@ -92,6 +101,11 @@ pub struct ConfigArgs {
     /// Log filter (default info; RUST_LOG wins when set).
     #[arg(long, value_name = "FILTER", env = "TESSERA_LOG")]
     pub log: Option<String>,
+    /// The node policy file (YAML; default
+    /// /var/lib/tessera/policy/policy.yaml, whose absence means the
+    /// built-in defaults); reloaded when it changes.
+    #[arg(long, value_name = "FILE", env = "TESSERA_AGENT_POLICY")]
+    pub policy: Option<PathBuf>,
 }
 
 /// The daemon's settings, checked.
@@ -115,6 +129,11 @@ pub struct Config {
     pub nvml_retry: Duration,
     /// Log filter.
     pub log: String,
+    /// The node policy file.
+    pub policy: PathBuf,
+    /// Whether `policy` was configured (file, flag or environment) rather
+    /// than the default: a missing configured file is reported.
+    pub policy_explicit: bool,
 }
 
 /// Why the settings were refused.
@@ -296,6 +315,22 @@ impl Config {
                 ),
             ));
         }
+        let policy_explicit = args.policy.is_some() || file.policy.is_some();
+        let policy = args
+            .policy
+            .clone()
+            .or(file.policy)
+            .unwrap_or_else(|| DEFAULT_POLICY.into());
+        if !policy.is_absolute() {
+            return Err(field(
+                args.policy.is_some(),
+                "policy",
+                format!(
+                    "{} is relative; accepted: an absolute path",
+                    policy.display()
+                ),
+            ));
+        }
         let log = args
             .log
             .clone()
@@ -323,6 +358,8 @@ impl Config {
             stall_after: Duration::from_millis(stall_ms),
             nvml_retry: Duration::from_millis(retry_ms),
             log,
+            policy,
+            policy_explicit,
         })
     }
 }
@@ -344,6 +381,29 @@ mod tests {
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.nvml_lib, Path::new("libnvidia-ml.so.1"));
         assert_eq!(c.cgroup_root, None);
+        assert_eq!(
+            (c.policy.as_path(), c.policy_explicit),
+            (Path::new(DEFAULT_POLICY), false)
+        );
+    }
+
+    #[test]
+    fn the_policy_path_comes_from_flag_or_file() {
+        let c = merge("policy = \"/etc/p.yaml\"\n", &ConfigArgs::default()).unwrap();
+        assert_eq!(
+            (c.policy.as_path(), c.policy_explicit),
+            (Path::new("/etc/p.yaml"), true)
+        );
+        let args = ConfigArgs {
+            policy: Some("/run/q.yaml".into()),
+            ..ConfigArgs::default()
+        };
+        let c = merge("policy = \"/etc/p.yaml\"\n", &args).unwrap();
+        assert_eq!(c.policy, Path::new("/run/q.yaml"));
+        let e = merge("policy = \"p.yaml\"\n", &ConfigArgs::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("field policy") && e.contains("absolute"), "{e}");
     }
 
     #[test]

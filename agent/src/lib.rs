@@ -17,6 +17,8 @@
 //! - [`containers`]: the agent's unit, a container's region directory
 //!   under one root, and `tessera-agent container add|set|rm|list|show`;
 //! - [`config`]: the daemon's settings (file, flags, environment);
+//! - [`policy`]: the node policy file (defaults and rules by namespace and
+//!   pod labels), checked and hot-reloaded;
 //! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
 //!   `/readyz`.
 //!

@@ -12,6 +12,7 @@ use tessera_agent::ebpf::Observer;
 use tessera_agent::ebpf::args::EbpfArgs;
 use tessera_agent::error_chain::with_causes;
 use tessera_agent::gpu::{GpuArgs, Inventory};
+use tessera_agent::policy::cli::PolicyCommand;
 use tessera_agent::region::RegionCommand;
 use tessera_ebpf_common::{
     dev::{kdev_major, kdev_minor},
@@ -59,6 +60,11 @@ enum Command {
     Region {
         #[command(subcommand)]
         command: RegionCommand,
+    },
+    /// Check a node policy file (YAML) as the agent would load it.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
     },
 }
 
@@ -171,6 +177,9 @@ fn main() -> ExitCode {
         Command::Inventory { json } => inventory(&cli, *json),
         Command::Observe { ebpf, seconds } => observe(ebpf, *seconds),
         Command::Region { command } => tessera_agent::region::run(command)
+            .map(|out| println!("{out}"))
+            .map_err(anyhow::Error::from),
+        Command::Policy { command } => tessera_agent::policy::cli::run(command)
             .map(|out| println!("{out}"))
             .map_err(anyhow::Error::from),
     };

@@ -4,13 +4,21 @@
 //! GPU specs are the region writer's (`tessera_region::spec`):
 //! `GPU-<uuid>[,memory=<MiB>][,overhead=<MiB>]`; the launch rate is not
 //! given here, the daemon derives it from the SM target.
+//!
+//! Mode and priority are optional: given, they are explicit and win over
+//! the node policy; left out (or `set --mode policy` / `--priority
+//! policy`), the policy decides. Labels (`--label key=value`, Kubernetes
+//! syntax; `set --label key-` removes one) are what policy rules match,
+//! with the namespace.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use tessera_region::layout::UNLIMITED;
 use tessera_region::spec::{SpecError, format_uuid, parse_gpu};
 
 use super::id::ContainerId;
+use super::labels::{LabelEdit, parse_label_arg};
 use super::meta::{GpuGrant, META_VERSION, Metadata, Mode, check_cgroup};
 use super::store::{Store, StoreError};
 use crate::cgroup::cgroup2_root;
@@ -71,12 +79,18 @@ pub struct AddArgs {
     /// Percent of each GPU's time (1 to 100).
     #[arg(long, default_value_t = 100)]
     pub sm_target: u32,
-    /// hard (capped always) or elastic (idle SMs lent, capped under contention).
-    #[arg(long, default_value = "hard")]
-    pub mode: Mode,
-    /// Priority under contention (0 to 100, higher first).
-    #[arg(long, default_value_t = 0)]
-    pub priority: u32,
+    /// hard (capped always) or elastic (idle SMs lent, capped under
+    /// contention); left out: the node policy decides (hard without one).
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    /// Priority under contention (0 to 100, higher first); left out: the
+    /// node policy decides (0 without one).
+    #[arg(long)]
+    pub priority: Option<u32>,
+    /// A label (key=value, Kubernetes syntax) that node policy rules match.
+    /// Repeat for several.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
     /// The container's cgroup: a path below the cgroup v2 mount (e.g.
     /// /sys/fs/cgroup/system.slice/docker-<id>.scope) or relative to it
     /// (/system.slice/docker-<id>.scope).
@@ -110,15 +124,49 @@ pub struct SetArgs {
     /// New SM target (1 to 100).
     #[arg(long)]
     pub sm_target: Option<u32>,
-    /// New mode.
-    #[arg(long)]
-    pub mode: Option<Mode>,
-    /// New priority.
-    #[arg(long)]
-    pub priority: Option<u32>,
+    /// New mode: hard, elastic, or policy (unset: the node policy decides).
+    #[arg(long, value_name = "hard|elastic|policy")]
+    pub mode: Option<OrPolicy<Mode>>,
+    /// New priority: 0 to 100, or policy (unset: the node policy decides).
+    #[arg(long, value_name = "0-100|policy")]
+    pub priority: Option<OrPolicy<u32>>,
+    /// Set a label (key=value) or remove one (key-). Repeat for several.
+    #[arg(long = "label", value_name = "KEY=VALUE|KEY-")]
+    pub labels: Vec<String>,
     /// New cgroup (as for `add`).
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
+}
+
+/// A value, or `policy`: leave the field unset so the node policy decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrPolicy<T> {
+    /// An explicit value.
+    Value(T),
+    /// Unset.
+    Policy,
+}
+
+impl<T: FromStr<Err: std::fmt::Display>> FromStr for OrPolicy<T> {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "policy" {
+            return Ok(Self::Policy);
+        }
+        s.parse()
+            .map(Self::Value)
+            .map_err(|e| format!("{e} (or policy: unset, the node policy decides)"))
+    }
+}
+
+impl<T> OrPolicy<T> {
+    fn into_option(self) -> Option<T> {
+        match self {
+            Self::Value(v) => Some(v),
+            Self::Policy => None,
+        }
+    }
 }
 
 /// Why a container command failed.
@@ -135,6 +183,9 @@ pub enum ContainerCommandError {
     /// A `--cgroup` value is not accepted.
     #[error("--cgroup: {0}")]
     Cgroup(String),
+    /// A `--label` value is not accepted.
+    #[error("--label: {0}")]
+    Label(String),
     /// The store refused.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -181,7 +232,26 @@ fn cgroup_arg(path: &Option<PathBuf>) -> Result<Option<String>, ContainerCommand
         .transpose()
 }
 
+fn label_edits(args: &[String]) -> Result<Vec<LabelEdit>, ContainerCommandError> {
+    args.iter()
+        .map(|a| parse_label_arg(a).map_err(ContainerCommandError::Label))
+        .collect()
+}
+
 fn add(store: &Store, a: &AddArgs) -> Result<String, ContainerCommandError> {
+    let mut labels = std::collections::BTreeMap::new();
+    for edit in label_edits(&a.labels)? {
+        match edit {
+            LabelEdit::Set(k, v) => {
+                labels.insert(k, v);
+            }
+            LabelEdit::Remove(k) => {
+                return Err(ContainerCommandError::Label(format!(
+                    "{k}- removes a label, which add cannot; accepted here: key=value"
+                )));
+            }
+        }
+    }
     let gpus = a
         .gpus
         .iter()
@@ -196,6 +266,7 @@ fn add(store: &Store, a: &AddArgs) -> Result<String, ContainerCommandError> {
         sm_target: a.sm_target,
         mode: a.mode,
         priority: a.priority,
+        labels,
         fail_open: a.fail_open,
         gpus,
     };
@@ -210,6 +281,7 @@ fn set(store: &Store, a: &SetArgs) -> Result<String, ContainerCommandError> {
         .map(|s| grant(s))
         .collect::<Result<Vec<_>, _>>()?;
     let cgroup = cgroup_arg(&a.cgroup)?;
+    let edits = label_edits(&a.labels)?;
     let c = store.set(&a.id, |m| {
         for (g, overhead_given) in &grants {
             let Some(cur) = m
@@ -236,10 +308,20 @@ fn set(store: &Store, a: &SetArgs) -> Result<String, ContainerCommandError> {
             m.sm_target = t;
         }
         if let Some(mode) = a.mode {
-            m.mode = mode;
+            m.mode = mode.into_option();
         }
         if let Some(p) = a.priority {
-            m.priority = p;
+            m.priority = p.into_option();
+        }
+        for e in &edits {
+            match e {
+                LabelEdit::Set(k, v) => {
+                    m.labels.insert(k.clone(), v.clone());
+                }
+                LabelEdit::Remove(k) => {
+                    m.labels.remove(k);
+                }
+            }
         }
         if cgroup.is_some() {
             m.cgroup.clone_from(&cgroup);
@@ -280,8 +362,12 @@ fn list(store: &Store, json: bool) -> Result<String, ContainerCommandError> {
                 (
                     c.id.to_string(),
                     c.meta.sm_target.to_string(),
-                    c.meta.mode.to_string(),
-                    c.meta.priority.to_string(),
+                    c.meta
+                        .mode
+                        .map_or_else(|| "policy".to_owned(), |m| m.to_string()),
+                    c.meta
+                        .priority
+                        .map_or_else(|| "-".to_owned(), |p| p.to_string()),
                 )
             } else {
                 Default::default()

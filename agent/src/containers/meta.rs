@@ -1,12 +1,21 @@
 //! A container's metadata file (`meta.json` in its region directory): who
-//! it is (namespace, pod, container, cgroup) and what it was granted (SM
-//! target, mode, priority, memory limit per GPU).
+//! it is (namespace, pod, container, labels, cgroup) and what it was
+//! granted (SM target, memory limit per GPU, and optionally mode and
+//! priority).
+//!
+//! Mode and priority are optional: a value here is explicit (in
+//! Kubernetes: the pod's `tessera.dev/compute-mode` annotation and
+//! priority) and wins over the node policy; an absent one is the policy's
+//! to decide ([`crate::policy::Policy::effective`]). A file written before
+//! they became optional has both, so they stay explicit.
 //!
 //! The metadata is the source of truth for the limits; the control region
 //! follows it (the CLI writes both, the daemon reconciles the control
 //! region with the metadata every period). The file is read as untrusted
 //! input: unknown fields, out-of-range values and malformed UUIDs are
 //! refused with the field named ([`Metadata::validate`]).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tessera_region::control::GpuLimits;
@@ -66,13 +75,18 @@ pub struct Metadata {
     pub cgroup: Option<String>,
     /// Percent of each GPU's time (as NVML reports utilisation), 1 to 100.
     pub sm_target: u32,
-    /// How the target is held: `hard` or `elastic`.
-    #[serde(default)]
-    pub mode: Mode,
+    /// How the target is held: `hard` or `elastic`; absent: as the node
+    /// policy says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
     /// Under contention, higher priorities are served first (0 to
-    /// [`MAX_PRIORITY`]).
-    #[serde(default)]
-    pub priority: u32,
+    /// [`MAX_PRIORITY`]); absent: as the node policy says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    /// The pod's labels (Kubernetes syntax, [`super::labels`]), matched by
+    /// the node policy's rules.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// Let CUDA calls pass unlimited if the region becomes unusable.
     #[serde(default)]
     pub fail_open: bool,
@@ -149,11 +163,19 @@ impl Metadata {
                 format!("is {}; accepted: 1 to 100 (percent)", self.sm_target),
             ));
         }
-        if self.priority > MAX_PRIORITY {
+        if let Some(p) = self.priority
+            && p > MAX_PRIORITY
+        {
             return Err(bad(
                 "priority",
-                format!("is {}; accepted: 0 to {MAX_PRIORITY}", self.priority),
+                format!(
+                    "is {p}; accepted: 0 to {MAX_PRIORITY} (higher is served first) or absent (the node policy decides)"
+                ),
             ));
+        }
+        if let Err((key, problem)) = super::labels::check_labels(&self.labels) {
+            let field = key.map_or_else(|| "labels".to_owned(), |k| format!("labels.{k}"));
+            return Err(bad(field, problem));
         }
         if self.gpus.is_empty() || self.gpus.len() > MAX_GPUS {
             return Err(bad(
@@ -202,13 +224,16 @@ impl Metadata {
         Ok(m)
     }
 
-    /// What the compute controller is asked to hold on each of its GPUs.
-    pub fn control(&self) -> crate::control::ContainerControl {
+    /// What the compute controller is asked to hold on each of its GPUs:
+    /// this SM target, the mode and priority `policy` decided for this
+    /// container (its own explicit values included, see
+    /// [`crate::policy::Policy::effective`]).
+    pub fn control(&self, policy: &crate::policy::Effective) -> crate::control::ContainerControl {
         crate::control::ContainerControl {
             target_percent: f64::from(self.sm_target),
-            mode: self.mode,
+            mode: policy.mode,
             // At most MAX_PRIORITY (validated): fits.
-            priority: i32::try_from(self.priority).unwrap_or(i32::MAX),
+            priority: i32::try_from(policy.priority).unwrap_or(i32::MAX),
         }
     }
 
@@ -259,8 +284,9 @@ mod tests {
             container: Some("main".into()),
             cgroup: Some("/system.slice/docker-abc.scope".into()),
             sm_target: 30,
-            mode: Mode::Hard,
-            priority: 1,
+            mode: Some(Mode::Hard),
+            priority: Some(1),
+            labels: BTreeMap::from([("tier".to_owned(), "inference".to_owned())]),
             fail_open: false,
             gpus: vec![GpuGrant {
                 uuid: U.into(),
@@ -287,7 +313,25 @@ mod tests {
             (Box::new(|m| m.version = 9), "version"),
             (Box::new(|m| m.sm_target = 0), "sm_target"),
             (Box::new(|m| m.sm_target = 101), "sm_target"),
-            (Box::new(|m| m.priority = 1000), "priority"),
+            (Box::new(|m| m.priority = Some(1000)), "priority"),
+            (
+                Box::new(|m| {
+                    m.labels.insert("bad key".into(), "x".into());
+                }),
+                "labels.bad key",
+            ),
+            (
+                Box::new(|m| {
+                    m.labels.insert("tier".into(), "-x".into());
+                }),
+                "labels.tier",
+            ),
+            (
+                Box::new(|m| {
+                    m.labels = (0..300).map(|i| (format!("k{i}"), String::new())).collect();
+                }),
+                "labels",
+            ),
             (Box::new(|m| m.gpus.clear()), "gpus"),
             (
                 Box::new(|m| m.gpus[0].uuid = "GPU-x".into()),
@@ -313,5 +357,24 @@ mod tests {
             .to_string();
         assert!(e.contains("unknown field"), "{e}");
         assert!(Metadata::from_json(b"\xff\xfe").is_err());
+    }
+
+    #[test]
+    fn mode_and_priority_are_optional_and_old_files_keep_them_explicit() {
+        let old = format!(
+            r#"{{"version":1,"sm_target":30,"mode":"elastic","priority":7,"gpus":[{{"uuid":"{U}"}}]}}"#
+        );
+        let m = Metadata::from_json(old.as_bytes()).unwrap();
+        assert_eq!((m.mode, m.priority), (Some(Mode::Elastic), Some(7)));
+        assert!(m.labels.is_empty());
+        let new = format!(r#"{{"version":1,"sm_target":30,"gpus":[{{"uuid":"{U}"}}]}}"#);
+        let m = Metadata::from_json(new.as_bytes()).unwrap();
+        assert_eq!((m.mode, m.priority), (None, None));
+        // Unset stays unset through a round trip (not written as null or 0).
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(
+            !text.contains("mode") && !text.contains("priority"),
+            "{text}"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! one root (design §4.6), `<root>/<id>/{control,usage,meta.json}`.
 //!
 //! - [`id`]: container ids, safe as one path component;
+//! - [`labels`]: Kubernetes label and namespace syntax;
 //! - [`meta`]: the metadata file (who the container is, what it was
 //!   granted), validated as untrusted input;
 //! - [`store`]: atomic create / update / remove / list under the root, with
@@ -12,6 +13,7 @@
 
 pub mod cli;
 pub mod id;
+pub mod labels;
 pub mod meta;
 pub mod pids;
 pub mod store;

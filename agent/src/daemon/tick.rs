@@ -33,7 +33,7 @@ use crate::control::{
 use crate::error_chain::with_causes;
 use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
 
-use crate::policy::Policy;
+use crate::policy::{Policy, Reloader};
 
 use super::status::Status;
 use super::view::{
@@ -89,6 +89,8 @@ pub struct Agent {
     sm_since: HashMap<[u8; 16], u64>,
     /// The policy in force.
     policy: Policy,
+    /// The policy file, looked at once per period.
+    policy_file: Reloader,
 }
 
 fn unix_us() -> u64 {
@@ -127,6 +129,7 @@ impl Agent {
             controllers: HashMap::new(),
             sm_since: HashMap::new(),
             policy: Policy::default(),
+            policy_file: Reloader::new(&config.policy, config.policy_explicit),
         }
     }
 
@@ -272,6 +275,8 @@ impl Agent {
     /// Runs one period and returns its view.
     pub fn tick(&mut self, status: &Status) -> View {
         let start = Instant::now();
+        self.policy_file.poll(&mut self.policy);
+        let policy: PolicyView = self.policy_file.view(&self.policy);
         self.ensure_nvml(status);
         let (containers, mut skipped) = match self.store.list() {
             Ok(l) => (l.containers, l.skipped),
@@ -339,7 +344,7 @@ impl Agent {
             devices: self.devices(&memory, &sm),
             duration_us: start.elapsed().as_micros() as u64,
             ebpf: "not started".to_owned(),
-            policy: PolicyView::default(),
+            policy,
         };
         self.periods += 1;
         view
@@ -417,7 +422,7 @@ impl Agent {
                 };
                 let id = c.id.as_str();
                 present.push(id.to_owned());
-                let control = c.meta.control();
+                let control = c.meta.control(&self.policy.effective(&c.meta));
                 let known = ctl.containers().any(|(k, _)| k == id);
                 let applied = if known {
                     ctl.upsert(id, control)

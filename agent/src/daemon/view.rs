@@ -119,14 +119,20 @@ pub struct DeviceView {
     pub healthy: bool,
 }
 
-/// The policy in force and the last reload.
+/// The policy in force and the last reload ([`crate::policy::reload`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct PolicyView {
-    /// The policy file (null: built-in defaults).
+    /// The file the policy in force came from (null: built-in defaults).
     pub file: Option<PathBuf>,
+    /// The file the agent watches (the `policy` setting).
+    pub watching: PathBuf,
     /// Policies loaded so far (1 after the first load).
     pub loads: u64,
-    /// Why the newest file was refused (the previous policy stays).
+    /// The names of the policy's rules, in the order they are tried.
+    pub rules: Vec<String>,
+    /// Why the file as it is now is not applied (bad, unreadable, removed,
+    /// missing); the policy in force stays. Null: the file is in force (or
+    /// there is none at the default path).
     pub error: Option<String>,
 }
 

@@ -2,14 +2,41 @@
 //! and pod labels, deciding each container's compute mode, priority and
 //! what the watchdog does on a bypass or a memory overage.
 //!
-//! This file fixes the shape the daemon and the watchdog use
-//! ([`Action`], [`Effective`], [`Policy::effective`]); the YAML loader and
-//! hot reload build on it.
+//! - [`file`]: the YAML file (`deploy/examples/policy.yaml`), parsed and
+//!   checked; every error names the file, line, column and field;
+//! - [`reload`]: the daemon's hot reload (a stat per period, a re-read on
+//!   any change, the previous policy kept while the file is bad or gone);
+//! - [`cli`]: `tessera-agent policy check FILE`.
+//!
+//! How a container's [`Effective`] settings are decided
+//! ([`Policy::effective`]), field by field:
+//! 1. an explicit value in its metadata (mode, priority: in Kubernetes the
+//!    pod's annotation) wins;
+//! 2. else the first rule that matches the container, if it sets the
+//!    field (a rule overrides only the fields it sets; rules after the
+//!    first match are not consulted);
+//! 3. else the policy's defaults (the built-in ones for fields the file's
+//!    `defaults` leaves out).
+//!
+//! A rule matches when every criterion it gives matches: `namespaces` (the
+//! container's namespace is one of them) and `podLabels` (the container
+//! has every one of these labels with that value). A container without a
+//! namespace (outside Kubernetes) matches only rules without a
+//! `namespaces` criterion.
+
+pub mod cli;
+pub mod file;
+pub mod reload;
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::containers::Metadata;
 use crate::control::Mode;
+
+pub use file::{API_VERSION, KIND, PolicyError};
+pub use reload::Reloader;
 
 /// What the watchdog does to a container that broke a limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -62,17 +89,79 @@ pub struct Effective {
     pub rule: Option<String>,
 }
 
+/// The fields a rule (or the file's `defaults`) may set; `None`: not set
+/// there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `computeMode`.
+    pub mode: Option<Mode>,
+    /// `priority` (0 to [`crate::containers::meta::MAX_PRIORITY`], higher
+    /// first).
+    pub priority: Option<u32>,
+    /// `bypassAction`.
+    pub bypass_action: Option<Action>,
+    /// `memoryOverageAction`.
+    pub memory_overage_action: Option<Action>,
+}
+
+impl Settings {
+    /// Whether it sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Which containers a rule applies to. At least one criterion is given
+/// (checked when the file is parsed); an empty `Match` would match
+/// everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Match {
+    /// Any of these namespaces; empty: no namespace criterion.
+    pub namespaces: Vec<String>,
+    /// All of these labels with these values; empty: no label criterion.
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+impl Match {
+    /// Whether a container in `namespace` (none: outside Kubernetes) with
+    /// `labels` matches.
+    pub fn matches(&self, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+        let namespace_ok = self.namespaces.is_empty()
+            || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns));
+        namespace_ok
+            && self
+                .pod_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+/// One rule of the policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Unique within the policy.
+    pub name: String,
+    /// Which containers it applies to.
+    pub matcher: Match,
+    /// What it overrides (at least one field).
+    pub set: Settings,
+}
+
 /// The policy in force.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
-    /// Applied where no rule sets a field.
+    /// Applied where neither the metadata nor the matching rule sets a
+    /// field (`rule` is always `None` here).
     pub defaults: Effective,
+    /// In file order; the first that matches a container wins.
+    pub rules: Vec<Rule>,
 }
 
 impl Default for Policy {
-    /// Without a policy file: the container's own mode and priority, an
-    /// alert on a bypass (the memory watchdog stays the backstop), a kill
-    /// on a memory overage (as the kernel does on a cgroup's memory.max).
+    /// Without a policy file: the container's own mode and priority (hard
+    /// and 0 where it sets none), an alert on a bypass (the memory
+    /// watchdog stays the backstop), a kill on a memory overage (as the
+    /// kernel does on a cgroup's memory.max).
     fn default() -> Self {
         Self {
             defaults: Effective {
@@ -82,17 +171,43 @@ impl Default for Policy {
                 memory_overage_action: Action::Kill,
                 rule: None,
             },
+            rules: Vec::new(),
         }
     }
 }
 
 impl Policy {
-    /// What applies to the container described by `meta`.
+    /// The first rule matching a container in `namespace` with `labels`.
+    pub fn rule_for(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .find(|r| r.matcher.matches(namespace, labels))
+    }
+
+    /// What applies to the container described by `meta` (see the module
+    /// documentation for the order).
     pub fn effective(&self, meta: &Metadata) -> Effective {
+        let rule = self.rule_for(meta.namespace.as_deref(), &meta.labels);
+        let set = rule.map(|r| &r.set);
+        let d = &self.defaults;
         Effective {
-            mode: meta.mode,
-            priority: meta.priority,
-            ..self.defaults.clone()
+            mode: meta.mode.or(set.and_then(|s| s.mode)).unwrap_or(d.mode),
+            priority: meta
+                .priority
+                .or(set.and_then(|s| s.priority))
+                .unwrap_or(d.priority),
+            bypass_action: set.and_then(|s| s.bypass_action).unwrap_or(d.bypass_action),
+            memory_overage_action: set
+                .and_then(|s| s.memory_overage_action)
+                .unwrap_or(d.memory_overage_action),
+            rule: rule.map(|r| r.name.clone()),
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
