@@ -289,7 +289,8 @@ mod tests {
     #[test]
     fn config_checks_name_the_field() {
         assert!(KubeletConfig::default().validate().is_ok());
-        let cases: [(&str, fn(&mut KubeletConfig)); 7] = [
+        type Edit = fn(&mut KubeletConfig);
+        let cases: [(&str, Edit); 7] = [
             ("endpoint", |c| c.endpoint = "../x.sock".into()),
             ("endpoint", |c| c.endpoint = "kubelet.sock".into()),
             ("endpoint", |c| c.endpoint = String::new()),
