@@ -500,6 +500,16 @@ fn kubelet_absent_at_start_is_waited_for() {
                 r.at - kubelet.created
             );
             assert_eq!(r.request.endpoint, "tessera-test.sock");
+            // The new kubelet removed our socket: the endpoint registered
+            // is a fresh one that answers.
+            let mut client = plugin_client(dir.path(), &r).await;
+            let mut s = client
+                .list_and_watch(dp::Empty {})
+                .await
+                .unwrap()
+                .into_inner();
+            let (l, _) = next_list(&mut s, Duration::from_secs(5)).await.unwrap();
+            assert_eq!(l.devices.len(), 3 * SPLIT as usize);
             kubelet.stop().await;
         });
     });

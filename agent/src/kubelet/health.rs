@@ -99,7 +99,15 @@ fn run(
 ) {
     let nvml = backend.nvml();
     let set = event_set(nvml, count);
-    let mut state = vec![State::default(); count];
+    let mut state: Vec<State> = tx
+        .borrow()
+        .iter()
+        .map(|&healthy| State {
+            lost: !healthy,
+            quarantined_until: None,
+        })
+        .collect();
+    state.resize(count, State::default());
     while !stop.load(Ordering::Acquire) {
         let start = Instant::now();
         match set.as_ref().map(|s| s.wait(WAIT.as_millis() as u32)) {

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::gpu::{GpuError, Inventory, NvmlBackend};
+use crate::gpu::{GpuError, Health, Inventory, NvmlBackend};
 
 pub use health::HealthWatch;
 pub use plugin::Plugin;
@@ -165,7 +165,13 @@ pub async fn serve(
     config.validate()?;
     let inventory = Inventory::collect(&*nvml).map_err(KubeletError::Inventory)?;
     let count = inventory.gpus.len();
-    let (health_tx, health_rx) = watch::channel(vec![true; count]);
+    // Lost GPUs start unhealthy; the health thread publishes every change.
+    let initial = inventory
+        .gpus
+        .iter()
+        .map(|g| g.health == Health::Healthy)
+        .collect();
+    let (health_tx, health_rx) = watch::channel(initial);
     let _health = HealthWatch::start(nvml, count, config.xid_quarantine, health_tx)
         .map_err(KubeletError::Health)?;
     let gpus = Arc::new(inventory.gpus);
