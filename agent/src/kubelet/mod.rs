@@ -14,10 +14,12 @@
 //! On shutdown the server stops (open `ListAndWatch` streams end) and our
 //! socket is removed (only if it is still ours).
 //!
-//! Parts: [`vgpu`] (device IDs and list), [`health`] (NVML Xid events and
+//! Parts: [`allocate`] (the shape of an Allocate answer, not wired yet),
+//! [`vgpu`] (device IDs and list), [`health`] (NVML Xid events and
 //! GPU loss), [`preferred`] (GetPreferredAllocation), [`plugin`] (the
 //! service), [`registration`], [`socket`].
 
+pub mod allocate;
 pub mod health;
 pub mod plugin;
 pub mod preferred;
