@@ -22,7 +22,8 @@
 //! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
 //!   `/readyz`.
 //!
-//! The device plugin arrives in a later change (see `design.md`).
+//! - [`kubelet`]: the device plugin (vGPUs registered with kubelet,
+//!   health from NVML, preferred allocation); Allocate comes later.
 
 #![forbid(unsafe_code)]
 
@@ -34,6 +35,7 @@ pub mod daemon;
 pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
+pub mod kubelet;
 pub mod mountinfo;
 pub mod policy;
 pub mod region;
