@@ -132,7 +132,10 @@ fn assert_nothing_left(tmp: &Path, out: &str) {
 /// Checks the plain output: no escape code, lines per container from the
 /// agent's view, the summary naming every container.
 fn assert_plain(out: &str) {
-    assert!(!out.contains('\x1b'), "an escape code in plain output:\n{out}");
+    assert!(
+        !out.contains('\x1b'),
+        "an escape code in plain output:\n{out}"
+    );
     for c in CONTAINERS {
         assert!(
             out.lines()
@@ -212,7 +215,13 @@ fn sigint_midway_stops_the_workloads_and_the_agent_and_removes_everything() {
             assert_eq!(procs.lines().count(), 1, "{c}: {procs:?}");
             let meta = std::fs::read_dir(tmp.path())
                 .unwrap()
-                .map(|e| e.unwrap().path().join("containers").join(c).join("meta.json"))
+                .map(|e| {
+                    e.unwrap()
+                        .path()
+                        .join("containers")
+                        .join(c)
+                        .join("meta.json")
+                })
                 .find(|p| p.is_file())
                 .unwrap_or_else(|| panic!("no meta.json of {c}"));
             let meta: serde_json::Value =

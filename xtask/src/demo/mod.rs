@@ -70,7 +70,10 @@ impl Workload {
 
     /// Lines it printed so far.
     fn output(&self) -> Vec<String> {
-        self.output.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -376,10 +379,7 @@ fn watch(
             })
             .collect();
         if tty {
-            let mut lines = vec![format!(
-                "t = {tick:>3} s of {}   {note}",
-                args.seconds
-            )];
+            let mut lines = vec![format!("t = {tick:>3} s of {}   {note}", args.seconds)];
             lines.extend(screen::table(&devices, &rows, &per_s));
             for (w, p) in workloads.iter().zip(plans).filter(|(_, p)| p.expects_oom()) {
                 if let Some(l) = w.output().iter().find(|l| l.starts_with("allocs")) {
@@ -395,7 +395,7 @@ fn watch(
             }
             out.flush()?;
             drawn = lines.len();
-        } else if tick % 2 == 0 {
+        } else if tick.is_multiple_of(2) {
             for l in screen::plain(tick, &devices, &rows, &per_s) {
                 println!("{l}");
             }
@@ -448,10 +448,7 @@ fn summary(
             }
         }
     }
-    println!(
-        "limits held: {}",
-        if ok { "yes" } else { "NO (see above)" }
-    );
+    println!("limits held: {}", if ok { "yes" } else { "NO (see above)" });
     ok
 }
 

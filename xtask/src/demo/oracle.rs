@@ -169,13 +169,12 @@ pub(super) fn judge(
                         .filter(|o| o.gpu == p.gpu && o.name != p.name)
                         .map(|o| target(o, after))
                         .sum();
-                    let in_window: Vec<f64> = r
-                        .sm
-                        .iter()
-                        // A sample covers the second before its time.
-                        .filter(|(t, _)| *t - 1.0 >= from_s - 0.05 && *t <= to_s + 0.05)
-                        .map(|(_, v)| *v)
-                        .collect();
+                    let in_window: Vec<f64> =
+                        r.sm.iter()
+                            // A sample covers the second before its time.
+                            .filter(|(t, _)| *t - 1.0 >= from_s - 0.05 && *t <= to_s + 0.05)
+                            .map(|(_, v)| *v)
+                            .collect();
                     Window {
                         from_s,
                         to_s,
@@ -268,10 +267,11 @@ mod tests {
         // Stopped at 2 s: before the first window starts.
         let v = judge(&plans, &recs, None, 2.0);
         assert!(v.iter().all(|c| c.windows.is_empty() && c.held()));
-        // Samples at 1..=5 s, stopped at 5 s: the window 3..5 has 4 and 5.
-        let recs: Vec<Record> = plans.iter().map(|_| flat(&[10.0, 90.0], 5.0)).collect();
+        // Samples at 1..=5 s, stopped at 5 s: the window 3..5 has 4 and 5
+        // (train-a, hard at 50, over its cap + 5 pp).
+        let recs: Vec<Record> = plans.iter().map(|_| flat(&[30.0, 90.0], 5.0)).collect();
         let w = &judge(&plans, &recs, None, 5.0)[0].windows[0];
-        assert_eq!(w.achieved, Some(50.0));
+        assert_eq!(w.achieved, Some(60.0));
         assert!(!w.held());
     }
 }

@@ -191,12 +191,9 @@ mod tests {
             .collect();
         assert!((2..=3).contains(&on0.len()) && on0[0] != on0[1], "{on0:?}");
         // An elastic container alone on its GPU.
-        assert!(
-            plans
-                .iter()
-                .any(|p| p.mode == Mode::Elastic
-                    && plans.iter().filter(|o| o.gpu == p.gpu).count() == 1)
-        );
+        assert!(plans.iter().any(
+            |p| p.mode == Mode::Elastic && plans.iter().filter(|o| o.gpu == p.gpu).count() == 1
+        ));
         // One that allocates past its limit, one target changed live.
         assert_eq!(plans.iter().filter(|p| p.expects_oom()).count(), 1);
         assert_eq!(plans.iter().filter(|p| p.change_to.is_some()).count(), 1);
@@ -217,7 +214,11 @@ mod tests {
         // Each allocation fits its limit with the context overhead.
         for p in &plans {
             if let Work::Saturate { alloc_mib } = p.work {
-                assert!(alloc_mib + CONTEXT_OVERHEAD_MIB <= p.memory_mib, "{}", p.name);
+                assert!(
+                    alloc_mib + CONTEXT_OVERHEAD_MIB <= p.memory_mib,
+                    "{}",
+                    p.name
+                );
             }
         }
         assert_eq!(

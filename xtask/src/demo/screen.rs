@@ -78,10 +78,7 @@ pub(super) fn rows(view: &Value, plans: &[Plan]) -> (Vec<Device>, Vec<Row>) {
             row.cap = g["cap_percent"].as_f64();
             row.rate = g["launch_rate"].as_u64();
             row.launches = g["launches"].as_u64().unwrap_or(0);
-            row.state = c["enforcement"]["state"]
-                .as_str()
-                .unwrap_or("?")
-                .to_owned();
+            row.state = c["enforcement"]["state"].as_str().unwrap_or("?").to_owned();
             row.problems = c["problems"].as_array().map_or(0, Vec::len);
             row
         })
