@@ -349,7 +349,13 @@ fn watch(
         tick += 1;
         let t = start.elapsed().as_secs_f64();
         sampler.sample(t, plans, pids, &mut records)?;
+        // Ctrl-C on a terminal signals the whole process group: the agent
+        // may be gone before this loop sees the flag.
+        let signalled = || stop.load(Ordering::SeqCst);
         if !agent.running() {
+            if signalled() {
+                break;
+            }
             bail!("the agent exited; its log:\n{}", agent.log_tail(20));
         }
         if change_at.is_none() && tick >= args.seconds / 2 {
@@ -367,7 +373,11 @@ fn watch(
             }
             change_at = Some(t);
         }
-        let view = agent.view()?;
+        let view = match agent.view() {
+            Ok(v) => v,
+            Err(_) if signalled() => break,
+            Err(e) => return Err(e),
+        };
         let (devices, rows) = screen::rows(&view, plans);
         let per_s: Vec<f64> = rows
             .iter()
