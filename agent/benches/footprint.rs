@@ -9,7 +9,11 @@
 //!
 //! The figures are the kernel's accounting of the agent process, not the
 //! agent's own numbers; the period duration the agent reports in its view
-//! is printed beside them as a hint only.
+//! is printed beside them as a hint only. On the simulator the stand-in
+//! NVML maps the node's shared state file into the agent (about 3.7 MiB
+//! per GPU once touched), which a real NVML does not: the resident part of
+//! that mapping (from `/proc/<pid>/smaps`) is printed separately, and the
+//! RSS aim is judged both with and without it.
 //!
 //! Run: `cargo xtask build --no-ebpf && TESSERA_ARTIFACTS=$PWD/target/tessera/debug
 //! cargo bench -p tessera-agent --bench footprint`; arguments after `--`:
@@ -42,6 +46,31 @@ fn node_toml(gpus: usize) -> String {
     }
     t.push_str("[cost]\ncontext_overhead_mib = 300\n[cost.functions.spin]\nfixed_ns = 200000\n");
     t
+}
+
+/// Resident KiB of the mappings of `file` in `pid` (`/proc/<pid>/smaps`).
+fn resident_of(pid: u32, file: &Path) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let file = file.to_string_lossy();
+    let mut inside = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        // A mapping's header: `start-end perms offset dev inode [path]`.
+        let header = line
+            .split_whitespace()
+            .next()
+            .is_some_and(|f| f.contains('-') && !f.ends_with(':'));
+        if header {
+            inside = line.split_whitespace().nth(5) == Some(file.as_ref());
+        } else if inside && let Some(v) = line.strip_prefix("Rss:") {
+            kib += v
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    kib
 }
 
 /// Kernel's accounting of one process.
@@ -101,6 +130,8 @@ fn load_average() -> String {
 
 struct Figures {
     rss_mib: f64,
+    /// Of `rss_mib`: the simulator's state file mapped by its NVML.
+    sim_state_mib: f64,
     hwm_mib: f64,
     cpu_percent: f64,
     threads: u64,
@@ -109,7 +140,7 @@ struct Figures {
 }
 
 /// Measures `agent` over `window` once every container is in its view.
-fn measure(agent: &Agent, containers: usize, window: Duration) -> Figures {
+fn measure(agent: &Agent, node: &Node, containers: usize, window: Duration) -> Figures {
     let v = wait_for(Duration::from_secs(60), || {
         let v = agent.view();
         (v["containers"].as_array().map_or(0, Vec::len) == containers).then_some(v)
@@ -136,6 +167,7 @@ fn measure(agent: &Agent, containers: usize, window: Duration) -> Figures {
     let secs = t0.elapsed().as_secs_f64();
     Figures {
         rss_mib: b.rss_kib as f64 / 1024.0,
+        sim_state_mib: resident_of(pid, &node.state) as f64 / 1024.0,
         hwm_mib: b.hwm_kib as f64 / 1024.0,
         cpu_percent: (b.cpu_ticks - a.cpu_ticks) as f64 / hz / secs * 100.0,
         threads: b.threads,
@@ -188,7 +220,7 @@ fn main() {
     let idle = {
         let agent = Agent::start(&node, &root, &[]);
         agent.wait_ready();
-        measure(&agent, 0, window)
+        measure(&agent, &node, 0, window)
     };
 
     add_containers(&node, &root, containers, gpus);
@@ -209,18 +241,23 @@ fn main() {
             support::sim::spawn_command_ready(c, &ops)
         })
         .collect();
-    let busy = measure(&agent, containers, window);
+    let busy = measure(&agent, &node, containers, window);
     drop(live);
 
     let row = |name: &str, f: &Figures| {
         println!(
-            "{name:<34} {:>8.1} {:>8.1} {:>8.2} {:>8} {:>10.0}",
-            f.rss_mib, f.hwm_mib, f.cpu_percent, f.threads, f.period_us
+            "{name:<34} {:>8.1} {:>8.1} {:>10.1} {:>8.2} {:>8} {:>10.0}",
+            f.rss_mib,
+            f.hwm_mib,
+            f.rss_mib - f.sim_state_mib,
+            f.cpu_percent,
+            f.threads,
+            f.period_us
         );
     };
     println!(
-        "{:<34} {:>8} {:>8} {:>8} {:>8} {:>10}",
-        "case", "RSS MiB", "HWM MiB", "CPU %", "threads", "period µs"
+        "{:<34} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10}",
+        "case", "RSS MiB", "HWM MiB", "-sim MiB", "CPU %", "threads", "period µs"
     );
     row("no container", &idle);
     row(
@@ -233,6 +270,12 @@ fn main() {
         busy.rss_mib,
         busy.hwm_mib,
         verdict(busy.hwm_mib <= AIM_RSS_MIB)
+    );
+    let own = busy.rss_mib - busy.sim_state_mib;
+    println!(
+        "RSS without the simulator's state file ({:.1} MiB of it resident): {own:.1} MiB: {} the aim",
+        busy.sim_state_mib,
+        verdict(own <= AIM_RSS_MIB)
     );
     println!(
         "CPU {:.2} % of one core: {} the aim of ≤ {AIM_CPU_PERCENT} %",
