@@ -44,8 +44,10 @@ use plan::{GPUS, Plan, node_toml, plans};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
-    /// How long the workloads run (the live target change is made halfway).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    /// How long the workloads run (8 to 3600; the live target change is
+    /// made halfway, and SM use is judged from 3 s after the start and
+    /// after the change).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(8..=3600))]
     pub seconds: u64,
     /// Use release builds.
     #[arg(long)]
@@ -463,6 +465,12 @@ fn summary(
 }
 
 fn print_verdict(v: &Verdict) {
+    if v.windows.is_empty() {
+        println!(
+            "  {:<9} SM use not judged: the run ended before a steady window",
+            v.name
+        );
+    }
     for w in &v.windows {
         let achieved = w.achieved.map_or("-".to_owned(), |a| format!("{a:.1}"));
         println!(

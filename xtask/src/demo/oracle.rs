@@ -162,7 +162,8 @@ pub(super) fn judge(
             }
             let windows = spans
                 .into_iter()
-                .filter(|(from, to, _)| from < to)
+                // Less than a sample's second is no window.
+                .filter(|(from, to, _)| to - from >= 1.0)
                 .map(|(from_s, to_s, after)| {
                     let others: u32 = plans
                         .iter()
@@ -267,6 +268,10 @@ mod tests {
         // Stopped at 2 s: before the first window starts.
         let v = judge(&plans, &recs, None, 2.0);
         assert!(v.iter().all(|c| c.windows.is_empty() && c.held()));
+        // Changed at 2 s, ended at 5.4 s: no window of a second or more
+        // (3..2 and 5..5.4).
+        let v = judge(&plans, &recs, Some(2.0), 5.4);
+        assert!(v.iter().all(|c| c.windows.is_empty()), "{v:#?}");
         // Samples at 1..=5 s, stopped at 5 s: the window 3..5 has 4 and 5
         // (train-a, hard at 50, over its cap + 5 pp).
         let recs: Vec<Record> = plans.iter().map(|_| flat(&[30.0, 90.0], 5.0)).collect();
