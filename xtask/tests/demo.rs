@@ -172,7 +172,7 @@ fn the_demo_runs_to_its_end_judges_the_limits_and_leaves_nothing_behind() {
         .lines()
         .find(|l| l.starts_with("  serve-b ") && l.contains("(target  40,"))
         .unwrap_or_else(|| panic!("no verdict on serve-b after the change:\n{out}"));
-    assert!(after.contains("held"), "{after}");
+    assert!(after.contains(": held, converged"), "{after}\n{out}");
     // The allocation past greedy-d's limit was refused.
     assert!(
         out.lines().any(|l| l.starts_with("  greedy-d ")
