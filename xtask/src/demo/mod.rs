@@ -1,19 +1,20 @@
-//! `cargo xtask demo`: a simulated GPU node running four containers'
-//! workloads under `libtessera.so`, with a live view showing the limits
-//! hold.
+//! `cargo xtask demo`: the node agent on a simulated 4-GPU node, holding
+//! six containers' limits while their unmodified CUDA programs run under
+//! `libtessera.so` (the table in [`plan::plans`]).
 //!
-//! Node: two simulated H100s. Containers (each a region directory, as the
-//! agent will create them):
+//! What runs is what a user outside Kubernetes runs: `tessera-agent run`
+//! (a free port, a root in a temporary folder), `tessera-agent container
+//! add` per container, `container set` halfway to change a target live,
+//! and the live view read from the agent's `/containers`. As root every
+//! container is a real cgroup below the detected cgroup v2 root, its
+//! workload moved into it and the path in its metadata; otherwise the demo
+//! says so and the agent knows the processes from their usage regions.
 //!
-//! | container | GPU | memory limit | launch limit | workload |
-//! |---|---|---|---|---|
-//! | train-a | 0 | 20000 MiB | none | 16000 MiB, saturating 2 ms kernels |
-//! | serve-b | 0 | 8000 MiB | 4000 warps/s | 6000 MiB, 64-warp 2 ms kernels as fast as allowed |
-//! | greedy-c | 1 | 4000 MiB | none | allocates 500 MiB chunks until refused |
-//! | batch-d | 1 | 8000 MiB | 2000 → 8000 warps/s halfway | 32-warp 1 ms kernels |
-//!
-//! Everything lives in a temporary folder that is removed at the end or on
-//! Ctrl-C.
+//! At the end (or on Ctrl-C / SIGTERM) the workloads and the agent are
+//! stopped, and the simulator's own record ([`oracle`]) judges whether each
+//! container stayed within its SM cap and memory limit; the command fails
+//! if one did not. Cgroups and the temporary folder are removed on every
+//! exit but SIGKILL.
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -25,65 +26,56 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use gpusim::Sim;
 use gpusim::state::Config;
-use tessera_region::file::{Mapped, create_control, create_usage};
-use tessera_region::layout::ControlRegion;
-use tessera_region::reader::read_usage;
 
+use crate::artifacts::Artifacts;
 use crate::build;
-use crate::sh::workspace_root;
+use crate::sh::{self, workspace_root};
 
+mod agent;
+mod cgroups;
+mod oracle;
 mod plan;
+mod screen;
 
-use plan::{MIB, Plan, control_spec, node_toml, plans};
+use agent::{Agent, NodeEnv};
+use cgroups::Cgroups;
+use oracle::{Record, Sampler, TOLERANCE_PP, Verdict};
+use plan::{GPUS, Plan, node_toml, plans};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
-    /// How long the workloads run.
-    #[arg(long, default_value_t = 20)]
+    /// How long the workloads run (8 to 3600; the live target change is
+    /// made halfway, and SM use is judged from 3 s after the start and
+    /// after the change).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(8..=3600))]
     pub seconds: u64,
     /// Use release builds.
     #[arg(long)]
     pub release: bool,
-}
-
-/// A started container.
-struct Container {
-    plan: Plan,
-    /// Its launch limit now (the plan's, or `raise_to` once raised).
-    rate: Option<u64>,
-    ops: String,
-    region: PathBuf,
-    control: Mapped<ControlRegion>,
-    workload: Workload,
-    output: Arc<Mutex<Vec<String>>>,
-    peak: u64,
-    last_launches: u64,
-}
-
-impl Container {
-    /// Writes the plan's limits with the current rate to the control region.
-    fn write_limits(&self, sim: &Sim) -> Result<()> {
-        self.control
-            .write(&control_spec(sim, &self.plan, self.rate))?;
-        Ok(())
-    }
-
-    /// Lines the workload printed so far.
-    fn output(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
-        self.output.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    /// Use the artifacts already built in DIR (`target/tessera/<profile>`)
+    /// instead of building them.
+    #[arg(long, value_name = "DIR")]
+    pub artifacts: Option<PathBuf>,
 }
 
 /// A running workload process; dropping it kills and reaps it, so an
-/// error or Ctrl-C leaves no workload behind (greedy-c would hold its
-/// memory forever).
+/// error or a signal leaves no workload behind.
 struct Workload {
     child: Child,
+    output: Arc<Mutex<Vec<String>>>,
 }
 
 impl Workload {
     fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// Lines it printed so far.
+    fn output(&self) -> Vec<String> {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -95,292 +87,416 @@ impl Drop for Workload {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let artifacts = build::run(
-        &build::Args {
-            release: args.release,
-            no_ebpf: true,
-        },
-        None,
-    )?;
+    let artifacts = match &args.artifacts {
+        Some(dir) => Artifacts { dir: dir.clone() },
+        None => build::run(
+            &build::Args {
+                release: args.release,
+                no_ebpf: true,
+            },
+            None,
+        )?,
+    };
+    for need in ["bin/tessera-agent", "lib/libtessera.so", "sim/libcuda.so.1"] {
+        let p = artifacts.dir.join(need);
+        if !p.is_file() {
+            bail!(
+                "{} is missing: run `cargo xtask build --no-ebpf` or drop --artifacts",
+                p.display()
+            );
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // SIGINT, SIGTERM and SIGHUP (ctrlc's `termination` feature).
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("cannot install the SIGINT/SIGTERM handler")?;
+    }
     let dir = tempfile::Builder::new()
         .prefix("tessera-demo-")
         .tempdir()
         .context("cannot create a temporary folder")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("cannot install the Ctrl-C handler")?;
-    }
     let result = demo(args, &artifacts.dir, dir.path(), &stop);
-    // The folder (regions, state, programs) goes with `dir`.
+    // The folder (node state, regions, the workload program) goes last,
+    // after everything that used it stopped.
     drop(dir);
-    result
+    if result? {
+        Ok(())
+    } else {
+        bail!("a limit did not hold (see the summary above)")
+    }
 }
 
-fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<()> {
-    let node = dir.join("node.toml");
-    std::fs::write(&node, node_toml())?;
-    let state = dir.join("gpusim.state");
-    let sim = Sim::open(&Config {
-        node_path: Some(node.clone()),
-        state_path: state.clone(),
-    })?;
-    let sim_dir = artifacts.join("sim");
-    let workload = dir.join("workload");
+/// Builds the C workload (an unmodified CUDA driver API program) against
+/// the simulator's `libcuda`.
+fn compile_workload(sim_dir: &Path, out: &Path) -> Result<()> {
     let src = workspace_root().join("preload/gpusim/tests/c/workload.c");
     // The flags of the simulator tests' build of the same file
-    // (preload/gpusim/tests/support/mod.rs), so a warning fails here too.
-    let out = Command::new("cc")
+    // (xtask/testkit/src/sim.rs), so a warning fails here too.
+    let o = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-Wno-unused-function", "-o"])
-        .arg(&workload)
+        .arg(out)
         .arg(&src)
         .arg(format!("-L{}", sim_dir.display()))
         .arg(format!("-Wl,-rpath,{}", sim_dir.display()))
         .arg("-lcuda")
         .output()
         .context("cannot run cc (a C compiler is needed for the demo's workloads)")?;
-    if !out.status.success() {
+    if !o.status.success() {
         bail!(
             "cc {} failed: {}",
             src.display(),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&o.stderr)
         );
     }
-    // The workloads outlive the view, so no sample sees them wind down.
-    let ms = (args.seconds + 10) * 1000;
-    let lib = artifacts.join("lib/libtessera.so");
-    let mut containers = Vec::new();
-    for plan in plans() {
-        let name = plan.name;
-        let ops = plan.ops(ms);
-        let region = dir.join("regions").join(name);
-        std::fs::create_dir_all(&region)?;
-        let control = create_control(&region, &control_spec(&sim, &plan, plan.rate))?;
-        create_usage(&region)?;
-        let child = Command::new(&workload)
-            .args(ops.split_whitespace())
-            .env("GPUSIM_NODE", &node)
-            .env("GPUSIM_STATE", &state)
-            .env("LD_LIBRARY_PATH", &sim_dir)
-            .env("LD_PRELOAD", &lib)
-            .env("TESSERA_REGION_DIR", &region)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {name}"))?;
-        let mut workload = Workload { child };
-        let output = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            workload
-                .child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            workload
-                .child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let output = output.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    output.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-                }
-            });
-        }
-        containers.push(Container {
-            rate: plan.rate,
-            plan,
-            ops,
-            region,
-            control,
-            workload,
-            output,
-            peak: 0,
-            last_launches: 0,
-        });
-    }
-    // Dropping `containers` (also on an error above) stops the workloads.
-    watch(args, &sim, &mut containers, stop)
+    Ok(())
 }
 
-fn watch(args: &Args, sim: &Sim, cs: &mut [Container], stop: &AtomicBool) -> Result<()> {
+/// Starts `program ops` under `lib` in `region`, moved into `cgroup` first
+/// when given (a shell writes its own pid to `cgroup.procs`, then execs
+/// the workload: the CUDA program starts inside the cgroup).
+fn spawn_workload(
+    env: &NodeEnv,
+    program: &Path,
+    lib: &Path,
+    region: &Path,
+    ops: &str,
+    cgroup: Option<&Path>,
+) -> Result<Workload> {
+    let mut c = match cgroup {
+        Some(cg) => {
+            let mut c = env.command(Path::new("/bin/sh"));
+            c.arg("-c")
+                .arg(r#"echo $$ > "$0/cgroup.procs" && export LD_PRELOAD="$1" && shift && exec "$@""#)
+                .arg(cg)
+                .arg(lib)
+                .arg(program);
+            c
+        }
+        None => {
+            let mut c = env.command(program);
+            c.env("LD_PRELOAD", lib);
+            c
+        }
+    };
+    let mut child = c
+        .args(ops.split_whitespace())
+        .env("TESSERA_REGION_DIR", region)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", program.display()))?;
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let streams: [Option<Box<dyn std::io::Read + Send>>; 2] = [
+        child.stdout.take().map(|s| Box::new(s) as _),
+        child.stderr.take().map(|s| Box::new(s) as _),
+    ];
+    for stream in streams.into_iter().flatten() {
+        let output = output.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                output.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+    }
+    Ok(Workload { child, output })
+}
+
+/// Runs the demo; `Ok(false)` when a limit did not hold.
+fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<bool> {
+    let env = NodeEnv {
+        node: dir.join("node.toml"),
+        state: dir.join("gpusim.state"),
+        sim_dir: artifacts.join("sim"),
+    };
+    std::fs::write(&env.node, node_toml())
+        .with_context(|| format!("cannot write {}", env.node.display()))?;
+    let sim = Sim::open(&Config {
+        node_path: Some(env.node.clone()),
+        state_path: env.state.clone(),
+    })?;
+    let program = dir.join("workload");
+    compile_workload(&env.sim_dir, &program)?;
+    let plans = plans();
+
+    // Dropped in reverse order: workloads, then the agent, then cgroups.
+    let mut cgroups = if sh::is_root() {
+        match Cgroups::create() {
+            Ok(c) => {
+                println!("cgroups: one per container under {}", c.parent().display());
+                Some(c)
+            }
+            Err(e) => {
+                println!(
+                    "cgroups: skipped ({e:#}); the agent knows the processes from their usage regions"
+                );
+                None
+            }
+        }
+    } else {
+        println!(
+            "cgroups: skipped (not root): containers are not cgroups; the agent knows their processes from their usage regions"
+        );
+        None
+    };
+    let root = dir.join("containers");
+    let mut agent = Agent::start(&env, &artifacts.join("bin/tessera-agent"), &root)?;
+    println!(
+        "agent: tessera-agent run on a simulated {GPUS}-GPU node, http://{}/containers, root {}",
+        agent.addr,
+        root.display()
+    );
+    let lib = artifacts.join("lib/libtessera.so");
+    // The workloads outlive the view, so no sample sees them wind down.
+    let ms = (args.seconds + 30) * 1000;
+    let mut regions = Vec::new();
+    let mut workloads = Vec::new();
+    for p in &plans {
+        let cgroup = cgroups.as_mut().map(|c| c.add(p.name)).transpose()?;
+        let uuid = sim.node().uuid(p.gpu);
+        let target = p.sm_target.to_string();
+        let spec = p.gpu_spec(&uuid);
+        let mut add = vec![
+            "add",
+            "--id",
+            p.name,
+            "--gpu",
+            &spec,
+            "--sm-target",
+            &target,
+            "--mode",
+            p.mode.as_str(),
+        ];
+        let cg = cgroup.as_ref().map(|c| c.display().to_string());
+        if let Some(cg) = &cg {
+            add.extend(["--cgroup", cg]);
+        }
+        regions.push((PathBuf::from(agent.container(&add)?), cgroup));
+    }
+    // `container add` writes no launch rate (unlimited) until the agent
+    // takes the container over in its next period; a workload started
+    // before that would run unlimited for a moment.
+    agent.wait_for_rates(&plans.iter().map(|p| p.name).collect::<Vec<_>>())?;
+    for (p, (region, cgroup)) in plans.iter().zip(&regions) {
+        workloads.push(spawn_workload(
+            &env,
+            &program,
+            &lib,
+            region,
+            &p.ops(ms),
+            cgroup.as_deref(),
+        )?);
+    }
+    let pids: Vec<i32> = workloads.iter().map(Workload::pid).collect();
+    let outcome = watch(args, &plans, &mut agent, sim, &pids, &workloads, stop);
+    let interrupted = stop.load(Ordering::SeqCst);
+    let outputs: Vec<Vec<String>> = workloads.iter().map(Workload::output).collect();
+    drop(workloads);
+    agent.stop();
+    let (records, change_at, end_s) = outcome?;
+    if interrupted {
+        println!("\nstopped by a signal after {end_s:.0} s; workloads and agent stopped");
+    }
+    Ok(summary(
+        &plans,
+        &records,
+        change_at,
+        end_s,
+        &outputs,
+        interrupted,
+    ))
+}
+
+/// The live part: samples the simulator, reads the agent's view and
+/// prints it once a second (in place on a terminal; plain lines every 2 s
+/// otherwise) until the end or a signal; makes the live change halfway.
+/// Returns the simulator's record, when the change was made and when the
+/// run ended (s).
+fn watch(
+    args: &Args,
+    plans: &[Plan],
+    agent: &mut Agent,
+    sim: Sim,
+    pids: &[i32],
+    workloads: &[Workload],
+    stop: &AtomicBool,
+) -> Result<(Vec<Record>, Option<f64>, f64)> {
     let tty = std::io::stdout().is_terminal();
+    let mut sampler = Sampler::new(sim, GPUS);
+    let mut records = vec![Record::default(); plans.len()];
     let start = Instant::now();
+    let mut change_at: Option<f64> = None;
+    let mut note = String::new();
+    let mut drawn = 0usize;
+    let mut last_launches: Vec<u64> = vec![0; plans.len()];
     let mut last = Instant::now();
-    let mut raised_at: Option<u64> = None;
-    // Relative error of each rate-limited per-second sample.
-    let mut rate_errors: Vec<f64> = Vec::new();
     let mut tick = 0u64;
     println!(
-        "tessera demo: {} containers on a simulated 2-GPU node for {} s (Ctrl-C stops)\n",
-        cs.len(),
-        args.seconds
+        "tessera demo: {} containers for {} s; a target changes at {} s (Ctrl-C stops)\n",
+        plans.len(),
+        args.seconds,
+        args.seconds / 2
     );
-    let raised_note: String = cs
-        .iter()
-        .filter_map(|c| {
-            let to = c.plan.raise_to?;
-            Some(format!(
-                "   ({}'s rate raised to {to} warps/s)",
-                c.plan.name
-            ))
-        })
-        .collect();
-    while start.elapsed() < Duration::from_secs(args.seconds) && !stop.load(Ordering::SeqCst) {
+    loop {
         std::thread::sleep(Duration::from_millis(100));
+        if stop.load(Ordering::SeqCst) || start.elapsed() >= Duration::from_secs(args.seconds) {
+            break;
+        }
         if last.elapsed() < Duration::from_secs(1) {
             continue;
         }
         let dt = last.elapsed().as_secs_f64();
         last = Instant::now();
         tick += 1;
-        if raised_at.is_none() && start.elapsed() >= Duration::from_secs(args.seconds / 2) {
-            for c in cs.iter_mut() {
-                if let Some(to) = c.plan.raise_to {
-                    c.rate = Some(to);
-                    c.write_limits(sim)?;
+        let t = start.elapsed().as_secs_f64();
+        sampler.sample(t, plans, pids, &mut records)?;
+        // Ctrl-C on a terminal signals the whole process group: the agent
+        // may be gone before this loop sees the flag.
+        let signalled = || stop.load(Ordering::SeqCst);
+        if !agent.running() {
+            if signalled() {
+                break;
+            }
+            bail!("the agent exited; its log:\n{}", agent.log_tail(20));
+        }
+        if change_at.is_none() && tick >= args.seconds / 2 {
+            for p in plans {
+                if let Some(to) = p.change_to {
+                    agent.container(&["set", "--id", p.name, "--sm-target", &to.to_string()])?;
+                    note = format!(
+                        "{}'s SM target {} → {to} at {t:.0} s (tessera-agent container set)",
+                        p.name, p.sm_target
+                    );
+                    if !tty {
+                        println!("t={tick}s {note}");
+                    }
                 }
             }
-            raised_at = Some(tick);
+            change_at = Some(t);
         }
-        let mut lines = Vec::new();
-        lines.push(format!(
-            "{:<9} {:>3} {:>18} {:>10} {:>14} {:>5}  {}",
-            "container",
-            "gpu",
-            "memory MiB (limit)",
-            "launches/s",
-            "limit warps/s",
-            "SM %",
-            "notes"
-        ));
-        let since = gpusim::realtime_ns() / 1000 - 1_000_000;
-        for c in cs.iter_mut() {
-            let plan = &c.plan;
-            let usage = read_usage(&std::fs::read(c.region.join("usage"))?)?;
-            let used = usage.used[0];
-            c.peak = c.peak.max(used);
-            if used > plan.memory_mib * MIB {
-                bail!(
-                    "{}: {used} bytes used over its {} MiB limit",
-                    plan.name,
-                    plan.memory_mib
-                );
-            }
-            let launches = usage.buckets[0].launches;
-            let per_s = (launches - c.last_launches) as f64 / dt;
-            c.last_launches = launches;
-            let pid = c.workload.pid();
-            let sm: u32 = sim
-                .process_samples(plan.gpu, since)?
-                .iter()
-                .filter(|s| s.pid == pid)
-                .map(|s| s.sm_percent)
-                .sum();
-            let settled = tick > 2 && raised_at.is_none_or(|at| tick > at + 2);
-            if let (Some(rate), Some(warps)) = (c.rate, plan.warps_per_launch())
-                && settled
-            {
-                let expected = rate as f64 / warps as f64;
-                rate_errors.push((per_s - expected) / expected);
-            }
-            let notes = c
-                .output()
-                .iter()
-                .filter(|l| {
-                    l.starts_with("allocs") || l.starts_with("error") || l.starts_with("tessera")
-                })
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            lines.push(format!(
-                "{:<9} {:>3} {:>8} ({:>6}) {:>10.1} {:>14} {:>5}  {}",
-                plan.name,
-                plan.gpu,
-                used / MIB,
-                plan.memory_mib,
-                per_s,
-                c.rate.map_or("none".into(), |r| r.to_string()),
-                sm,
-                notes
-            ));
-        }
-        if tty {
-            print!("\x1b[{}A", lines.len() + 1);
-        }
-        println!(
-            "t = {:>3} s{}",
-            start.elapsed().as_secs(),
-            if raised_at.is_some() {
-                raised_note.as_str()
-            } else {
-                ""
-            }
-        );
-        for l in &lines {
-            println!("{l}\x1b[K");
-        }
-        std::io::stdout().flush()?;
-    }
-    println!();
-    if stop.load(Ordering::SeqCst) {
-        println!("stopped by Ctrl-C; cleaning up");
-    }
-    println!("summary:");
-    for c in cs.iter() {
-        println!(
-            "  {:<9} peak memory {:>6} MiB of {:>6} MiB ({})",
-            c.plan.name,
-            c.peak / MIB,
-            c.plan.memory_mib,
-            c.ops
-        );
-    }
-    for c in cs.iter().filter(|c| c.plan.expects_oom()) {
-        let refused = c
-            .output()
+        let view = match agent.view() {
+            Ok(v) => v,
+            Err(_) if signalled() => break,
+            Err(e) => return Err(e),
+        };
+        let (devices, rows) = screen::rows(&view, plans);
+        let per_s: Vec<f64> = rows
             .iter()
-            .any(|l| l.contains("CUDA_ERROR_OUT_OF_MEMORY"));
-        println!(
-            "  {}'s allocation beyond its limit was {}",
-            c.plan.name,
-            if refused {
-                "refused with CUDA_ERROR_OUT_OF_MEMORY"
-            } else {
-                "not attempted yet"
+            .zip(last_launches.iter_mut())
+            .map(|(r, l)| {
+                let d = r.launches.saturating_sub(*l) as f64 / dt;
+                *l = r.launches;
+                d
+            })
+            .collect();
+        if tty {
+            let mut lines = vec![format!("t = {tick:>3} s of {}   {note}", args.seconds)];
+            lines.extend(screen::table(&devices, &rows, &per_s));
+            for (w, p) in workloads.iter().zip(plans).filter(|(_, p)| p.expects_oom()) {
+                if let Some(l) = w.output().iter().find(|l| l.starts_with("allocs")) {
+                    lines.push(format!("{}: {l}", p.name));
+                }
             }
-        );
+            let mut out = std::io::stdout().lock();
+            if drawn > 0 {
+                write!(out, "\x1b[{drawn}A")?;
+            }
+            for l in &lines {
+                writeln!(out, "{l}\x1b[K")?;
+            }
+            out.flush()?;
+            drawn = lines.len();
+        } else if tick.is_multiple_of(2) {
+            for l in screen::plain(tick, &devices, &rows, &per_s) {
+                println!("{l}");
+            }
+        }
     }
-    if !rate_errors.is_empty() {
-        let worst = rate_errors.iter().map(|e| e.abs()).fold(0.0, f64::max);
-        println!(
-            "  rate-limited containers stayed within {:.1}% of their launch limits (per-second samples, after the first 2 s and around the change)",
-            worst * 100.0
-        );
-    }
-    println!("  every container stayed within its memory limit at every sample");
-    Ok(())
+    Ok((records, change_at, start.elapsed().as_secs_f64()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_dropped_workload_is_killed_and_reaped() {
-        let workload = Workload {
-            child: Command::new("sleep").arg("1000").spawn().unwrap(),
-        };
-        let proc_dir = PathBuf::from(format!("/proc/{}", workload.pid()));
-        assert!(proc_dir.exists());
-        drop(workload);
-        // Reaped, not a zombie: the pid is gone from /proc.
-        assert!(!proc_dir.exists(), "{} is still there", proc_dir.display());
+/// Prints the verdict; whether every limit held.
+fn summary(
+    plans: &[Plan],
+    records: &[Record],
+    change_at: Option<f64>,
+    end_s: f64,
+    outputs: &[Vec<String>],
+    interrupted: bool,
+) -> bool {
+    let verdicts = oracle::judge(plans, records, change_at, end_s);
+    println!(
+        "\nsummary, by the simulator's record (mean SM % of each process over each steady window, from {} s after the start and the change; held: at most cap + {TOLERANCE_PP} pp; memory: the most it held):",
+        oracle::SETTLE_S
+    );
+    let mut ok = true;
+    for v in &verdicts {
+        ok &= v.held();
+        print_verdict(v);
     }
+    for (p, out) in plans.iter().zip(outputs).filter(|(p, _)| p.expects_oom()) {
+        let line = out.iter().find(|l| l.starts_with("allocs"));
+        match line {
+            Some(l) if l.contains("CUDA_ERROR_OUT_OF_MEMORY") => println!(
+                "  {:<9} allocation past its {} MiB limit refused: {l}",
+                p.name, p.memory_mib
+            ),
+            Some(l) => {
+                ok = false;
+                println!("  {:<9} allocation past its limit NOT refused: {l}", p.name);
+            }
+            None if interrupted => println!(
+                "  {:<9} had not tried to allocate past its limit yet",
+                p.name
+            ),
+            None => {
+                ok = false;
+                println!(
+                    "  {:<9} never reported its allocations: {}",
+                    p.name,
+                    out.join("; ")
+                );
+            }
+        }
+    }
+    println!("limits held: {}", if ok { "yes" } else { "NO (see above)" });
+    ok
+}
+
+fn print_verdict(v: &Verdict) {
+    if v.windows.is_empty() {
+        println!(
+            "  {:<9} SM use not judged: the run ended before a steady window",
+            v.name
+        );
+    }
+    for w in &v.windows {
+        let achieved = w.achieved.map_or("-".to_owned(), |a| format!("{a:.1}"));
+        println!(
+            "  {:<9} {:<7} {:>4.0}-{:<4.0}s SM {:>5} % (target {:>3}, cap {:>5.1}): {}{}",
+            v.name,
+            v.mode.as_str(),
+            w.from_s,
+            w.to_s,
+            achieved,
+            w.target,
+            w.cap,
+            if w.achieved.is_none() {
+                "not judged (no sample)"
+            } else if w.held() {
+                "held"
+            } else {
+                "NOT HELD"
+            },
+            if w.converged() { ", converged" } else { "" }
+        );
+    }
+    println!(
+        "  {:<9} memory peak {:>7.0} MiB of {:>6} MiB: {}",
+        v.name,
+        v.peak_mib,
+        v.limit_mib,
+        if v.memory_held() { "held" } else { "NOT HELD" }
+    );
 }

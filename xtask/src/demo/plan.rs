@@ -1,179 +1,177 @@
 //! The demo's node and containers: what each runs and the limits it gets.
 
-use gpusim::Sim;
-use tessera_region::control::{ControlSpec, GpuLimits};
-use tessera_region::rate::launch_cost;
-
 /// Memory each CUDA context costs: the simulated node charges it, and
-/// every container's limit counts it.
-const CONTEXT_OVERHEAD_MIB: u64 = 500;
-
-/// The simulated node's description.
-pub(super) fn node_toml() -> String {
-    format!(
-        r#"
-driver_version = "595.45.04"
-
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-numa_node = 0
-nvlink_peers = [1]
-
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-numa_node = 1
-nvlink_peers = [0]
-
-[cost]
-context_overhead_mib = {CONTEXT_OVERHEAD_MIB}
-[cost.functions.matmul]
-fixed_ns = 2000000
-[cost.functions.infer]
-fixed_ns = 2000000
-[cost.functions.batch]
-fixed_ns = 1000000
-"#
-    )
-}
+/// every container's limit counts it (`overhead=` of its `--gpu`).
+pub(super) const CONTEXT_OVERHEAD_MIB: u64 = 500;
+/// GPUs of the simulated node.
+pub(super) const GPUS: usize = 4;
 
 pub(super) const MIB: u64 = 1 << 20;
 
+/// The simulated node's description: four H100s; `spin` kernels of 1 ms
+/// (a saturating workload launches them back to back).
+pub(super) fn node_toml() -> String {
+    let mut t = String::from("driver_version = \"595.45.04\"\n");
+    for i in 0..GPUS {
+        t.push_str(&format!(
+            "\n[[gpu]]\nmodel = \"NVIDIA H100 80GB HBM3\"\nmemory_mib = 81559\nsm_count = 132\nnuma_node = {}\n",
+            i / 2
+        ));
+    }
+    t.push_str(&format!(
+        "\n[cost]\ncontext_overhead_mib = {CONTEXT_OVERHEAD_MIB}\n[cost.functions.spin]\nfixed_ns = 1000000\n"
+    ));
+    t
+}
+
+/// How a container holds its SM target (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Hard,
+    Elastic,
+}
+
+impl Mode {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Hard => "hard",
+            Mode::Elastic => "elastic",
+        }
+    }
+}
+
 /// What one container is and runs.
+#[derive(Clone, Debug)]
 pub(super) struct Plan {
     pub(super) name: &'static str,
     /// Index of its GPU on the node (the workload's `dev`).
     pub(super) gpu: usize,
+    pub(super) mode: Mode,
+    /// SM target (percent of the GPU).
+    pub(super) sm_target: u32,
+    /// The SM target set live (`container set`) halfway through.
+    pub(super) change_to: Option<u32>,
     pub(super) memory_mib: u64,
-    /// Launch limit in warps/s; `None` is unlimited.
-    pub(super) rate: Option<u64>,
-    /// The launch limit set halfway through.
-    pub(super) raise_to: Option<u64>,
-    work: Work,
+    pub(super) work: Work,
 }
 
-/// A container's workload.
-enum Work {
-    /// Allocates `alloc_mib` (if any), then launches `kernel` in
-    /// `blocks` × `threads` until the end.
-    Kernels {
-        alloc_mib: Option<u64>,
-        kernel: &'static str,
-        blocks: u64,
-        threads: u64,
-    },
+/// A container's workload (an unmodified CUDA program: the simulator's C
+/// workload, `preload/gpusim/tests/c/workload.c`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Work {
+    /// Allocates `alloc_mib`, then launches 8-warp `spin` kernels back to
+    /// back until the end.
+    Saturate { alloc_mib: u64 },
     /// Allocates `chunk_mib` chunks until one is refused (expected: out of
-    /// memory at the limit), then holds them.
+    /// memory at the limit), keeps them, then saturates like the others.
     UntilOom { chunk_mib: u64 },
 }
 
 impl Plan {
-    /// The workload's operations (see `preload/gpusim/tests/c/workload.c`);
-    /// kernels run for `ms`.
+    /// The workload's operations; kernels run for `ms`.
     pub(super) fn ops(&self, ms: u64) -> String {
         let dev = self.gpu;
         match self.work {
-            Work::Kernels {
-                alloc_mib,
-                kernel,
-                blocks,
-                threads,
-            } => {
-                let alloc = alloc_mib.map_or(String::new(), |mib| format!(" alloc {mib}"));
-                format!("dev {dev}{alloc} ready run {kernel} {blocks} {threads} {ms}")
+            Work::Saturate { alloc_mib } => {
+                format!("dev {dev} alloc {alloc_mib} ready run spin 1 256 {ms}")
             }
             Work::UntilOom { chunk_mib } => {
-                format!("dev {dev} ready alloc-until-oom {chunk_mib} meminfo hold")
+                format!("dev {dev} ready alloc-until-oom {chunk_mib} meminfo run spin 1 256 {ms}")
             }
-        }
-    }
-
-    /// Warps each launch costs against the launch limit.
-    pub(super) fn warps_per_launch(&self) -> Option<u64> {
-        match self.work {
-            Work::Kernels {
-                blocks, threads, ..
-            } => Some(launch_cost(blocks, threads)),
-            Work::UntilOom { .. } => None,
         }
     }
 
     pub(super) fn expects_oom(&self) -> bool {
         matches!(self.work, Work::UntilOom { .. })
     }
+
+    /// Its `--gpu` spec for `tessera-agent container add`.
+    pub(super) fn gpu_spec(&self, uuid: &str) -> String {
+        format!(
+            "{uuid},memory={},overhead={CONTEXT_OVERHEAD_MIB}",
+            self.memory_mib
+        )
+    }
 }
 
-/// The four containers of the table on top.
-pub(super) fn plans() -> [Plan; 4] {
-    [
-        Plan {
-            name: "train-a",
-            gpu: 0,
-            memory_mib: 20_000,
-            rate: None,
-            raise_to: None,
-            work: Work::Kernels {
-                alloc_mib: Some(16_000),
-                kernel: "matmul",
-                blocks: 528,
-                threads: 256,
-            },
-        },
-        Plan {
-            name: "serve-b",
-            gpu: 0,
-            memory_mib: 8_000,
-            rate: Some(4_000),
-            raise_to: None,
-            work: Work::Kernels {
-                alloc_mib: Some(6_000),
-                kernel: "infer",
-                blocks: 16,
-                threads: 128,
-            },
-        },
-        Plan {
-            name: "greedy-c",
-            gpu: 1,
-            memory_mib: 4_000,
-            rate: None,
-            raise_to: None,
-            work: Work::UntilOom { chunk_mib: 500 },
-        },
-        Plan {
-            name: "batch-d",
-            gpu: 1,
-            memory_mib: 8_000,
-            rate: Some(2_000),
-            raise_to: Some(8_000),
-            work: Work::Kernels {
-                alloc_mib: None,
-                kernel: "batch",
-                blocks: 8,
-                threads: 128,
-            },
-        },
+/// The demo's containers:
+///
+/// | container | GPU | mode | SM target | memory limit | workload |
+/// |---|---|---|---|---|---|
+/// | train-a | 0 | hard | 50 | 20000 MiB | 16000 MiB, saturating |
+/// | serve-b | 0 | hard | 20 → 40 halfway | 8000 MiB | 6000 MiB, saturating |
+/// | batch-c | 1 | elastic | 30 | 8000 MiB | 4000 MiB, saturating, alone (takes the idle SMs) |
+/// | greedy-d | 2 | hard | 25 | 4000 MiB | 500 MiB chunks until refused, then saturating |
+/// | infer-e | 3 | hard | 30 | 6000 MiB | 2000 MiB, saturating |
+/// | etl-f | 3 | elastic | 20 | 6000 MiB | 3000 MiB, saturating (gets what infer-e leaves) |
+pub(super) fn plans() -> Vec<Plan> {
+    let p = |name, gpu, mode, sm_target, change_to, memory_mib, work| Plan {
+        name,
+        gpu,
+        mode,
+        sm_target,
+        change_to,
+        memory_mib,
+        work,
+    };
+    use Mode::{Elastic, Hard};
+    use Work::{Saturate, UntilOom};
+    vec![
+        p(
+            "train-a",
+            0,
+            Hard,
+            50,
+            None,
+            20_000,
+            Saturate { alloc_mib: 16_000 },
+        ),
+        p(
+            "serve-b",
+            0,
+            Hard,
+            20,
+            Some(40),
+            8_000,
+            Saturate { alloc_mib: 6_000 },
+        ),
+        p(
+            "batch-c",
+            1,
+            Elastic,
+            30,
+            None,
+            8_000,
+            Saturate { alloc_mib: 4_000 },
+        ),
+        p(
+            "greedy-d",
+            2,
+            Hard,
+            25,
+            None,
+            4_000,
+            UntilOom { chunk_mib: 500 },
+        ),
+        p(
+            "infer-e",
+            3,
+            Hard,
+            30,
+            None,
+            6_000,
+            Saturate { alloc_mib: 2_000 },
+        ),
+        p(
+            "etl-f",
+            3,
+            Elastic,
+            20,
+            None,
+            6_000,
+            Saturate { alloc_mib: 3_000 },
+        ),
     ]
-}
-
-pub(super) fn control_spec(sim: &Sim, plan: &Plan, rate: Option<u64>) -> ControlSpec {
-    ControlSpec {
-        flags: 0,
-        gpus: vec![limits(sim.uuid_bytes(plan.gpu), plan.memory_mib, rate)],
-    }
-}
-
-fn limits(uuid: [u8; 16], memory_mib: u64, rate: Option<u64>) -> GpuLimits {
-    GpuLimits {
-        memory_limit: memory_mib * MIB,
-        context_overhead: CONTEXT_OVERHEAD_MIB * MIB,
-        launch_rate: rate.unwrap_or(tessera_region::UNLIMITED),
-        launch_burst: rate.map_or(0, |r| (r / 100).max(1)),
-        uuid,
-    }
 }
 
 #[cfg(test)]
@@ -183,35 +181,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plans_give_the_workloads_and_launch_costs_of_the_table() {
+    fn the_plans_cover_what_the_demo_shows() {
         let plans = plans();
-        let ops: Vec<String> = plans.iter().map(|p| p.ops(16_000)).collect();
-        assert_eq!(
-            ops,
-            [
-                "dev 0 alloc 16000 ready run matmul 528 256 16000",
-                "dev 0 alloc 6000 ready run infer 16 128 16000",
-                "dev 1 ready alloc-until-oom 500 meminfo hold",
-                "dev 1 ready run batch 8 128 16000",
-            ]
-        );
-        let warps: Vec<Option<u64>> = plans.iter().map(Plan::warps_per_launch).collect();
-        assert_eq!(warps, [Some(528 * 8), Some(64), None, Some(32)]);
-        let oom: Vec<&str> = plans
+        // A GPU shared by 2–3 containers with different targets.
+        let on0: Vec<u32> = plans
             .iter()
-            .filter(|p| p.expects_oom())
-            .map(|p| p.name)
+            .filter(|p| p.gpu == 0)
+            .map(|p| p.sm_target)
             .collect();
-        assert_eq!(oom, ["greedy-c"]);
+        assert!((2..=3).contains(&on0.len()) && on0[0] != on0[1], "{on0:?}");
+        // An elastic container alone on its GPU.
+        assert!(plans.iter().any(
+            |p| p.mode == Mode::Elastic && plans.iter().filter(|o| o.gpu == p.gpu).count() == 1
+        ));
+        // One that allocates past its limit, one target changed live.
+        assert_eq!(plans.iter().filter(|p| p.expects_oom()).count(), 1);
+        assert_eq!(plans.iter().filter(|p| p.change_to.is_some()).count(), 1);
+        // Every GPU's targets fit, before and after the change.
+        for g in 0..GPUS {
+            let sum = |after: bool| -> u32 {
+                plans
+                    .iter()
+                    .filter(|p| p.gpu == g)
+                    .map(|p| match (after, p.change_to) {
+                        (true, Some(t)) => t,
+                        _ => p.sm_target,
+                    })
+                    .sum()
+            };
+            assert!(sum(false) <= 100 && sum(true) <= 100, "GPU {g}");
+        }
+        // Each allocation fits its limit with the context overhead.
+        for p in &plans {
+            if let Work::Saturate { alloc_mib } = p.work {
+                assert!(
+                    alloc_mib + CONTEXT_OVERHEAD_MIB <= p.memory_mib,
+                    "{}",
+                    p.name
+                );
+            }
+        }
+        assert_eq!(
+            plans[3].ops(1000),
+            "dev 2 ready alloc-until-oom 500 meminfo run spin 1 256 1000"
+        );
+        assert_eq!(
+            plans[0].gpu_spec("GPU-x"),
+            "GPU-x,memory=20000,overhead=500"
+        );
     }
 
     #[test]
-    fn the_node_charges_the_overhead_the_limits_count() {
+    fn the_node_has_the_gpus_and_charges_the_overhead_the_limits_count() {
         let node = gpusim::NodeDescription::parse(&node_toml(), Path::new("demo")).unwrap();
+        assert_eq!(node.gpu.len(), GPUS);
         assert_eq!(node.cost.context_overhead_mib, CONTEXT_OVERHEAD_MIB);
-        assert_eq!(
-            limits([0; 16], 1, None).context_overhead,
-            CONTEXT_OVERHEAD_MIB * MIB
-        );
     }
 }
