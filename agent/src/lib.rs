@@ -18,7 +18,8 @@
 //!   under one root, and `tessera-agent container add|set|rm|list|show`;
 //! - [`config`]: the daemon's settings (file, flags, environment);
 //! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
-//!   `/readyz`.
+//!   `/readyz`;
+//! - [`metrics`]: the Prometheus series served at `/metrics`.
 //!
 //! The device plugin arrives in a later change (see `design.md`).
 
@@ -32,6 +33,7 @@ pub mod daemon;
 pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
+pub mod metrics;
 pub mod mountinfo;
 pub mod policy;
 pub mod region;
