@@ -145,9 +145,9 @@ async fn control_loop(
             // one does not redo from the host state.
             let mut a = a.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let view = a.tick(&s);
-            m.observe(&view);
             let json = serde_json::to_value(&view).unwrap_or_default();
             s.tick_done(json);
+            m.observe(view);
         });
         // Finish the period in flight before stopping (its writes are
         // never cut short); a period that never ends leaves /healthz

@@ -1,14 +1,19 @@
 //! Prometheus series of the agent, served at `/metrics` (text format
-//! 0.0.4): each control period's [`View`] is turned into per-GPU,
-//! per-container and agent-health series.
+//! 0.0.4): the latest control period's [`View`] as per-GPU, per-container
+//! and agent-health series.
+//!
+//! Each period only advances the counters ([`counters`]) and keeps the
+//! view; the series are built when `/metrics` is read, so the agent's
+//! period costs the same however many series it exports.
 //!
 //! Invariants:
-//! - A container or GPU missing from the period's view is missing from
-//!   `/metrics`: every labelled family is rebuilt from the view each
-//!   period (under one lock, so a scrape never sees a half-built set).
+//! - A container or GPU missing from the latest view is missing from
+//!   `/metrics`: every labelled family is rebuilt from that view at each
+//!   scrape (under one lock, so a scrape never sees half of two periods).
 //! - Counters never go backwards, whatever a container writes in its usage
 //!   region ([`monotonic`]).
 
+pub mod counters;
 pub mod families;
 pub mod labels;
 pub mod monotonic;
@@ -19,8 +24,8 @@ use prometheus::{Encoder, Registry, TextEncoder};
 
 use crate::daemon::view::{ContainerView, Reason, View};
 use crate::policy::Action;
+use counters::{ContainerCounters, Counters};
 use families::Families;
-use monotonic::Monotonic;
 
 /// The content type of `/metrics`.
 pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
@@ -42,13 +47,12 @@ pub enum MetricsError {
     Render(#[source] prometheus::Error),
 }
 
-/// Which monotonic counter a reading belongs to.
-type CounterKey = (String, String, &'static str);
-
 struct Inner {
     registry: Registry,
     f: Families,
-    counters: Monotonic<CounterKey>,
+    counters: Counters,
+    /// The latest period's view (none before the first period).
+    view: Option<View>,
 }
 
 /// The agent's metrics (shared by the loop and the endpoint).
@@ -73,26 +77,36 @@ impl Metrics {
             inner: Mutex::new(Inner {
                 registry,
                 f,
-                counters: Monotonic::default(),
+                counters: Counters::default(),
+                view: None,
             }),
         })
     }
 
-    /// Takes in one period's view.
-    pub fn observe(&self, view: &View) {
+    /// Takes in one period's view (cheap: counters and the period
+    /// histogram; the series are built by [`Metrics::render`]).
+    pub fn observe(&self, view: View) {
         let mut guard = self
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        guard.observe(view);
+        let inner = &mut *guard;
+        inner.counters.update(&view);
+        inner
+            .f
+            .period_duration
+            .observe(view.duration_us as f64 / 1_000_000.0);
+        inner.f.periods.inc();
+        inner.view = Some(view);
     }
 
-    /// The text format of every series.
+    /// The text format of every series of the latest period.
     pub fn render(&self) -> Result<String, MetricsError> {
         let guard = self
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.fill();
         let mut out = Vec::new();
         TextEncoder::new()
             .encode(&guard.registry.gather(), &mut out)
@@ -102,7 +116,8 @@ impl Metrics {
 }
 
 impl Inner {
-    fn observe(&mut self, view: &View) {
+    /// Sets every labelled family from the latest view.
+    fn fill(&self) {
         let f = &self.f;
         for v in [
             &f.gpu_memory_used,
@@ -135,7 +150,9 @@ impl Inner {
             v.reset();
         }
         f.throttled.reset();
-
+        let Some(view) = &self.view else {
+            return;
+        };
         for d in &view.devices {
             let index = d.index.to_string();
             let l = [d.uuid.as_str(), index.as_str()];
@@ -151,36 +168,27 @@ impl Inner {
             f.gpu_up.with_label_values(&l).set(i64::from(d.healthy));
         }
         for c in &view.containers {
-            container(f, &mut self.counters, c);
+            if let Some(cc) = self.counters.container(&c.id) {
+                container(f, cc, c);
+            }
         }
-
-        f.period_duration
-            .observe(view.duration_us as f64 / 1_000_000.0);
-        f.periods.inc();
         f.containers.set(view.containers.len() as i64);
         f.skipped.set(view.skipped.len() as i64);
         f.nvml_up.set(i64::from(view.nvml == "ready"));
         f.ebpf_up.set(i64::from(view.ebpf.starts_with("running")));
-        let loads = self.counters.advance(
-            (String::new(), String::new(), "policy_loads"),
-            view.policy.loads,
-        );
+        let loads = self.counters.policy_loads.total();
         f.policy_loads
             .inc_by(loads.saturating_sub(f.policy_loads.get()));
         f.policy_error.set(i64::from(view.policy.error.is_some()));
-        self.counters.end_period();
     }
 }
 
-/// One container's series.
-fn container(f: &Families, counters: &mut Monotonic<CounterKey>, c: &ContainerView) {
+/// One container's series; counter values are `cc`'s totals.
+fn container(f: &Families, cc: &ContainerCounters, c: &ContainerView) {
     let base = labels::container(&c.id, &c.meta);
     let base: Vec<&str> = base.iter().map(String::as_str).collect();
     let with = |more: &[&str]| -> Vec<String> {
         base.iter().chain(more).map(|s| (*s).to_owned()).collect()
-    };
-    let mut total = |gpu: &str, name: &'static str, reading: u64| {
-        counters.advance((c.id.clone(), gpu.to_owned(), name), reading)
     };
     f.problems
         .with_label_values(&base)
@@ -216,38 +224,24 @@ fn container(f: &Families, counters: &mut Monotonic<CounterKey>, c: &ContainerVi
         if let Some(r) = ratio(g.error_pp) {
             f.control_error.with_label_values(&l).set(r);
         }
-        f.launches
-            .with_label_values(&l)
-            .inc_by(total(&g.uuid, "launches", g.launches));
-        f.warps
-            .with_label_values(&l)
-            .inc_by(total(&g.uuid, "warps", g.warps));
-        let ns = total(&g.uuid, "throttled_ns", g.throttled_ns);
-        f.throttled.with_label_values(&l).inc_by(ns as f64 / 1e9);
+        if let Some(gc) = cc.gpus.get(&g.uuid) {
+            f.launches.with_label_values(&l).inc_by(gc.launches.total());
+            f.warps.with_label_values(&l).inc_by(gc.warps.total());
+            f.throttled
+                .with_label_values(&l)
+                .inc_by(gc.throttled_ns.total() as f64 / 1e9);
+        }
     }
-    if let Some(e) = &c.ebpf {
-        f.ioctls
-            .with_label_values(&base)
-            .inc_by(total("", "ioctls", e.ioctls));
-        f.opens
-            .with_label_values(&base)
-            .inc_by(total("", "opens", e.opens));
-        f.bypass
-            .with_label_values(&base)
-            .inc_by(total("", "bypass", e.bypass_events));
+    if c.ebpf.is_some() {
+        f.ioctls.with_label_values(&base).inc_by(cc.ioctls.total());
+        f.opens.with_label_values(&base).inc_by(cc.opens.total());
+        f.bypass.with_label_values(&base).inc_by(cc.bypass.total());
     }
     for reason in Reason::ALL {
         for action in Action::ALL {
-            let count = c
-                .enforcement
-                .actions
-                .iter()
-                .filter(|a| a.reason == reason && a.action == action)
-                .fold(0u64, |s, a| s.saturating_add(a.count));
-            let slot = format!("{}/{}", reason.as_str(), action.as_str());
             f.enforcement
                 .with_label_values(&with(&[reason.as_str(), action.as_str()]))
-                .inc_by(total(&slot, "enforcement", count));
+                .inc_by(cc.enforcement(reason, action));
         }
     }
 }
@@ -342,7 +336,7 @@ mod tests {
     #[test]
     fn series_follow_the_view_and_gone_containers_disappear() {
         let m = Metrics::new().unwrap();
-        m.observe(&view(vec![
+        m.observe(view(vec![
             container("a", 100, Some("train")),
             container("b", 10, None),
         ]));
@@ -393,7 +387,7 @@ mod tests {
             Some(0.0)
         );
 
-        m.observe(&view(vec![container("b", 11, None)]));
+        m.observe(view(vec![container("b", 11, None)]));
         let t = m.render().unwrap();
         assert!(!t.contains(r#"id="a""#), "a is gone: {t}");
         assert!(t.contains("tessera_agent_periods_total 2"), "{t}");
@@ -408,7 +402,7 @@ mod tests {
         let m = Metrics::new().unwrap();
         let mut last = 0.0;
         for reading in [100, 150, 0, 20, u64::MAX, 3] {
-            m.observe(&view(vec![container("a", reading, None)]));
+            m.observe(view(vec![container("a", reading, None)]));
             let t = m.render().unwrap();
             let v = value(&t, "tessera_container_warps_total", &[("id", "a")]).unwrap();
             assert!(v >= last, "{reading}: {v} < {last}");
@@ -419,11 +413,26 @@ mod tests {
     }
 
     #[test]
+    fn a_container_that_comes_back_starts_again() {
+        let m = Metrics::new().unwrap();
+        let warps = |m: &Metrics| {
+            let t = m.render().unwrap();
+            value(&t, "tessera_container_warps_total", &[("id", "a")])
+        };
+        m.observe(view(vec![container("a", 100, None)]));
+        assert_eq!(warps(&m), Some(100.0));
+        m.observe(view(Vec::new()));
+        assert_eq!(warps(&m), None, "gone");
+        m.observe(view(vec![container("a", 5, None)]));
+        assert_eq!(warps(&m), Some(5.0), "a new series, not the old total");
+    }
+
+    #[test]
     fn no_ebpf_no_ebpf_series() {
         let m = Metrics::new().unwrap();
         let mut c = container("a", 1, None);
         c.ebpf = None;
-        m.observe(&view(vec![c]));
+        m.observe(view(vec![c]));
         let t = m.render().unwrap();
         assert!(!t.contains("tessera_container_ioctls_total{"), "{t}");
         assert!(t.contains("tessera_container_warps_total{"), "{t}");

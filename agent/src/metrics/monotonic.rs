@@ -9,57 +9,33 @@
 //! nothing and becomes the new baseline, and the sum saturates at
 //! `u64::MAX` instead of wrapping.
 //!
-//! Invariant: [`Monotonic::advance`] never returns less than it returned
-//! before for the same key.
+//! Invariant: [`Counter::advance`] never returns less than it returned
+//! before on the same counter.
 
-use std::collections::HashMap;
-use std::hash::Hash;
-
-/// One counter: the last reading and the exported total.
-#[derive(Debug, Clone, Copy)]
-struct Track {
-    last: u64,
+/// One exported counter: the last reading and the exported total.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counter {
+    last: Option<u64>,
     total: u64,
 }
 
-/// Monotonic totals by key (e.g. container, GPU, counter name).
-#[derive(Debug)]
-pub struct Monotonic<K> {
-    tracks: HashMap<K, Track>,
-    seen: Vec<K>,
-}
-
-impl<K: Eq + Hash + Clone> Default for Monotonic<K> {
-    fn default() -> Self {
-        Self {
-            tracks: HashMap::new(),
-            seen: Vec::new(),
-        }
-    }
-}
-
-impl<K: Eq + Hash + Clone> Monotonic<K> {
-    /// Feeds `key`'s reading of this period; returns its exported total.
-    /// A key seen for the first time starts at its reading (what the
-    /// counter accumulated before the agent watched it is real use).
-    pub fn advance(&mut self, key: K, reading: u64) -> u64 {
-        self.seen.push(key.clone());
-        let t = self.tracks.entry(key).or_insert(Track {
-            last: reading,
-            total: reading,
-        });
-        if reading > t.last {
-            t.total = t.total.saturating_add(reading - t.last);
-        }
-        t.last = reading;
-        t.total
+impl Counter {
+    /// Feeds this period's reading; returns the exported total. The first
+    /// reading is taken whole (what accumulated before the agent watched
+    /// is real use).
+    pub fn advance(&mut self, reading: u64) -> u64 {
+        let increase = match self.last {
+            None => reading,
+            Some(last) => reading.saturating_sub(last),
+        };
+        self.total = self.total.saturating_add(increase);
+        self.last = Some(reading);
+        self.total
     }
 
-    /// Forgets every key not fed since the previous call (a container or
-    /// GPU that is gone): a key that comes back starts again.
-    pub fn end_period(&mut self) {
-        let seen: std::collections::HashSet<K> = self.seen.drain(..).collect();
-        self.tracks.retain(|k, _| seen.contains(k));
+    /// The exported total.
+    pub fn total(&self) -> u64 {
+        self.total
     }
 }
 
@@ -69,27 +45,16 @@ mod tests {
 
     #[test]
     fn decreases_and_rewrites_never_lower_the_total() {
-        let mut m = Monotonic::default();
-        assert_eq!(m.advance("a", 10), 10);
-        assert_eq!(m.advance("a", 15), 15);
+        let mut c = Counter::default();
+        assert_eq!(c.advance(10), 10);
+        assert_eq!(c.advance(15), 15);
         // Region recreated: starts from zero, counts on from there.
-        assert_eq!(m.advance("a", 0), 15);
-        assert_eq!(m.advance("a", 4), 19);
+        assert_eq!(c.advance(0), 15);
+        assert_eq!(c.advance(4), 19);
         // A tenant writes a huge value, then a small one, then huge again.
-        assert_eq!(m.advance("a", u64::MAX), u64::MAX);
-        assert_eq!(m.advance("a", 1), u64::MAX);
-        assert_eq!(m.advance("a", u64::MAX), u64::MAX, "saturates, never wraps");
-    }
-
-    #[test]
-    fn gone_keys_are_forgotten() {
-        let mut m = Monotonic::default();
-        m.advance("a", 10);
-        m.advance("b", 10);
-        m.end_period();
-        m.advance("a", 11);
-        m.end_period();
-        assert_eq!(m.advance("b", 3), 3, "b was gone and starts again");
-        assert_eq!(m.advance("a", 12), 12);
+        assert_eq!(c.advance(u64::MAX), u64::MAX);
+        assert_eq!(c.advance(1), u64::MAX);
+        assert_eq!(c.advance(u64::MAX), u64::MAX, "saturates, never wraps");
+        assert_eq!(c.total(), u64::MAX);
     }
 }
