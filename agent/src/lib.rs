@@ -20,7 +20,8 @@
 //! - [`policy`]: the node policy file (defaults and rules by namespace and
 //!   pod labels), checked and hot-reloaded;
 //! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
-//!   `/readyz`.
+//!   `/readyz`;
+//! - [`metrics`]: the Prometheus series served at `/metrics`.
 //!
 //! - [`kubelet`]: the device plugin (vGPUs registered with kubelet,
 //!   health from NVML, preferred allocation); Allocate comes later.
@@ -36,6 +37,7 @@ pub mod ebpf;
 pub mod error_chain;
 pub mod gpu;
 pub mod kubelet;
+pub mod metrics;
 pub mod mountinfo;
 pub mod policy;
 pub mod region;

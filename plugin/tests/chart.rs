@@ -451,6 +451,19 @@ fn the_helm_chart_renders_and_lints() {
     ] {
         assert!(host_paths.contains(&path), "agent lacks host path {path}");
     }
+    // The agent listens where the "metrics" port points (/metrics).
+    let agent_container = &pod["containers"][0];
+    let port = agent_container["ports"][0]["containerPort"]
+        .as_u64()
+        .unwrap();
+    let listen = agent_container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "TESSERA_LISTEN")
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or_else(|| panic!("agent has no TESSERA_LISTEN: {agent_container}"));
+    assert_eq!(listen, format!("0.0.0.0:{port}"), "{agent_container}");
 
     // Scheduler: kube-scheduler plus the extender, configured for each other.
     let deployment = chart.one("Deployment");

@@ -5,7 +5,8 @@
 //! - `bpf-linker`, built against that nightly's own `libLLVM` and kept under
 //!   `target/tools/`, one folder per LLVM build, so a nightly update never
 //!   leaves a linker behind that loads the wrong LLVM;
-//! - the Debian packages the tests use (`strace`), as root only;
+//! - the Debian packages the tests use (`strace`, `prometheus`), as root
+//!   only;
 //! - the Python packages the chart tests use, and NVIDIA's C headers for
 //!   the ABI check ([`crate::headers`]).
 //!
@@ -40,8 +41,11 @@ const COMPONENTS: [(&str, &str); 3] = [
 ];
 /// Debian packages the tests need: strace counts the simulator's ioctls;
 /// gcc and libc6-dev link bpf-linker and build the tests' C clients (e.g.
-/// `agent/tests/ebpf_gpusim`).
-const PACKAGES: [&str; 3] = ["strace", "gcc", "libc6-dev"];
+/// `agent/tests/ebpf_gpusim`); prometheus (its `prometheus` server and
+/// `promtool`) checks and scrapes the agent's `/metrics`
+/// (`agent/tests/metrics_*.rs`). On a systemd host the package also starts
+/// a prometheus service on :9090; the tests never use fixed ports.
+const PACKAGES: [&str; 4] = ["strace", "gcc", "libc6-dev", "prometheus"];
 /// Environment variable naming the nightly toolchain to use; setup, build
 /// and test all read it.
 pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";

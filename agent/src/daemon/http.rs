@@ -6,6 +6,7 @@
 //! | `GET /healthz` | 200 while the process answers and the loop is not wedged, else 503 |
 //! | `GET /readyz` | 200 once NVML is initialised and the first period is done, else 503 with the reasons |
 //! | `GET /containers` | the last period's view of the containers (JSON) |
+//! | `GET /metrics` | Prometheus series of the last period (text format 0.0.4, [`crate::metrics`]) |
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::status::{Status, Verdict};
+use crate::metrics::Metrics;
 
 /// An answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +53,7 @@ fn verdict(v: Verdict) -> Reply {
 }
 
 /// Answers `method path`.
-pub fn route(method: &str, path: &str, status: &Status) -> Reply {
+pub fn route(method: &str, path: &str, status: &Status, metrics: &Metrics) -> Reply {
     match (method, path) {
         ("GET" | "HEAD", "/healthz") => verdict(status.health()),
         ("GET" | "HEAD", "/readyz") => verdict(status.ready()),
@@ -60,13 +62,24 @@ pub fn route(method: &str, path: &str, status: &Status) -> Reply {
             content_type: "application/json",
             body: serde_json::to_vec_pretty(&status.view()).unwrap_or_default(),
         },
-        (_, "/healthz" | "/readyz" | "/containers") => text(
+        ("GET" | "HEAD", "/metrics") => match metrics.render() {
+            Ok(body) => Reply {
+                status: StatusCode::OK,
+                content_type: crate::metrics::CONTENT_TYPE,
+                body: body.into_bytes(),
+            },
+            Err(e) => text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &crate::error_chain::with_causes(&e),
+            ),
+        },
+        (_, "/healthz" | "/readyz" | "/containers" | "/metrics") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             &format!("{method} is not accepted on {path}; accepted: GET"),
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            &format!("no route {path}; routes: /healthz, /readyz, /containers"),
+            &format!("no route {path}; routes: /healthz, /readyz, /containers, /metrics"),
         ),
     }
 }
@@ -74,8 +87,14 @@ pub fn route(method: &str, path: &str, status: &Status) -> Reply {
 async fn handle(
     request: Request<Incoming>,
     status: Arc<Status>,
+    metrics: Arc<Metrics>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let reply = route(request.method().as_str(), request.uri().path(), &status);
+    let reply = route(
+        request.method().as_str(),
+        request.uri().path(),
+        &status,
+        &metrics,
+    );
     let mut response = Response::new(Full::new(Bytes::from(reply.body)));
     *response.status_mut() = reply.status;
     response.headers_mut().insert(
@@ -87,7 +106,12 @@ async fn handle(
 
 /// Serves `listener` until `shutdown` completes. Accept errors are logged
 /// and retried after a pause (a full descriptor table passes).
-pub async fn serve(listener: TcpListener, status: Arc<Status>, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    status: Arc<Status>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -102,9 +126,9 @@ pub async fn serve(listener: TcpListener, status: Arc<Status>, shutdown: impl Fu
                 continue;
             }
         };
-        let status = status.clone();
+        let (status, metrics) = (status.clone(), metrics.clone());
         tokio::spawn(async move {
-            let service = service_fn(move |r| handle(r, status.clone()));
+            let service = service_fn(move |r| handle(r, status.clone(), metrics.clone()));
             // A client that never finishes its request is dropped.
             let conn = http1::Builder::new()
                 .header_read_timeout(Some(Duration::from_secs(10)))
@@ -124,15 +148,19 @@ mod tests {
     #[test]
     fn routes() {
         let s = Status::new(Duration::from_secs(5));
-        assert_eq!(route("GET", "/healthz", &s).status, StatusCode::OK);
+        let m = Metrics::new().unwrap();
+        assert_eq!(route("GET", "/healthz", &s, &m).status, StatusCode::OK);
         assert_eq!(
-            route("GET", "/readyz", &s).status,
+            route("GET", "/readyz", &s, &m).status,
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(
-            route("POST", "/healthz", &s).status,
+            route("POST", "/healthz", &s, &m).status,
             StatusCode::METHOD_NOT_ALLOWED
         );
-        assert_eq!(route("GET", "/x", &s).status, StatusCode::NOT_FOUND);
+        assert_eq!(route("GET", "/x", &s, &m).status, StatusCode::NOT_FOUND);
+        let metrics = route("GET", "/metrics", &s, &m);
+        assert_eq!(metrics.status, StatusCode::OK);
+        assert_eq!(metrics.content_type, "text/plain; version=0.0.4");
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::metrics::Metrics;
 use status::Status;
 use tick::Agent;
 
@@ -41,6 +42,9 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    /// The metric families could not be defined.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
     /// No signal handler could be installed.
     #[error("cannot install the SIGTERM/SIGINT handlers")]
     Signal(#[source] std::io::Error),
@@ -85,6 +89,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         "tessera-agent running"
     );
     let status = Arc::new(Status::new(config.stall_after));
+    let metrics = Arc::new(Metrics::new()?);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -92,11 +97,13 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     let server = tokio::spawn(http::serve(
         listener,
         status.clone(),
+        metrics.clone(),
         stopped(stop_rx.clone()),
     ));
     let control = tokio::spawn(control_loop(
         Arc::new(Mutex::new(agent)),
         status,
+        metrics,
         config.period,
         stopped(stop_rx),
     ));
@@ -120,6 +127,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
 async fn control_loop(
     agent: Arc<Mutex<Agent>>,
     status: Arc<Status>,
+    metrics: Arc<Metrics>,
     period: Duration,
     stop: impl std::future::Future<Output = ()>,
 ) {
@@ -131,7 +139,7 @@ async fn control_loop(
             () = &mut stop => return,
             _ = interval.tick() => {}
         }
-        let (a, s) = (agent.clone(), status.clone());
+        let (a, s, m) = (agent.clone(), status.clone(), metrics.clone());
         let period = tokio::task::spawn_blocking(move || {
             // A period that panicked left nothing half-done that the next
             // one does not redo from the host state.
@@ -139,6 +147,7 @@ async fn control_loop(
             let view = a.tick(&s);
             let json = serde_json::to_value(&view).unwrap_or_default();
             s.tick_done(json);
+            m.observe(view);
         });
         // Finish the period in flight before stopping (its writes are
         // never cut short); a period that never ends leaves /healthz

@@ -1,0 +1,440 @@
+//! Prometheus series of the agent, served at `/metrics` (text format
+//! 0.0.4): the latest control period's [`View`] as per-GPU, per-container
+//! and agent-health series.
+//!
+//! Each period only advances the counters ([`counters`]) and keeps the
+//! view; the series are built when `/metrics` is read, so the agent's
+//! period costs the same however many series it exports.
+//!
+//! Invariants:
+//! - A container or GPU missing from the latest view is missing from
+//!   `/metrics`: every labelled family is rebuilt from that view at each
+//!   scrape (under one lock, so a scrape never sees half of two periods).
+//! - Counters never go backwards, whatever a container writes in its usage
+//!   region ([`monotonic`]).
+
+pub mod counters;
+pub mod families;
+pub mod labels;
+pub mod monotonic;
+
+use std::sync::Mutex;
+
+use prometheus::{Encoder, Registry, TextEncoder};
+
+use crate::daemon::view::{ContainerView, Reason, View};
+use crate::policy::Action;
+use counters::{ContainerCounters, Counters};
+use families::Families;
+
+/// The content type of `/metrics`.
+pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// Why the metrics could not be defined or rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// A family could not be defined (a programming error).
+    #[error("cannot define metric {name}")]
+    Define {
+        /// The family.
+        name: &'static str,
+        /// Cause.
+        #[source]
+        source: prometheus::Error,
+    },
+    /// The text format could not be written.
+    #[error("cannot render the metrics")]
+    Render(#[source] prometheus::Error),
+}
+
+struct Inner {
+    registry: Registry,
+    f: Families,
+    counters: Counters,
+    /// The latest period's view (none before the first period).
+    view: Option<View>,
+}
+
+/// The agent's metrics (shared by the loop and the endpoint).
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+fn ratio(percent: Option<f64>) -> Option<f64> {
+    percent.filter(|p| p.is_finite()).map(|p| p / 100.0)
+}
+
+fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Metrics {
+    /// Every family defined, no series yet.
+    pub fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let f = Families::new(&registry)?;
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                registry,
+                f,
+                counters: Counters::default(),
+                view: None,
+            }),
+        })
+    }
+
+    /// Takes in one period's view (cheap: counters and the period
+    /// histogram; the series are built by [`Metrics::render`]).
+    pub fn observe(&self, view: View) {
+        let mut guard = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let inner = &mut *guard;
+        inner.counters.update(&view);
+        inner
+            .f
+            .period_duration
+            .observe(view.duration_us as f64 / 1_000_000.0);
+        inner.f.periods.inc();
+        inner.view = Some(view);
+    }
+
+    /// The text format of every series of the latest period.
+    pub fn render(&self) -> Result<String, MetricsError> {
+        let guard = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.fill();
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&guard.registry.gather(), &mut out)
+            .map_err(MetricsError::Render)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+impl Inner {
+    /// Sets every labelled family from the latest view.
+    fn fill(&self) {
+        let f = &self.f;
+        for v in [
+            &f.gpu_memory_used,
+            &f.gpu_memory_total,
+            &f.gpu_up,
+            &f.memory_used,
+            &f.memory_limit,
+            &f.launch_rate_limit,
+            &f.problems,
+        ] {
+            v.reset();
+        }
+        for v in [
+            &f.gpu_sm_utilization,
+            &f.sm_utilization,
+            &f.sm_target,
+            &f.sm_cap,
+            &f.control_error,
+        ] {
+            v.reset();
+        }
+        for v in [
+            &f.launches,
+            &f.warps,
+            &f.ioctls,
+            &f.opens,
+            &f.bypass,
+            &f.enforcement,
+        ] {
+            v.reset();
+        }
+        f.throttled.reset();
+        let Some(view) = &self.view else {
+            return;
+        };
+        for d in &view.devices {
+            let index = d.index.to_string();
+            let l = [d.uuid.as_str(), index.as_str()];
+            if let Some(b) = d.memory_used_bytes {
+                f.gpu_memory_used.with_label_values(&l).set(int(b));
+            }
+            if let Some(b) = d.memory_total_bytes {
+                f.gpu_memory_total.with_label_values(&l).set(int(b));
+            }
+            if let Some(r) = ratio(d.sm_percent) {
+                f.gpu_sm_utilization.with_label_values(&l).set(r);
+            }
+            f.gpu_up.with_label_values(&l).set(i64::from(d.healthy));
+        }
+        for c in &view.containers {
+            if let Some(cc) = self.counters.container(&c.id) {
+                container(f, cc, c);
+            }
+        }
+        f.containers.set(view.containers.len() as i64);
+        f.skipped.set(view.skipped.len() as i64);
+        f.nvml_up.set(i64::from(view.nvml == "ready"));
+        f.ebpf_up.set(i64::from(view.ebpf.starts_with("running")));
+        let loads = self.counters.policy_loads.total();
+        f.policy_loads
+            .inc_by(loads.saturating_sub(f.policy_loads.get()));
+        f.policy_error.set(i64::from(view.policy.error.is_some()));
+    }
+}
+
+/// One container's series; counter values are `cc`'s totals.
+fn container(f: &Families, cc: &ContainerCounters, c: &ContainerView) {
+    let base = labels::container(&c.id, &c.meta);
+    let base: Vec<&str> = base.iter().map(String::as_str).collect();
+    let with = |more: &[&str]| -> Vec<String> {
+        base.iter().chain(more).map(|s| (*s).to_owned()).collect()
+    };
+    f.problems
+        .with_label_values(&base)
+        .set(c.problems.len() as i64);
+    let target = f64::from(c.meta.sm_target) / 100.0;
+    for g in &c.gpus {
+        let l = with(&[&g.uuid]);
+        let by_source = [
+            ("nvml", g.nvml_used_bytes),
+            ("preload", Some(g.preload_used_bytes)),
+            ("ebpf", g.ebpf_used_bytes),
+        ];
+        for (source, bytes) in by_source {
+            if let Some(b) = bytes {
+                f.memory_used
+                    .with_label_values(&with(&[&g.uuid, source]))
+                    .set(int(b));
+            }
+        }
+        if let Some(b) = g.memory_limit_bytes {
+            f.memory_limit.with_label_values(&l).set(int(b));
+        }
+        if let Some(r) = g.launch_rate {
+            f.launch_rate_limit.with_label_values(&l).set(int(r));
+        }
+        if let Some(r) = ratio(g.sm_percent) {
+            f.sm_utilization.with_label_values(&l).set(r);
+        }
+        f.sm_target.with_label_values(&l).set(target);
+        if let Some(r) = ratio(g.cap_percent) {
+            f.sm_cap.with_label_values(&l).set(r);
+        }
+        if let Some(r) = ratio(g.error_pp) {
+            f.control_error.with_label_values(&l).set(r);
+        }
+        if let Some(gc) = cc.gpus.get(&g.uuid) {
+            f.launches.with_label_values(&l).inc_by(gc.launches.total());
+            f.warps.with_label_values(&l).inc_by(gc.warps.total());
+            f.throttled
+                .with_label_values(&l)
+                .inc_by(gc.throttled_ns.total() as f64 / 1e9);
+        }
+    }
+    if c.ebpf.is_some() {
+        f.ioctls.with_label_values(&base).inc_by(cc.ioctls.total());
+        f.opens.with_label_values(&base).inc_by(cc.opens.total());
+        f.bypass.with_label_values(&base).inc_by(cc.bypass.total());
+    }
+    for reason in Reason::ALL {
+        for action in Action::ALL {
+            f.enforcement
+                .with_label_values(&with(&[reason.as_str(), action.as_str()]))
+                .inc_by(cc.enforcement(reason, action));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::view::{ActionCount, EbpfView, EnforcementView, GpuView};
+    use crate::policy::Policy;
+
+    const GPU: &str = "GPU-00000000-0000-0000-0000-000000000001";
+
+    fn container(id: &str, warps: u64, pod: Option<&str>) -> ContainerView {
+        let meta = serde_json::json!({
+            "version": 1, "sm_target": 30, "namespace": pod.map(|_| "ml"),
+            "pod": pod, "container": pod.map(|_| "main"), "gpus": [{"uuid": GPU}],
+        });
+        ContainerView {
+            id: id.to_owned(),
+            dir: id.into(),
+            meta: serde_json::from_value(meta).unwrap(),
+            epoch: 1,
+            since_period: Some(0),
+            gpus: vec![GpuView {
+                uuid: GPU.to_owned(),
+                memory_limit_bytes: Some(1 << 30),
+                preload_used_bytes: 5 << 20,
+                nvml_used_bytes: Some(7 << 20),
+                sm_percent: Some(25.0),
+                warps,
+                launches: warps / 2,
+                throttled_ns: 1_500_000_000,
+                ..GpuView::default()
+            }],
+            processes: Vec::new(),
+            problems: vec!["one".into()],
+            policy: Policy::default().defaults,
+            ebpf: Some(EbpfView {
+                ioctls: warps,
+                opens: 1,
+                bypass_events: 0,
+            }),
+            enforcement: EnforcementView {
+                state: "running".into(),
+                actions: vec![ActionCount {
+                    reason: Reason::Bypass,
+                    action: Action::Alert,
+                    count: 2,
+                }],
+                last_event: None,
+            },
+        }
+    }
+
+    fn view(containers: Vec<ContainerView>) -> View {
+        View {
+            period: 0,
+            root: "/r".into(),
+            containers,
+            skipped: Vec::new(),
+            nvml: "ready".into(),
+            duration_us: 1500,
+            devices: Vec::new(),
+            ebpf: "running (tracepoint)".into(),
+            policy: Default::default(),
+        }
+    }
+
+    /// The value of the sample of `name` whose labels include `labels`
+    /// (`k=v` pairs; test values hold no `,` or `"`).
+    fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        text.lines().find_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let pairs: Vec<(&str, &str)> = rest
+                .trim_end_matches('}')
+                .split(',')
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k, v.trim_matches('"')))
+                .collect();
+            (n == name && labels.iter().all(|l| pairs.contains(l))).then(|| v.parse().ok())?
+        })
+    }
+
+    fn count(text: &str, name: &str, labels: &[(&str, &str)]) -> usize {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| value(l, name, labels).is_some())
+            .count()
+    }
+
+    #[test]
+    fn series_follow_the_view_and_gone_containers_disappear() {
+        let m = Metrics::new().unwrap();
+        m.observe(view(vec![
+            container("a", 100, Some("train")),
+            container("b", 10, None),
+        ]));
+        let t = m.render().unwrap();
+        let a = [
+            ("namespace", "ml"),
+            ("pod", "train"),
+            ("container", "main"),
+            ("id", "a"),
+        ];
+        let ag = [a.as_slice(), &[("gpu", GPU)]].concat();
+        let nvml = [ag.as_slice(), &[("source", "nvml")]].concat();
+        let used = value(&t, "tessera_container_memory_used_bytes", &nvml);
+        assert_eq!(used, Some(f64::from(7 << 20)), "{t}");
+        let warps = value(&t, "tessera_container_warps_total", &ag);
+        assert_eq!(warps, Some(100.0), "{t}");
+        let throttled = value(&t, "tessera_container_throttled_seconds_total", &ag);
+        assert_eq!(throttled, Some(1.5), "{t}");
+        let sm = value(&t, "tessera_container_sm_utilization_ratio", &ag);
+        assert_eq!(sm, Some(0.25), "{t}");
+        // Outside Kubernetes: empty namespace, the id as pod and container.
+        let b = [
+            ("namespace", ""),
+            ("pod", "b"),
+            ("container", "b"),
+            ("id", "b"),
+        ];
+        assert_eq!(
+            value(&t, "tessera_container_problems", &b),
+            Some(1.0),
+            "{t}"
+        );
+        // Every reason x action, zero until something happens.
+        let n = count(&t, "tessera_container_enforcement_actions_total", &a);
+        assert_eq!(n, Reason::ALL.len() * Action::ALL.len(), "{t}");
+        let done = [a.as_slice(), &[("reason", "bypass"), ("action", "alert")]].concat();
+        assert_eq!(
+            value(&t, "tessera_container_enforcement_actions_total", &done),
+            Some(2.0)
+        );
+        let none = [
+            a.as_slice(),
+            &[("reason", "memory_overage"), ("action", "kill")],
+        ]
+        .concat();
+        assert_eq!(
+            value(&t, "tessera_container_enforcement_actions_total", &none),
+            Some(0.0)
+        );
+
+        m.observe(view(vec![container("b", 11, None)]));
+        let t = m.render().unwrap();
+        assert!(!t.contains(r#"id="a""#), "a is gone: {t}");
+        assert!(t.contains("tessera_agent_periods_total 2"), "{t}");
+        assert!(
+            t.contains("tessera_agent_period_duration_seconds_count 2"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_rewritten_usage_region_never_lowers_a_counter() {
+        let m = Metrics::new().unwrap();
+        let mut last = 0.0;
+        for reading in [100, 150, 0, 20, u64::MAX, 3] {
+            m.observe(view(vec![container("a", reading, None)]));
+            let t = m.render().unwrap();
+            let v = value(&t, "tessera_container_warps_total", &[("id", "a")]).unwrap();
+            assert!(v >= last, "{reading}: {v} < {last}");
+            last = v;
+        }
+        // 100, +50, reset (0), +20, +huge (saturated), 3 adds nothing.
+        assert_eq!(last, u64::MAX as f64);
+    }
+
+    #[test]
+    fn a_container_that_comes_back_starts_again() {
+        let m = Metrics::new().unwrap();
+        let warps = |m: &Metrics| {
+            let t = m.render().unwrap();
+            value(&t, "tessera_container_warps_total", &[("id", "a")])
+        };
+        m.observe(view(vec![container("a", 100, None)]));
+        assert_eq!(warps(&m), Some(100.0));
+        m.observe(view(Vec::new()));
+        assert_eq!(warps(&m), None, "gone");
+        m.observe(view(vec![container("a", 5, None)]));
+        assert_eq!(warps(&m), Some(5.0), "a new series, not the old total");
+    }
+
+    #[test]
+    fn no_ebpf_no_ebpf_series() {
+        let m = Metrics::new().unwrap();
+        let mut c = container("a", 1, None);
+        c.ebpf = None;
+        m.observe(view(vec![c]));
+        let t = m.render().unwrap();
+        assert!(!t.contains("tessera_container_ioctls_total{"), "{t}");
+        assert!(t.contains("tessera_container_warps_total{"), "{t}");
+    }
+}
