@@ -24,6 +24,9 @@
 //! nvml_retry_ms = 5000
 //! # Log filter (tracing EnvFilter syntax); RUST_LOG wins when set.
 //! log = "info"
+//! # The watchdog and the eBPF observer: see `watchdog::settings`.
+//! [watchdog]
+//! ebpf = "auto"
 //! ```
 //!
 //! Unknown fields are refused, so a misspelt setting is never silently
@@ -67,6 +70,8 @@ pub struct ConfigFile {
     pub nvml_retry_ms: Option<u64>,
     /// See [`Config::log`].
     pub log: Option<String>,
+    /// See [`Config::watchdog`].
+    pub watchdog: Option<crate::watchdog::WatchdogFile>,
 }
 
 /// Settings given on the command line or in the environment (they win
@@ -115,6 +120,9 @@ pub struct Config {
     pub nvml_retry: Duration,
     /// Log filter.
     pub log: String,
+    /// The watchdog and the eBPF observer (`[watchdog]`, see
+    /// [`crate::watchdog::settings`]).
+    pub watchdog: crate::watchdog::WatchdogSettings,
 }
 
 /// Why the settings were refused.
@@ -310,6 +318,13 @@ impl Config {
                 ),
             ));
         }
+        let watchdog =
+            crate::watchdog::WatchdogSettings::from_file(file.watchdog.unwrap_or_default())
+                .map_err(|(name, problem)| ConfigError::Field {
+                    origin: origin(false, path),
+                    field: name,
+                    problem,
+                })?;
         Ok(Self {
             root,
             period: Duration::from_millis(period_ms),
@@ -323,6 +338,7 @@ impl Config {
             stall_after: Duration::from_millis(stall_ms),
             nvml_retry: Duration::from_millis(retry_ms),
             log,
+            watchdog,
         })
     }
 }

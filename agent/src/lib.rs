@@ -18,7 +18,9 @@
 //!   under one root, and `tessera-agent container add|set|rm|list|show`;
 //! - [`config`]: the daemon's settings (file, flags, environment);
 //! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
-//!   `/readyz`.
+//!   `/readyz`;
+//! - [`watchdog`]: ground truth (NVML, cgroups, eBPF) against each
+//!   container's limits and usage region, and the policy's action.
 //!
 //! The device plugin arrives in a later change (see `design.md`).
 
@@ -35,3 +37,4 @@ pub mod gpu;
 pub mod mountinfo;
 pub mod policy;
 pub mod region;
+pub mod watchdog;
