@@ -474,11 +474,10 @@ impl Agent {
         seen: Option<&Seen>,
     ) {
         let dir = self.cgroup_dir(&c.meta);
-        let rates: Vec<u64> = v
-            .gpus
-            .iter()
-            .map(|g| g.launch_rate.unwrap_or(UNLIMITED))
-            .collect();
+        let limits = self.managed.get(&c.id).map(|m| m.control.snapshot());
+        let (rates, bursts): (Vec<u64>, Vec<u64>) = limits
+            .map(|l| l.gpus.iter().map(|g| (g.launch_rate, g.launch_burst)).unzip())
+            .unwrap_or_default();
         let facts = Facts {
             meta: &c.meta,
             processes: &v.processes,
@@ -486,6 +485,8 @@ impl Agent {
             usage_raw: raw.as_deref(),
             control_epoch: v.epoch,
             launch_rates: &rates,
+            launch_bursts: &bursts,
+            now: Instant::now(),
             nvml,
             ebpf_bypass: seen.map(|s| s.bypass.as_slice()).unwrap_or_default(),
             context_allowance: self.watchdog.settings().context_allowance,

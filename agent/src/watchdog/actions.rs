@@ -156,6 +156,49 @@ impl Deny {
     }
 }
 
+/// `tessera-agent container thaw`: thaws the cgroup of the container
+/// described by `meta` and waits (at most 1 s) until the kernel reports
+/// it thawed; returns what to print.
+pub fn thaw_container(meta: &crate::containers::Metadata) -> Result<String, ActionError> {
+    let rel = meta.cgroup.as_deref().ok_or(ActionError::NoCgroup)?;
+    let root = crate::cgroup::cgroup2_root().map_err(|e| ActionError::Cgroup {
+        action: "find the cgroup v2 hierarchy for",
+        path: PathBuf::from(rel),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let dir = super::cgroup_dir(&root, rel);
+    thaw(&dir)?;
+    let end = Instant::now() + Duration::from_secs(1);
+    while is_frozen(&dir) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if is_frozen(&dir) {
+        return Err(ActionError::Cgroup {
+            action: "thaw",
+            path: dir,
+            source: std::io::Error::other("cgroup.events still says frozen 1 after 1 s"),
+        });
+    }
+    Ok(format!("thawed {}", dir.display()))
+}
+
+/// `tessera-agent container allow`: removes container `id`'s deny guard
+/// pinned under `pin_dir`; returns what to print.
+pub fn allow_container(pin_dir: &Path, id: &str) -> Result<String, ActionError> {
+    let pin = pin_dir.join(pin_name(id)?);
+    match std::fs::remove_file(&pin) {
+        Ok(()) => Ok(format!("removed device guard {}", pin.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(format!("container {id} was not denied ({} absent)", pin.display()))
+        }
+        Err(source) => Err(ActionError::Cgroup {
+            action: "remove device guard pin",
+            path: pin,
+            source,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,8 @@
 //! ceiling that follows the use down to the limit. An agent that starts
 //! with a container already above its limit judges it on the limit.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use tessera_region::MAX_GPUS;
 use tessera_region::layout::{Bucket, UNLIMITED, usage_offsets};
@@ -71,6 +72,24 @@ pub struct Memory {
     limits: HashMap<[u8; 16], (u64, Option<u64>)>,
     /// Per bucket index: (epoch, TAT) last read.
     buckets: [Option<(u64, u64)>; MAX_GPUS],
+    /// Per bucket index: recent (time, warps admitted, rate, burst).
+    warps: [VecDeque<(Instant, u64, u64, u64)>; MAX_GPUS],
+}
+
+/// The span over which admitted warps are held against the rate.
+pub const RATE_WINDOW: Duration = Duration::from_millis(300);
+
+/// Whether `warps` admitted over `span` can have come through a bucket
+/// that ran at most at `rate` with at most `burst`: GCRA admits at most
+/// `rate·span + burst`; threads waiting on tokens they took, the agent's
+/// read timing and a rescaled debt are covered by a factor of 1.5 on the
+/// rate, twice the burst and 100 ms more of the rate. A reset bucket
+/// admits as fast as the GPU runs, several times the rate of a capped
+/// container.
+pub fn warps_conform(warps: u64, span: Duration, rate: u64, burst: u64) -> bool {
+    let r = rate as f64;
+    let bound = 1.5 * r * span.as_secs_f64() + 2.0 * burst as f64 + 0.1 * r;
+    (warps as f64) <= bound
 }
 
 /// What one period read of a container.
@@ -87,6 +106,10 @@ pub struct Facts<'a> {
     pub control_epoch: u64,
     /// The launch rate each granted GPU runs under (control region order).
     pub launch_rates: &'a [u64],
+    /// The launch burst of each, in the same order.
+    pub launch_bursts: &'a [u64],
+    /// When the usage region was read.
+    pub now: Instant,
     /// NVML's per-process memory, per node GPU.
     pub nvml: &'a HashMap<[u8; 16], GpuMemory>,
     /// Host pids the eBPF observer reported as bypassing (this period).
@@ -279,14 +302,47 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             }
         }
         for i in 0..f.meta.gpus.len().min(MAX_GPUS) {
+            let rate = f.launch_rates.get(i).copied().unwrap_or(UNLIMITED);
+            let burst = f.launch_bursts.get(i).copied().unwrap_or(0);
+            let warps = u.buckets[i].warps;
+            let q = &mut memory.warps[i];
+            q.push_back((f.now, warps, rate, burst));
+            while q.len() > 2 && f.now.duration_since(q[1].0) >= RATE_WINDOW {
+                q.pop_front();
+            }
+            let (t0, w0, _, _) = q[0];
+            let span = f.now.duration_since(t0);
+            let r_max = q.iter().map(|s| s.2).max().unwrap_or(UNLIMITED);
+            let b_max = q.iter().map(|s| s.3).max().unwrap_or(0);
+            let gpu = granted.get(i).map(format_uuid);
+            if warps < w0 {
+                out.push(Finding {
+                    reason: Reason::Tampering,
+                    gpu: gpu.clone(),
+                    pids: Vec::new(),
+                    what: format!("launch bucket {i}'s warp counter went back from {w0} to {warps}"),
+                });
+            } else if span >= RATE_WINDOW
+                && r_max != UNLIMITED
+                && !warps_conform(warps - w0, span, r_max, b_max)
+            {
+                out.push(Finding {
+                    reason: Reason::Tampering,
+                    gpu: gpu.clone(),
+                    pids: Vec::new(),
+                    what: format!(
+                        "launch bucket {i} admitted {} warps in {} ms at a rate of {r_max} warps/s (token bucket reset)",
+                        warps - w0,
+                        span.as_millis()
+                    ),
+                });
+            }
             let now = bucket_at(raw, i);
             let before = std::mem::replace(&mut memory.buckets[i], now);
-            let rate = f.launch_rates.get(i).copied().unwrap_or(UNLIMITED);
             let Some((epoch, tat)) = now else { continue };
             if rate == UNLIMITED || rate == 0 {
                 continue;
             }
-            let gpu = granted.get(i).map(format_uuid);
             if epoch > f.control_epoch {
                 out.push(Finding {
                     reason: Reason::Tampering,
@@ -367,6 +423,8 @@ mod tests {
                 usage_raw: None,
                 control_epoch: 2,
                 launch_rates: &[UNLIMITED],
+                launch_bursts: &[0],
+                now: Instant::now(),
                 nvml: &nvml,
                 ebpf_bypass: &[],
                 context_allowance: allowance,
@@ -437,5 +495,14 @@ mod tests {
             &mut Memory::default(),
         );
         assert!(f.is_empty(), "{f:?}");
+    }
+
+    #[test]
+    fn admitted_warps_are_bounded_by_the_rate() {
+        let s = Duration::from_millis(500);
+        // 1000 warps/s, burst 100: 500 ms admit at most ~500 + 100.
+        assert!(warps_conform(600, s, 1000, 100));
+        assert!(warps_conform(1000, s, 1000, 100));
+        assert!(!warps_conform(2000, s, 1000, 100));
     }
 }
