@@ -142,6 +142,12 @@ impl Agent {
         }
     }
 
+    /// Replaces the policy in force (for the policy file's loader; the
+    /// watchdog tests set one directly).
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store
