@@ -221,3 +221,47 @@ fn a_process_that_loads_the_driver_itself_is_killed_over_the_limit() {
         "{a:?}"
     );
 }
+
+#[test]
+fn the_ebpf_observer_reports_a_process_that_only_talks_to_the_driver() {
+    let Some(s) = setup("ebpfonly", "auto") else {
+        return;
+    };
+    let v = s.agent.view();
+    let status = v["ebpf"].as_str().unwrap().to_owned();
+    assert!(status.starts_with("running"), "{status}");
+    // A cooperating process first: its ioctls are counted, and its first
+    // ones (before the agent copied its registration) are no bypass.
+    let lib = libtessera();
+    let mut honest = Tenant::start(
+        &s.node,
+        &s.cg,
+        &workload(),
+        &["dev", "0", "alloc", "100", "ready", "hold"],
+        &[("LD_PRELOAD", &lib), ("TESSERA_REGION_DIR", &s.dir)],
+    );
+    let v = s.agent.wait_view("its ioctls", |v| {
+        Agent::container(v, "ebpfonly").is_some_and(|c| c["ebpf"]["ioctls"].as_u64() > Some(0))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(actions(&s.agent.view(), "ebpfonly"), [], "{v:#}");
+    let c = Agent::container(&v, "ebpfonly").unwrap();
+    assert!(c["gpus"][0]["ebpf_used_bytes"].is_u64(), "{c:#}");
+    // Then one that only initialises the driver, without the preload:
+    // NVML lists nothing for it, the kernel sees its ioctls.
+    let mut t = Tenant::start(&s.node, &s.cg, &workload(), &["ready", "hold"], &[]);
+    let started = Instant::now();
+    let v = s.agent.wait_view("the bypass alert", |v| {
+        actions(v, "ebpfonly").contains(&("bypass".into(), "alert".into()))
+    });
+    let took = started.elapsed();
+    println!("driver use without the preload to alert: {} ms", took.as_millis());
+    assert_eq!(watchdog_support::sim_bytes(&s.node, t.pid()), 0);
+    let c = Agent::container(&v, "ebpfonly").unwrap();
+    assert!(c["ebpf"]["bypass_events"].as_u64() >= Some(1), "{c:#}");
+    let last = c["enforcement"]["last_event"].as_str().unwrap();
+    assert!(last.contains(&t.pid().to_string()), "{last}");
+    assert!(!last.contains(&honest.pid().to_string()), "{last}");
+    assert!(took < BOUND, "{} ms", took.as_millis());
+    assert!(t.alive() && honest.alive());
+}
