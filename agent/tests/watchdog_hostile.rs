@@ -135,7 +135,9 @@ fn a_cleared_usage_region_does_not_buy_memory_past_the_limit() {
         &s.node,
         &s.cg,
         &workload(),
-        &["dev", "0", "alloc", "100", "ready", "wait", "alloc", "450", "hold"],
+        &[
+            "dev", "0", "alloc", "100", "ready", "wait", "alloc", "450", "hold",
+        ],
         &[("LD_PRELOAD", &lib), ("TESSERA_REGION_DIR", &s.dir)],
     );
     // An honest container is left alone: nothing acted while it was.
@@ -156,7 +158,10 @@ fn a_cleared_usage_region_does_not_buy_memory_past_the_limit() {
     );
     assert!(a.contains(&("tampering".into(), "alert".into())), "{a:?}");
     let log = s.agent.log().join("\n");
-    assert!(log.contains("watchdog acted") && log.contains("pod tenants/hostile"), "{log}");
+    assert!(
+        log.contains("watchdog acted") && log.contains("pod tenants/hostile"),
+        "{log}"
+    );
     let _ = &s.root;
 }
 
@@ -170,7 +175,9 @@ fn a_process_without_the_preload_is_reported_and_killed_over_the_limit() {
         &s.node,
         &s.cg,
         &workload(),
-        &["dev", "0", "alloc", "100", "ready", "wait", "alloc", "450", "hold"],
+        &[
+            "dev", "0", "alloc", "100", "ready", "wait", "alloc", "450", "hold",
+        ],
         &[],
     );
     let seen = Instant::now();
@@ -216,8 +223,7 @@ fn a_process_that_loads_the_driver_itself_is_killed_over_the_limit() {
     });
     let a = actions(&v, "escape");
     assert!(
-        a.iter()
-            .any(|(r, _)| r == "bypass" || r == "tampering"),
+        a.iter().any(|(r, _)| r == "bypass" || r == "tampering"),
         "{a:?}"
     );
 }
@@ -255,7 +261,10 @@ fn the_ebpf_observer_reports_a_process_that_only_talks_to_the_driver() {
         actions(v, "ebpfonly").contains(&("bypass".into(), "alert".into()))
     });
     let took = started.elapsed();
-    println!("driver use without the preload to alert: {} ms", took.as_millis());
+    println!(
+        "driver use without the preload to alert: {} ms",
+        took.as_millis()
+    );
     assert_eq!(watchdog_support::sim_bytes(&s.node, t.pid()), 0);
     let c = Agent::container(&v, "ebpfonly").unwrap();
     assert!(c["ebpf"]["bypass_events"].as_u64() >= Some(1), "{c:#}");

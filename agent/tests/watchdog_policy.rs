@@ -134,9 +134,16 @@ impl Running {
     }
 
     /// Waits (20 s at most) until container `id` satisfies `f`.
-    fn wait(&self, id: &str, what: &str, f: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        wait_for(Duration::from_secs(20), || self.container(id).filter(|c| f(c)))
-            .unwrap_or_else(|| panic!("no view of {id} with {what}: {:#?}", self.container(id)))
+    fn wait(
+        &self,
+        id: &str,
+        what: &str,
+        f: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_for(Duration::from_secs(20), || {
+            self.container(id).filter(|c| f(c))
+        })
+        .unwrap_or_else(|| panic!("no view of {id} with {what}: {:#?}", self.container(id)))
     }
 }
 
@@ -191,15 +198,15 @@ fn a_reset_launch_bucket_is_frozen_until_thawed() {
         node,
         &cg,
         &workload(),
-        &["dev", "0", "ready", "run", "spin", "100", "1024", "60000", "hold"],
+        &[
+            "dev", "0", "ready", "run", "spin", "100", "1024", "60000", "hold",
+        ],
         &[("LD_PRELOAD", &lib), ("TESSERA_REGION_DIR", &dir)],
     );
     // Capped by the controller, and left alone while it is honest.
-    agent.wait(
-        "bucket",
-        "a launch rate",
-        |c| c["gpus"][0]["launch_rate"].is_u64(),
-    );
+    agent.wait("bucket", "a launch rate", |c| {
+        c["gpus"][0]["launch_rate"].is_u64()
+    });
     std::thread::sleep(Duration::from_millis(1000));
     assert!(!cg.frozen(), "{:#?}", agent.container("bucket"));
     let c = agent.container("bucket").unwrap();
@@ -224,13 +231,18 @@ fn a_reset_launch_bucket_is_frozen_until_thawed() {
     stop.store(true, Ordering::Relaxed);
     attacker.join().unwrap();
     let Some(frozen) = frozen else {
-        panic!("not frozen 10 s after the reset: {:#?}", agent.container("bucket"));
+        panic!(
+            "not frozen 10 s after the reset: {:#?}",
+            agent.container("bucket")
+        );
     };
     let took = frozen.duration_since(reset_at);
     println!("first bucket reset to frozen: {} ms", took.as_millis());
     assert!(took < BOUND, "{} ms", took.as_millis());
     assert!(t.alive(), "frozen, not killed");
-    let c = agent.wait("bucket", "state frozen", |c| c["enforcement"]["state"] == "frozen");
+    let c = agent.wait("bucket", "state frozen", |c| {
+        c["enforcement"]["state"] == "frozen"
+    });
     let acts = c["enforcement"]["actions"].as_array().unwrap();
     assert!(
         acts.iter()
@@ -250,7 +262,9 @@ fn a_reset_launch_bucket_is_frozen_until_thawed() {
     assert!(!cg.frozen());
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!cg.frozen(), "{:#?}", agent.container("bucket"));
-    agent.wait("bucket", "state running", |c| c["enforcement"]["state"] == "running");
+    agent.wait("bucket", "state running", |c| {
+        c["enforcement"]["state"] == "running"
+    });
     assert!(t.alive());
 }
 
@@ -288,7 +302,10 @@ fn memory_past_the_limit_is_denied_until_allowed() {
         cg.probe_open().is_err().then(Instant::now)
     });
     let Some(denied) = denied else {
-        panic!("opens still allowed 10 s after the overage: {:#?}", agent.container("deny"));
+        panic!(
+            "opens still allowed 10 s after the overage: {:#?}",
+            agent.container("deny")
+        );
     };
     let took = denied.duration_since(over);
     println!("over the limit to denied opens: {} ms", took.as_millis());
@@ -296,7 +313,9 @@ fn memory_past_the_limit_is_denied_until_allowed() {
     let err = cg.probe_open().unwrap_err();
     assert!(err.contains("not permitted"), "{err}");
     assert!(t.alive(), "denied, not killed");
-    agent.wait("deny", "state denied", |c| c["enforcement"]["state"] == "denied");
+    agent.wait("deny", "state denied", |c| {
+        c["enforcement"]["state"] == "denied"
+    });
     // A new agent finds it denied (the guard is pinned).
     drop(agent);
     let agent = Running::start(&config, policy(Action::Alert, Action::Deny));
@@ -308,7 +327,13 @@ fn memory_past_the_limit_is_denied_until_allowed() {
     drop(t);
     let out = cli(
         &root,
-        &["allow", "--id", "deny", "--deny-pin-dir", pins.0.to_str().unwrap()],
+        &[
+            "allow",
+            "--id",
+            "deny",
+            "--deny-pin-dir",
+            pins.0.to_str().unwrap(),
+        ],
     );
     assert!(out.contains("removed device guard"), "{out}");
     let allowed = wait_for(Duration::from_secs(3), || cg.probe_open().ok());

@@ -99,7 +99,9 @@ impl DaemonEbpf {
             Err(why) if settings.ebpf == EbpfSetting::Required => {
                 tracing::error!(reason = %why, "the required ebpf observer is not running; NVML-based detection goes on");
             }
-            Err(why) => tracing::info!(reason = %why, "ebpf observer off; NVML-based detection goes on"),
+            Err(why) => {
+                tracing::info!(reason = %why, "ebpf observer off; NVML-based detection goes on")
+            }
         }
         Self { state }
     }
@@ -169,10 +171,10 @@ impl DaemonEbpf {
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
-            if let Some((dir, cg)) = r.watched.remove(&id) {
-                if let Err(e) = r.observer.unwatch_cgroup(cg) {
-                    tracing::warn!(cgroup = %dir.display(), error = %with_causes(&e), "cannot unwatch cgroup");
-                }
+            if let Some((dir, cg)) = r.watched.remove(&id)
+                && let Err(e) = r.observer.unwatch_cgroup(cg)
+            {
+                tracing::warn!(cgroup = %dir.display(), error = %with_causes(&e), "cannot unwatch cgroup");
             }
         }
         for (id, dir) in &wanted {

@@ -440,7 +440,10 @@ impl Agent {
     /// one and a cgroup v2 hierarchy is mounted.
     fn cgroup_dir(&self, meta: &Metadata) -> Option<PathBuf> {
         let rel = meta.cgroup.as_deref()?;
-        Some(crate::watchdog::cgroup_dir(self.cgroup_root.as_deref()?, rel))
+        Some(crate::watchdog::cgroup_dir(
+            self.cgroup_root.as_deref()?,
+            rel,
+        ))
     }
 
     /// One period of the eBPF observer over the ready containers.
@@ -460,7 +463,10 @@ impl Agent {
                 registered: o
                     .processes
                     .iter()
-                    .filter(|p| p.source == pids::Source::Registered || p.source == pids::Source::SameNamespace)
+                    .filter(|p| {
+                        p.source == pids::Source::Registered
+                            || p.source == pids::Source::SameNamespace
+                    })
                     .filter_map(|p| p.host_pid)
                     .collect(),
                 pids: o.host_pids.clone(),
@@ -482,7 +488,12 @@ impl Agent {
         let dir = self.cgroup_dir(&c.meta);
         let limits = self.managed.get(&c.id).map(|m| m.control.snapshot());
         let (rates, bursts): (Vec<u64>, Vec<u64>) = limits
-            .map(|l| l.gpus.iter().map(|g| (g.launch_rate, g.launch_burst)).unzip())
+            .map(|l| {
+                l.gpus
+                    .iter()
+                    .map(|g| (g.launch_rate, g.launch_burst))
+                    .unzip()
+            })
             .unwrap_or_default();
         let facts = Facts {
             meta: &c.meta,
@@ -497,7 +508,9 @@ impl Agent {
             ebpf_bypass: seen.map(|s| s.bypass.as_slice()).unwrap_or_default(),
             context_allowance: self.watchdog.settings().context_allowance,
         };
-        v.enforcement = self.watchdog.check(&c.id, dir.as_deref(), &v.policy, &facts);
+        v.enforcement = self
+            .watchdog
+            .check(&c.id, dir.as_deref(), &v.policy, &facts);
         if let Some(s) = seen {
             v.ebpf = Some(s.view.clone());
             // The estimate is per process, not per GPU: shown on the

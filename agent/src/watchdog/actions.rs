@@ -123,11 +123,7 @@ pub fn pin_name(id: &str) -> Result<String, ActionError> {
 
 impl Deny {
     /// Guards from `object` over `devices`, pinned under `pin_dir`.
-    pub fn new(
-        object: &Path,
-        devices: GuardDevices,
-        pin_dir: &Path,
-    ) -> Result<Self, ActionError> {
+    pub fn new(object: &Path, devices: GuardDevices, pin_dir: &Path) -> Result<Self, ActionError> {
         if !object.exists() {
             return Err(ActionError::NoGuard(format!(
                 "no device guard object at {}",
@@ -188,9 +184,10 @@ pub fn allow_container(pin_dir: &Path, id: &str) -> Result<String, ActionError> 
     let pin = pin_dir.join(pin_name(id)?);
     match std::fs::remove_file(&pin) {
         Ok(()) => Ok(format!("removed device guard {}", pin.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok(format!("container {id} was not denied ({} absent)", pin.display()))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(format!(
+            "container {id} was not denied ({} absent)",
+            pin.display()
+        )),
         Err(source) => Err(ActionError::Cgroup {
             action: "remove device guard pin",
             path: pin,
@@ -212,7 +209,9 @@ mod tests {
 
     #[test]
     fn freeze_names_the_file() {
-        let err = freeze(Path::new("/nonexistent/cg")).unwrap_err().to_string();
+        let err = freeze(Path::new("/nonexistent/cg"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/nonexistent/cg/cgroup.freeze"), "{err}");
     }
 }

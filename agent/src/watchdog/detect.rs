@@ -72,10 +72,13 @@ pub struct Memory {
     limits: HashMap<[u8; 16], (u64, Option<u64>)>,
     /// Per bucket index: (epoch, TAT) last read.
     buckets: [Option<(u64, u64)>; MAX_GPUS],
-    /// Per bucket index: recent (time, warps admitted, launches admitted,
-    /// rate, burst).
-    warps: [VecDeque<(Instant, u64, u64, u64, u64)>; MAX_GPUS],
+    /// Per bucket index: recent samples.
+    warps: [VecDeque<BucketSample>; MAX_GPUS],
 }
+
+/// One read of a launch bucket: (time, warps admitted, launches
+/// admitted, rate, burst).
+type BucketSample = (Instant, u64, u64, u64, u64);
 
 /// The span over which admitted warps are held against the rate.
 pub const RATE_WINDOW: Duration = Duration::from_millis(300);
@@ -188,7 +191,10 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
                     reason: Reason::Bypass,
                     gpu: Some(format_uuid(uuid)),
                     pids: vec![pid],
-                    what: format!("pid {pid} uses GPU {} that is not granted", format_uuid(uuid)),
+                    what: format!(
+                        "pid {pid} uses GPU {} that is not granted",
+                        format_uuid(uuid)
+                    ),
                 });
             }
         }
@@ -233,12 +239,8 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
         let n = mine.len() as u64;
         // Memory overage.
         if let Some(limit) = grant.memory_limit_bytes {
-            let allowed = allowed_bytes(
-                limit,
-                grant.context_overhead_bytes,
-                f.context_allowance,
-                n,
-            );
+            let allowed =
+                allowed_bytes(limit, grant.context_overhead_bytes, f.context_allowance, n);
             let (last, ceiling) = memory.limits.get(uuid).copied().unwrap_or((limit, None));
             let ceiling = match ceiling {
                 _ if limit > last && used <= allowed => None,
@@ -268,7 +270,10 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
         // Tampering: registered processes holding more than their slots say.
         let registered: Vec<&(u32, u64)> = mine
             .iter()
-            .filter(|(p, _)| host.get(p).is_some_and(|v| v.source != Source::Unregistered))
+            .filter(|(p, _)| {
+                host.get(p)
+                    .is_some_and(|v| v.source != Source::Unregistered)
+            })
             .collect();
         let real: u64 = registered.iter().map(|(_, b)| b).sum();
         let account: u64 = registered.iter().map(|(p, _)| slots_used(host[p], i)).sum();
@@ -469,7 +474,13 @@ mod tests {
     #[test]
     fn foreign_processes_are_not_the_containers() {
         let m = meta(1000 * MIB, 0);
-        let f = run(&m, &[proc(10, None)], &[(99, 4000 * MIB)], 0, &mut Memory::default());
+        let f = run(
+            &m,
+            &[proc(10, None)],
+            &[(99, 4000 * MIB)],
+            0,
+            &mut Memory::default(),
+        );
         assert!(f.is_empty(), "{f:?}");
     }
 
@@ -488,7 +499,13 @@ mod tests {
         let f = run(&meta(500 * MIB, 0), &p, &[(10, 700 * MIB)], 0, &mut mem);
         assert!(reasons(&f).contains(&Reason::MemoryOverage), "{f:?}");
         // A fresh agent judges on the limit.
-        let f = run(&meta(500 * MIB, 0), &p, &[(10, 600 * MIB)], 0, &mut Memory::default());
+        let f = run(
+            &meta(500 * MIB, 0),
+            &p,
+            &[(10, 600 * MIB)],
+            0,
+            &mut Memory::default(),
+        );
         assert!(reasons(&f).contains(&Reason::MemoryOverage), "{f:?}");
     }
 
@@ -497,7 +514,13 @@ mod tests {
         let m = meta(1000 * MIB, 0);
         // Slot 0 accounts nothing (no usage region decoded): NVML's 200 MiB
         // are unaccounted.
-        let f = run(&m, &[proc(10, Some(0))], &[(10, 200 * MIB)], 0, &mut Memory::default());
+        let f = run(
+            &m,
+            &[proc(10, Some(0))],
+            &[(10, 200 * MIB)],
+            0,
+            &mut Memory::default(),
+        );
         assert_eq!(reasons(&f), [Reason::Tampering], "{f:?}");
         let f = run(
             &m,

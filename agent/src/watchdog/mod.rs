@@ -176,7 +176,10 @@ impl Watchdog {
             pids.dedup();
             let (taken, note) = match apply(wanted, id, cgroup, &self.deny, &pids) {
                 Ok(how) => (wanted, how),
-                Err(e) => (Action::Alert, format!("{wanted} failed: {}", with_causes(&e))),
+                Err(e) => (
+                    Action::Alert,
+                    format!("{wanted} failed: {}", with_causes(&e)),
+                ),
             };
             if taken == wanted {
                 tracing::warn!(

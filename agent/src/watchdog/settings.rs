@@ -114,9 +114,11 @@ impl WatchdogSettings {
         let field = |f: &'static str, p: String| (f, p);
         let mut devices = Vec::new();
         for (i, spec) in file.devices.unwrap_or_default().iter().enumerate() {
-            devices.push(spec.parse::<DeviceSpec>().map_err(|e: DeviceError| {
-                field("watchdog.devices", format!("entry {i}: {e}"))
-            })?);
+            devices.push(
+                spec.parse::<DeviceSpec>().map_err(|e: DeviceError| {
+                    field("watchdog.devices", format!("entry {i}: {e}"))
+                })?,
+            );
         }
         let mib = file
             .context_allowance_mib

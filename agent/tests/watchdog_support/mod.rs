@@ -175,7 +175,11 @@ impl Tenant {
             match self.lines.recv_timeout(Duration::from_millis(100)) {
                 Ok(line) if line == want => return,
                 Ok(line) => {
-                    assert!(!line.starts_with("error"), "tenant: {line} ({:?})", self.seen);
+                    assert!(
+                        !line.starts_with("error"),
+                        "tenant: {line} ({:?})",
+                        self.seen
+                    );
                     self.seen.push(line);
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -198,10 +202,7 @@ impl Tenant {
     /// Its exit, if it exits within `timeout`.
     pub fn exit_within(&mut self, timeout: Duration) -> Option<(ExitStatus, Instant)> {
         wait_for(timeout, || {
-            self.child
-                .try_wait()
-                .unwrap()
-                .map(|s| (s, Instant::now()))
+            self.child.try_wait().unwrap().map(|s| (s, Instant::now()))
         })
     }
 
@@ -288,7 +289,10 @@ pub fn escape_probe() -> PathBuf {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("escape");
         sim::cc(&[
-            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/watchdog_support/escape.c"),
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/watchdog_support/escape.c"
+            ),
             "-o",
             out.to_str().unwrap(),
             "-ldl",
