@@ -313,9 +313,10 @@ fn memory_past_the_limit_is_denied_until_allowed() {
     let err = cg.probe_open().unwrap_err();
     assert!(err.contains("not permitted"), "{err}");
     assert!(t.alive(), "denied, not killed");
-    agent.wait("deny", "state denied", |c| {
+    let c = agent.wait("deny", "state denied", |c| {
         c["enforcement"]["state"] == "denied"
     });
+    println!("{}", c["enforcement"]["last_event"]);
     // A new agent finds it denied (the guard is pinned).
     drop(agent);
     let agent = Running::start(&config, policy(Action::Alert, Action::Deny));

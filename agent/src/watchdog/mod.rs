@@ -174,8 +174,12 @@ impl Watchdog {
             let mut pids: Vec<u32> = found.iter().flat_map(|f| f.pids.iter().copied()).collect();
             pids.sort_unstable();
             pids.dedup();
+            let started = Instant::now();
             let (taken, note) = match apply(wanted, id, cgroup, &self.deny, &pids) {
-                Ok(how) => (wanted, how),
+                Ok(how) => (
+                    wanted,
+                    format!("{how} in {} ms", started.elapsed().as_millis()),
+                ),
                 Err(e) => (
                     Action::Alert,
                     format!("{wanted} failed: {}", with_causes(&e)),
