@@ -197,6 +197,7 @@ pub struct EnforcementView {
     pub state: String,
     /// Actions taken, per reason and action.
     pub actions: Vec<ActionCount>,
-    /// The latest event, one line (none yet: null).
+    /// The latest event, one line (of a period with several, the harshest
+    /// action's; none yet: null).
     pub last_event: Option<String>,
 }

@@ -130,6 +130,9 @@ impl Watchdog {
         let names = Names(id, facts.meta);
         let denied = self.deny.as_ref().is_ok_and(|d| d.is_denied(id.as_str()));
         let frozen = cgroup.is_some_and(actions::is_frozen);
+        // The harshest action of this period names the last event (the
+        // first of equals).
+        let mut harshest: Option<Action> = None;
         for reason in Reason::ALL {
             let found: Vec<&Finding> = findings.iter().filter(|f| f.reason == reason).collect();
             if found.is_empty() {
@@ -207,12 +210,15 @@ impl Watchdog {
                 );
             }
             *watch.counts.entry((reason, taken)).or_default() += 1;
-            watch.last_event = Some(format!(
-                "{}: {} on {}: {what} ({note})",
-                taken,
-                reason.as_str(),
-                gpu.as_deref().unwrap_or("no GPU")
-            ));
+            if harshest.is_none_or(|h| taken > h) {
+                harshest = Some(taken);
+                watch.last_event = Some(format!(
+                    "{}: {} on {}: {what} ({note})",
+                    taken,
+                    reason.as_str(),
+                    gpu.as_deref().unwrap_or("no GPU")
+                ));
+            }
             watch.open.insert(
                 reason,
                 Incident {
@@ -299,4 +305,111 @@ pub fn deny_action(settings: &WatchdogSettings) -> Result<Deny, ActionError> {
 /// The absolute cgroup directory of a container's metadata cgroup path.
 pub fn cgroup_dir(root: &Path, rel: &str) -> PathBuf {
     root.join(rel.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tessera_region::layout::UNLIMITED;
+
+    use super::*;
+    use crate::containers::pids::{ProcessView, Source};
+    use crate::control::Mode;
+
+    const MIB: u64 = 1 << 20;
+
+    fn meta() -> Metadata {
+        serde_json::from_value(serde_json::json!({
+            "version": 1, "sm_target": 50,
+            "gpus": [{"uuid": "GPU-12345678-9abc-def0-0123-456789abcdef",
+                      "memory_limit_bytes": 100 * MIB}]
+        }))
+        .unwrap()
+    }
+
+    fn policy(memory: Action) -> Effective {
+        Effective {
+            mode: Mode::Hard,
+            priority: 0,
+            bypass_action: Action::Alert,
+            memory_overage_action: memory,
+            rule: None,
+        }
+    }
+
+    /// One period in which pid 10 (registered in slot 0, which accounts
+    /// nothing) holds `bytes` on the GPU.
+    fn period(w: &mut Watchdog, m: &Metadata, p: &Effective, bytes: u64) -> EnforcementView {
+        let procs = [ProcessView {
+            host_pid: Some(10),
+            ns_pid: 10,
+            slot: Some(0),
+            source: Source::Registered,
+        }];
+        let nvml = HashMap::from([(m.uuids()[0], GpuMemory::from([(10, bytes)]))]);
+        let facts = Facts {
+            meta: m,
+            processes: &procs,
+            usage: None,
+            usage_raw: None,
+            control_epoch: 2,
+            launch_rates: &[UNLIMITED],
+            launch_bursts: &[0],
+            now: Instant::now(),
+            nvml: &nvml,
+            ebpf_bypass: &[],
+            context_allowance: 1000 * MIB,
+        };
+        let id = ContainerId::new("c").unwrap();
+        w.check(&id, None, p, &facts)
+    }
+
+    fn count(v: &EnforcementView, reason: Reason, action: Action) -> u64 {
+        v.actions
+            .iter()
+            .find(|a| a.reason == reason && a.action == action)
+            .map_or(0, |a| a.count)
+    }
+
+    #[test]
+    fn one_action_per_incident_after_confirmation() {
+        let mut w = Watchdog::new(WatchdogSettings::default());
+        let (m, p) = (meta(), policy(Action::Alert));
+        // 1100 MiB against 100 + 1000 allowed: over.
+        let v = period(&mut w, &m, &p, 1200 * MIB);
+        assert_eq!(
+            count(&v, Reason::MemoryOverage, Action::Alert),
+            0,
+            "not yet confirmed"
+        );
+        for _ in 0..10 {
+            let v = period(&mut w, &m, &p, 1200 * MIB);
+            assert_eq!(count(&v, Reason::MemoryOverage, Action::Alert), 1, "{v:?}");
+        }
+        // Under the limit long enough to close the incident; a new one is
+        // a new action.
+        for _ in 0..CLOSE_PERIODS {
+            period(&mut w, &m, &p, 50 * MIB);
+        }
+        period(&mut w, &m, &p, 1200 * MIB);
+        let v = period(&mut w, &m, &p, 1200 * MIB);
+        assert_eq!(count(&v, Reason::MemoryOverage, Action::Alert), 2, "{v:?}");
+        assert_eq!(v.state, "running");
+    }
+
+    #[test]
+    fn without_a_cgroup_only_an_alert_is_possible() {
+        let mut w = Watchdog::new(WatchdogSettings::default());
+        let (m, p) = (meta(), policy(Action::Kill));
+        period(&mut w, &m, &p, 1200 * MIB);
+        let v = period(&mut w, &m, &p, 1200 * MIB);
+        assert_eq!(count(&v, Reason::MemoryOverage, Action::Kill), 0, "{v:?}");
+        assert_eq!(count(&v, Reason::MemoryOverage, Action::Alert), 1, "{v:?}");
+        let last = v.last_event.unwrap();
+        assert!(
+            last.contains("kill failed") && last.contains("no cgroup"),
+            "{last}"
+        );
+    }
 }
