@@ -29,6 +29,9 @@
 //! # at this default path means the built-in defaults; a path set here,
 //! # by --policy or by TESSERA_AGENT_POLICY that is missing is reported.
 //! policy = "/var/lib/tessera/policy/policy.yaml"
+//! # The watchdog and the eBPF observer: see `watchdog::settings`.
+//! [watchdog]
+//! ebpf = "auto"
 //! ```
 //!
 //! Unknown fields are refused, so a misspelt setting is never silently
@@ -76,6 +79,8 @@ pub struct ConfigFile {
     pub log: Option<String>,
     /// See [`Config::policy`].
     pub policy: Option<PathBuf>,
+    /// See [`Config::watchdog`].
+    pub watchdog: Option<crate::watchdog::WatchdogFile>,
 }
 
 /// Settings given on the command line or in the environment (they win
@@ -134,6 +139,9 @@ pub struct Config {
     /// Whether `policy` was configured (file, flag or environment) rather
     /// than the default: a missing configured file is reported.
     pub policy_explicit: bool,
+    /// The watchdog and the eBPF observer (`[watchdog]`, see
+    /// [`crate::watchdog::settings`]).
+    pub watchdog: crate::watchdog::WatchdogSettings,
 }
 
 /// Why the settings were refused.
@@ -345,6 +353,13 @@ impl Config {
                 ),
             ));
         }
+        let watchdog =
+            crate::watchdog::WatchdogSettings::from_file(file.watchdog.unwrap_or_default())
+                .map_err(|(name, problem)| ConfigError::Field {
+                    origin: origin(false, path),
+                    field: name,
+                    problem,
+                })?;
         Ok(Self {
             root,
             period: Duration::from_millis(period_ms),
@@ -360,6 +375,7 @@ impl Config {
             log,
             policy,
             policy_explicit,
+            watchdog,
         })
     }
 }

@@ -22,6 +22,8 @@
 //! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
 //!   `/readyz`;
 //! - [`metrics`]: the Prometheus series served at `/metrics`.
+//! - [`watchdog`]: ground truth (NVML, cgroups, eBPF) against each
+//!   container's limits and usage region, and the policy's action.
 //!
 //! - [`kubelet`]: the device plugin (vGPUs registered with kubelet,
 //!   health from NVML, preferred allocation); Allocate comes later.
@@ -41,3 +43,4 @@ pub mod metrics;
 pub mod mountinfo;
 pub mod policy;
 pub mod region;
+pub mod watchdog;

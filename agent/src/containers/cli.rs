@@ -63,6 +63,23 @@ pub enum ContainerCommand {
         #[arg(long)]
         id: ContainerId,
     },
+    /// Undo the watchdog's freeze: thaw the container's cgroup (a
+    /// container still over its limit is frozen again by the watchdog).
+    Thaw {
+        /// The container.
+        #[arg(long)]
+        id: ContainerId,
+    },
+    /// Undo the watchdog's deny: remove the container's device guard.
+    Allow {
+        /// The container.
+        #[arg(long)]
+        id: ContainerId,
+        /// The deny action's pin directory (the daemon's
+        /// `watchdog.deny_pin_dir`).
+        #[arg(long, value_name = "DIR", default_value_os_t = crate::watchdog::settings::default_deny_pin_dir())]
+        deny_pin_dir: PathBuf,
+    },
 }
 
 /// `container add`.
@@ -189,6 +206,9 @@ pub enum ContainerCommandError {
     /// The store refused.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Thawing or allowing failed.
+    #[error(transparent)]
+    Watchdog(#[from] crate::watchdog::ActionError),
 }
 
 fn grant(spec: &str) -> Result<(GpuGrant, bool), ContainerCommandError> {
@@ -396,6 +416,17 @@ pub fn run(args: &ContainerArgs) -> Result<String, ContainerCommandError> {
             Ok(format!("removed {}", store.dir(id).display()))
         }
         ContainerCommand::List { json } => list(&store, *json),
+        ContainerCommand::Thaw { id } => {
+            let c = store.load(id)?;
+            Ok(crate::watchdog::actions::thaw_container(&c.meta)?)
+        }
+        ContainerCommand::Allow { id, deny_pin_dir } => {
+            store.load(id)?;
+            Ok(crate::watchdog::actions::allow_container(
+                deny_pin_dir,
+                id.as_str(),
+            )?)
+        }
         ContainerCommand::Show { id } => {
             let c = store.load(id)?;
             let region = crate::region::show(&c.dir).unwrap_or_else(

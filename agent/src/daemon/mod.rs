@@ -9,6 +9,7 @@
 //! 0. Nothing is undone on exit: the limits stay in the control regions
 //! (invariant I4), and the next agent resumes them in its first period.
 
+pub mod ebpf;
 pub mod http;
 pub mod status;
 pub mod tick;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tessera_region::control::ControlSpec;
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw, read_usage_bytes};
-use tessera_region::layout::{ControlRegion, UNLIMITED};
+use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
 use tessera_region::reader::{UsageSnapshot, read_usage};
 use tessera_region::spec::format_uuid;
 
@@ -34,6 +34,9 @@ use crate::error_chain::with_causes;
 use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
 
 use crate::policy::{Policy, Reloader};
+use crate::watchdog::{Facts, GpuMemory, Watchdog};
+
+use super::ebpf::{DaemonEbpf, Member, Seen};
 
 use super::status::Status;
 use super::view::{
@@ -56,6 +59,9 @@ struct Gpus {
 /// What one period read of a container before deciding.
 struct Observed {
     usage: Option<UsageSnapshot>,
+    /// The usage region's header and buckets as read (the watchdog checks
+    /// raw fields).
+    usage_raw: Option<Vec<u8>>,
     processes: Vec<ProcessView>,
     host_pids: Vec<u32>,
     problems: Vec<String>,
@@ -91,6 +97,10 @@ pub struct Agent {
     policy: Policy,
     /// The policy file, looked at once per period.
     policy_file: Reloader,
+    /// Ground truth against limits, and the policy's actions.
+    watchdog: Watchdog,
+    /// The eBPF observer, or why there is none.
+    ebpf: DaemonEbpf,
 }
 
 fn unix_us() -> u64 {
@@ -117,7 +127,6 @@ impl Agent {
             store: Store::new(&config.root),
             nvml_lib: config.nvml_lib.clone(),
             nvml_retry: config.nvml_retry,
-            cgroup_root,
             proc_root: config.proc_root.clone(),
             gpus: None,
             nvml_error: "not initialised yet".to_owned(),
@@ -130,7 +139,16 @@ impl Agent {
             sm_since: HashMap::new(),
             policy: Policy::default(),
             policy_file: Reloader::new(&config.policy, config.policy_explicit),
+            ebpf: DaemonEbpf::start(&config.watchdog, cgroup_root.as_deref()),
+            watchdog: Watchdog::new(config.watchdog.clone()),
+            cgroup_root,
         }
+    }
+
+    /// Replaces the policy in force (for the policy file's loader; the
+    /// watchdog tests set one directly).
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
     }
 
     /// The store.
@@ -315,14 +333,34 @@ impl Agent {
         let sm = self.sample_sm();
         // Observe every container, then decide per GPU, then write.
         let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c)).collect();
+        let seen = self.observe_ebpf(&ready, &observed);
+        let nvml: HashMap<[u8; 16], GpuMemory> = memory
+            .iter()
+            .map(|(u, m)| {
+                let mut by_pid = GpuMemory::new();
+                for p in &m.processes {
+                    *by_pid.entry(p.pid).or_default() += p.used_memory_bytes.unwrap_or(0);
+                }
+                (*u, by_pid)
+            })
+            .collect();
+        let ids: Vec<ContainerId> = ready.iter().map(|c| c.id.clone()).collect();
+        self.watchdog.retain(&ids);
         let decisions = self.decide(&ready, &observed, &sm);
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
         let views = ready
             .iter()
-            .zip(observed)
-            .map(|(c, o)| self.publish(c, o, &memory, &sm, &decisions, lock.as_ref()))
+            .zip(observed.into_iter().map(|mut o| {
+                let kept = (o.usage_raw.take(), o.usage.clone());
+                (o, kept)
+            }))
+            .map(|(c, o)| {
+                let mut v = self.publish(c, o.0, &memory, &sm, &decisions, lock.as_ref());
+                self.enforce(c, &mut v, o.1, &nvml, seen.get(&c.id));
+                v
+            })
             .collect();
         drop(lock);
         let view = View {
@@ -343,7 +381,7 @@ impl Agent {
             },
             devices: self.devices(&memory, &sm),
             duration_us: start.elapsed().as_micros() as u64,
-            ebpf: "not started".to_owned(),
+            ebpf: self.ebpf.status(),
             policy,
         };
         self.periods += 1;
@@ -378,17 +416,113 @@ impl Agent {
     /// A container's usage region and processes.
     fn observe(&self, c: &Container) -> Observed {
         let mut problems = Vec::new();
-        let usage = read_usage_bytes(&c.dir.join(USAGE_FILE))
-            .and_then(|b| read_usage(&b))
-            .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
-            .ok();
+        let raw = read_usage_bytes(&c.dir.join(USAGE_FILE));
+        let usage = raw
+            .as_ref()
+            .map_err(|e| problems.push(format!("usage region: {}", with_causes(e))))
+            .ok()
+            .and_then(|b| {
+                read_usage(b)
+                    .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
+                    .ok()
+            });
         let processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
         let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
         Observed {
             usage,
+            // The watchdog reads the header and buckets only.
+            usage_raw: raw.ok().map(|mut b| {
+                b.truncate(usage_offsets::OWNERS);
+                b
+            }),
             processes,
             host_pids,
             problems,
+        }
+    }
+
+    /// The container's cgroup directory (absolute), if its metadata names
+    /// one and a cgroup v2 hierarchy is mounted.
+    fn cgroup_dir(&self, meta: &Metadata) -> Option<PathBuf> {
+        let rel = meta.cgroup.as_deref()?;
+        Some(crate::watchdog::cgroup_dir(
+            self.cgroup_root.as_deref()?,
+            rel,
+        ))
+    }
+
+    /// One period of the eBPF observer over the ready containers.
+    fn observe_ebpf(
+        &mut self,
+        ready: &[Container],
+        observed: &[Observed],
+    ) -> HashMap<ContainerId, Seen> {
+        let dirs: Vec<Option<PathBuf>> = ready.iter().map(|c| self.cgroup_dir(&c.meta)).collect();
+        let members: Vec<Member<'_>> = ready
+            .iter()
+            .zip(observed)
+            .zip(&dirs)
+            .map(|((c, o), dir)| Member {
+                id: &c.id,
+                cgroup: dir.as_deref(),
+                registered: o
+                    .processes
+                    .iter()
+                    .filter(|p| {
+                        p.source == pids::Source::Registered
+                            || p.source == pids::Source::SameNamespace
+                    })
+                    .filter_map(|p| p.host_pid)
+                    .collect(),
+                pids: o.host_pids.clone(),
+            })
+            .collect();
+        self.ebpf.period(&members)
+    }
+
+    /// The watchdog's period of one container: fills the view's
+    /// enforcement and eBPF fields.
+    fn enforce(
+        &mut self,
+        c: &Container,
+        v: &mut ContainerView,
+        (raw, usage): (Option<Vec<u8>>, Option<UsageSnapshot>),
+        nvml: &HashMap<[u8; 16], GpuMemory>,
+        seen: Option<&Seen>,
+    ) {
+        let dir = self.cgroup_dir(&c.meta);
+        let limits = self.managed.get(&c.id).map(|m| m.control.snapshot());
+        let (rates, bursts): (Vec<u64>, Vec<u64>) = limits
+            .map(|l| {
+                l.gpus
+                    .iter()
+                    .map(|g| (g.launch_rate, g.launch_burst))
+                    .unzip()
+            })
+            .unwrap_or_default();
+        let facts = Facts {
+            meta: &c.meta,
+            processes: &v.processes,
+            usage: usage.as_ref(),
+            usage_raw: raw.as_deref(),
+            control_epoch: v.epoch,
+            launch_rates: &rates,
+            launch_bursts: &bursts,
+            now: Instant::now(),
+            nvml,
+            ebpf_bypass: seen.map(|s| s.bypass.as_slice()).unwrap_or_default(),
+            context_allowance: self.watchdog.settings().context_allowance,
+        };
+        v.enforcement = self
+            .watchdog
+            .check(&c.id, dir.as_deref(), &v.policy, &facts);
+        if let Some(s) = seen {
+            v.ebpf = Some(s.view.clone());
+            // The estimate is per process, not per GPU: shown on the
+            // grant's only GPU, left null when it has several.
+            if let [g] = v.gpus.as_mut_slice() {
+                g.ebpf_used_bytes = Some(s.estimate_bytes);
+            }
         }
     }
 
@@ -480,6 +614,7 @@ impl Agent {
     ) -> ContainerView {
         let Observed {
             usage,
+            usage_raw: _,
             processes,
             host_pids,
             mut problems,

@@ -165,17 +165,22 @@ pub enum Reason {
     MemoryOverage,
     /// A process used the GPU without the interposer.
     Bypass,
+    /// The usage region contradicts NVML or its own invariants (bitmap
+    /// cleared, byte counters rewritten, launch bucket reset); the
+    /// watchdog gives it the policy's bypass action.
+    Tampering,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 2] = [Reason::MemoryOverage, Reason::Bypass];
+    pub const ALL: [Reason; 3] = [Reason::MemoryOverage, Reason::Bypass, Reason::Tampering];
 
     /// The name used in logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::MemoryOverage => "memory_overage",
             Reason::Bypass => "bypass",
+            Reason::Tampering => "tampering",
         }
     }
 }
@@ -198,6 +203,7 @@ pub struct EnforcementView {
     pub state: String,
     /// Actions taken, per reason and action.
     pub actions: Vec<ActionCount>,
-    /// The latest event, one line (none yet: null).
+    /// The latest event, one line (of a period with several, the harshest
+    /// action's; none yet: null).
     pub last_event: Option<String>,
 }

@@ -49,6 +49,15 @@ use crate::cgroup::v2 as cgroup;
 /// dots, so not `.<uid>.new`).
 const TMP_PREFIX: &str = "new-";
 
+/// Whether `name` can name a pin: 1 to 200 ASCII letters, digits, `-`
+/// and `_` (bpffs refuses dots).
+pub fn valid_pin_name(name: &str) -> bool {
+    (1..=200).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// Largest GPU minor of the NVIDIA frontend.
 pub const GPU_MINOR_MAX: u32 = 247;
 
@@ -310,6 +319,23 @@ impl Guards {
         allowed: &[(u32, u32)],
     ) -> Result<GuardInfo, GuardError> {
         let uid = self.pod_uid(pod_cgroup)?;
+        self.guard_cgroup(pod_cgroup, &uid, allowed)
+    }
+
+    /// As [`Guards::guard_pod`] for any cgroup, pinned as `name` (1 to 200
+    /// ASCII letters, digits, `-` and `_`): the watchdog's deny action on
+    /// a container's own cgroup, with its own pin directory.
+    pub fn guard_cgroup(
+        &self,
+        cgroup: &Path,
+        name: &str,
+        allowed: &[(u32, u32)],
+    ) -> Result<GuardInfo, GuardError> {
+        if !valid_pin_name(name) {
+            return Err(GuardError::BadUid(name.to_owned()));
+        }
+        let pod_cgroup = cgroup;
+        let uid = name.to_owned();
         let policy = self.devices.policy(&uid, allowed)?;
         self.ensure_pin_dir()?;
         let mut ebpf = self.load(&uid, &policy)?;
@@ -377,6 +403,16 @@ impl Guards {
         if !valid_uid(uid) {
             return Err(GuardError::BadUid(uid.to_owned()));
         }
+        self.unguard(uid)
+    }
+
+    /// Removes the guard pinned as `name` (see [`Guards::guard_cgroup`]);
+    /// returns whether there was one.
+    pub fn unguard(&self, name: &str) -> Result<bool, GuardError> {
+        if !valid_pin_name(name) {
+            return Err(GuardError::BadUid(name.to_owned()));
+        }
+        let uid = name;
         let pin = self.pin_dir.join(uid);
         match std::fs::remove_file(&pin) {
             Ok(()) => {
