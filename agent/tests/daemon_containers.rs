@@ -126,6 +126,50 @@ fn a_killed_agent_changes_no_limit_and_a_new_one_resumes_in_its_first_period() {
     drop(work);
 }
 
+/// A workload started right after `container add`, before any agent
+/// period has decided a rate (here: no agent at all), is already paced at
+/// the controller's starting rate instead of running unlimited. Judged by
+/// the simulator's launch log.
+#[test]
+fn a_new_container_is_paced_before_the_agent_first_decides() {
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let gpu = uuid(&node, 0);
+    let dir = container_ok(
+        &root,
+        &["add", "--id", "fresh", "--gpu", &gpu, "--sm-target", "25"],
+    );
+    let dir = Path::new(dir.trim());
+    let c = control(dir);
+    let (rate, burst) = (c.gpus[0].launch_rate, c.gpus[0].launch_burst);
+    assert!(
+        rate > 0 && rate < 1000 && burst >= 1,
+        "a new container's control region holds rate {rate}, burst {burst}"
+    );
+    // One-warp kernels of 200 µs for 1.5 s: unlimited, ~7500 warps.
+    let work = spawn(&node, dir, "dev 0 ready run spin 1 32 1500");
+    let pid = work.pid();
+    let _exited = wait_for(Duration::from_secs(10), || {
+        let l = node.sim().launches(0).ok()?;
+        let me = l.iter().find(|l| l.pid == pid)?;
+        (!me.active).then_some(())
+    });
+    let warps = node
+        .sim()
+        .launches(0)
+        .unwrap()
+        .iter()
+        .filter(|l| l.pid == pid)
+        .map(|l| l.warps)
+        .sum::<u64>();
+    let allowed = rate as f64 * 1.6 + burst as f64 + 1.0;
+    assert!(
+        warps as f64 <= allowed,
+        "{warps} warps ran in 1.5 s before any agent period (rate {rate}, burst {burst})"
+    );
+    drop(work);
+}
+
 #[test]
 fn lowering_memory_below_use_refuses_new_allocations_and_frees_nothing() {
     let node = Node::small();

@@ -32,7 +32,6 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FlockOperation, flock};
 use tessera_region::RegionError;
 use tessera_region::file::{CONTROL_FILE, create_control, create_usage, open_control_rw};
-use tessera_region::layout::UNLIMITED;
 
 use super::id::{ContainerId, IdError};
 use super::meta::{META_FILE, MetaError, Metadata};
@@ -173,6 +172,45 @@ pub struct WriterLock {
     _file: File,
 }
 
+/// Parsed metadata by file identity (inode, modification time, length),
+/// so that a daemon period reads and parses only the `meta.json` files
+/// that changed since the previous one and `lstat`s the rest. Every writer
+/// replaces the file by rename (a new inode), so an unchanged identity is
+/// unchanged content.
+#[derive(Debug, Default)]
+pub struct MetaCache {
+    entries: std::collections::HashMap<PathBuf, (FileKey, Metadata)>,
+}
+
+impl MetaCache {
+    /// `path`'s metadata: the cached copy while the file's identity is the
+    /// one it was read with, else read afresh (and cached if valid).
+    fn read(&mut self, path: &Path) -> Result<(Metadata, FileKey), StoreError> {
+        if let Ok(m) = std::fs::symlink_metadata(path)
+            && m.is_file()
+            && let Some((key, meta)) = self.entries.get(path)
+            && *key == key_of(&m)
+        {
+            return Ok((meta.clone(), *key));
+        }
+        match read_meta(path) {
+            Ok((meta, key)) => {
+                self.entries.insert(path.to_path_buf(), (key, meta.clone()));
+                Ok((meta, key))
+            }
+            Err(e) => {
+                self.entries.remove(path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the files not in `keep`.
+    fn retain(&mut self, keep: &std::collections::HashSet<PathBuf>) {
+        self.entries.retain(|p, _| keep.contains(p));
+    }
+}
+
 /// The region directories under one root.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -289,17 +327,26 @@ impl Store {
     }
 
     fn lock_file(&self) -> Result<File, StoreError> {
-        self.ensure_root()?;
         let path = self.root.join(LOCK_FILE);
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(io("open", &path))
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+        };
+        match open() {
+            // The root is created only when it is missing (not once a period).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.ensure_root()?;
+                open()
+            }
+            other => other,
+        }
+        .map_err(io("open", &path))
     }
 
     /// Takes the writer lock, waiting for another writer.
@@ -349,7 +396,10 @@ impl Store {
                 dir: dir.clone(),
                 source,
             };
-            create_control(&tmp, &meta.control_spec(|_| (UNLIMITED, 0))).map_err(region)?;
+            // Paced from the start (not unlimited until the agent's first
+            // period): the controller's own starting rate.
+            let start = crate::control::ControllerConfig::default().initial_limits();
+            create_control(&tmp, &meta.control_spec(|_| start)).map_err(region)?;
             create_usage(&tmp).map_err(region)?;
             write_meta(&tmp, meta)?;
             sync_dir(&tmp);
@@ -366,6 +416,14 @@ impl Store {
 
     /// Container `id` as it is on disk.
     pub fn load(&self, id: &ContainerId) -> Result<Container, StoreError> {
+        self.load_with(id, None)
+    }
+
+    fn load_with(
+        &self,
+        id: &ContainerId,
+        cache: Option<&mut MetaCache>,
+    ) -> Result<Container, StoreError> {
         let dir = self.dir(id);
         match std::fs::symlink_metadata(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -389,7 +447,11 @@ impl Store {
             }
             Ok(_) => {}
         }
-        let (meta, meta_key) = read_meta(&dir.join(META_FILE))?;
+        let path = dir.join(META_FILE);
+        let (meta, meta_key) = match cache {
+            Some(c) => c.read(&path)?,
+            None => read_meta(&path)?,
+        };
         Ok(Container {
             id: id.clone(),
             dir,
@@ -442,6 +504,23 @@ impl Store {
     /// Every container under the root; unusable entries are skipped with
     /// the reason. A missing root is an empty listing.
     pub fn list(&self) -> Result<Listing, StoreError> {
+        self.list_with(None)
+    }
+
+    /// [`Self::list`], parsing only the metadata files that changed since
+    /// `cache` saw them (the daemon's period).
+    pub fn list_cached(&self, cache: &mut MetaCache) -> Result<Listing, StoreError> {
+        let out = self.list_with(Some(cache))?;
+        let keep = out
+            .containers
+            .iter()
+            .map(|c| c.dir.join(META_FILE))
+            .collect();
+        cache.retain(&keep);
+        Ok(out)
+    }
+
+    fn list_with(&self, mut cache: Option<&mut MetaCache>) -> Result<Listing, StoreError> {
         let mut out = Listing::default();
         let entries = match std::fs::read_dir(&self.root) {
             Ok(e) => e,
@@ -472,7 +551,7 @@ impl Store {
                     continue;
                 }
             };
-            match self.load(&id) {
+            match self.load_with(&id, cache.as_deref_mut()) {
                 Ok(c) => out.containers.push(c),
                 Err(e) => out.skipped.push(Skipped {
                     name,
@@ -496,11 +575,10 @@ pub fn publish(dir: &Path, meta: &Metadata, _lock: &WriterLock) -> Result<(), St
     let control = open_control_rw(dir).map_err(region)?;
     let current = control.snapshot();
     let spec = meta.control_spec(|uuid| {
-        current
-            .gpus
-            .iter()
-            .find(|g| &g.uuid == uuid)
-            .map_or((UNLIMITED, 0), |g| (g.launch_rate, g.launch_burst))
+        current.gpus.iter().find(|g| &g.uuid == uuid).map_or(
+            crate::control::ControllerConfig::default().initial_limits(),
+            |g| (g.launch_rate, g.launch_burst),
+        )
     });
     control.write(&spec).map_err(region)
 }

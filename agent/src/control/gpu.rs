@@ -110,6 +110,11 @@ impl GpuController {
         self.containers.remove(id).is_some()
     }
 
+    /// Whether container `id` is managed here.
+    pub fn contains(&self, id: &str) -> bool {
+        self.containers.contains_key(id)
+    }
+
     /// The containers managed, with their controls.
     pub fn containers(&self) -> impl Iterator<Item = (&str, &ContainerControl)> {
         self.containers

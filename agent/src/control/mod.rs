@@ -274,6 +274,17 @@ pub struct ControllerConfig {
     pub hungry_hold: u32,
 }
 
+impl ControllerConfig {
+    /// The launch rate and burst a container's control region starts with
+    /// before the agent's first period decides one: what the loop itself
+    /// starts from ([`Self::initial_rate`]), so that nothing started right
+    /// after a container is created runs unlimited until then.
+    pub fn initial_limits(&self) -> (u64, u64) {
+        let rate = self.initial_rate.max(1.0);
+        (rate as u64, (rate * self.burst_s).ceil().max(1.0) as u64)
+    }
+}
+
 impl Default for ControllerConfig {
     fn default() -> Self {
         Self {

@@ -145,9 +145,8 @@ async fn control_loop(
             // A period that panicked left nothing half-done that the next
             // one does not redo from the host state.
             let mut a = a.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let view = a.tick(&s);
-            let json = serde_json::to_value(&view).unwrap_or_default();
-            s.tick_done(json);
+            let view = Arc::new(a.tick(&s));
+            s.tick_done(view.clone());
             m.observe(view);
         });
         // Finish the period in flight before stopping (its writes are

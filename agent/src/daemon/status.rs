@@ -1,7 +1,9 @@
 //! What the loop tells the HTTP endpoint: liveness, readiness and the last
 //! period's view of the containers.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use super::view::View;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,8 +19,9 @@ pub struct Status {
     nvml_ready: AtomicBool,
     /// Why NVML is not (empty when it is).
     nvml_error: Mutex<String>,
-    /// The last period's view (JSON), for `/containers`.
-    view: Mutex<serde_json::Value>,
+    /// The last period's view, for `/containers` (turned into JSON only
+    /// when asked for).
+    view: Mutex<Option<Arc<View>>>,
     /// Liveness fails after this long without a completed period.
     stall_after: Duration,
 }
@@ -41,7 +44,7 @@ impl Status {
             last_tick_ms: AtomicU64::new(0),
             nvml_ready: AtomicBool::new(false),
             nvml_error: Mutex::new("not initialised yet".to_owned()),
-            view: Mutex::new(serde_json::Value::Null),
+            view: Mutex::new(None),
             stall_after,
         }
     }
@@ -51,10 +54,13 @@ impl Status {
     }
 
     /// The loop completed a period.
-    pub fn tick_done(&self, view: serde_json::Value) {
-        if let Ok(mut v) = self.view.lock() {
-            *v = view;
-        }
+    pub fn tick_done(&self, view: Arc<View>) {
+        // The previous view is dropped after the lock is released.
+        let _previous = self
+            .view
+            .lock()
+            .map(|mut v| v.replace(view))
+            .unwrap_or_default();
         self.last_tick_ms.store(self.now_ms(), Ordering::Release);
         self.ticks.fetch_add(1, Ordering::AcqRel);
     }
@@ -129,11 +135,10 @@ impl Status {
         }
     }
 
-    /// The last period's view.
+    /// The last period's view as JSON (null before the first period).
     pub fn view(&self) -> serde_json::Value {
-        self.view
-            .lock()
-            .map(|v| v.clone())
+        let view = self.view.lock().ok().and_then(|v| v.clone());
+        view.and_then(|v| serde_json::to_value(&*v).ok())
             .unwrap_or(serde_json::Value::Null)
     }
 }
@@ -153,7 +158,7 @@ mod tests {
         );
         s.set_nvml(Ok(()));
         assert!(!s.ready().ok);
-        s.tick_done(serde_json::Value::Null);
+        s.tick_done(Arc::default());
         assert!(s.ready().ok, "{:?}", s.ready());
         s.set_nvml(Err("gone".into()));
         assert!(s.ready().detail.contains("gone"));
@@ -162,7 +167,7 @@ mod tests {
     #[test]
     fn a_wedged_loop_fails_liveness() {
         let s = Status::new(Duration::from_millis(30));
-        s.tick_done(serde_json::Value::Null);
+        s.tick_done(Arc::default());
         assert!(s.health().ok);
         std::thread::sleep(Duration::from_millis(60));
         let h = s.health();

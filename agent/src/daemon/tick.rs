@@ -24,7 +24,7 @@ use tessera_region::spec::format_uuid;
 
 use crate::config::Config;
 use crate::containers::pids::{self, ProcessView};
-use crate::containers::store::{Container, Skipped, Store, WriterLock};
+use crate::containers::store::{Container, MetaCache, Skipped, Store, WriterLock};
 use crate::containers::{ContainerId, Metadata};
 use crate::control::sampling::{self, SmSamples};
 use crate::control::{
@@ -93,6 +93,8 @@ pub struct Agent {
     controllers: HashMap<[u8; 16], GpuController>,
     /// Start of each GPU's next SM sample window (µs).
     sm_since: HashMap<[u8; 16], u64>,
+    /// Parsed `meta.json` files, re-read only when they change.
+    meta_cache: MetaCache,
     /// The policy in force.
     policy: Policy,
     /// The policy file, looked at once per period.
@@ -137,6 +139,7 @@ impl Agent {
             last_sample_us: unix_us(),
             controllers: HashMap::new(),
             sm_since: HashMap::new(),
+            meta_cache: MetaCache::default(),
             policy: Policy::default(),
             policy_file: Reloader::new(&config.policy, config.policy_explicit),
             ebpf: DaemonEbpf::start(&config.watchdog, cgroup_root.as_deref()),
@@ -296,7 +299,7 @@ impl Agent {
         self.policy_file.poll(&mut self.policy);
         let policy: PolicyView = self.policy_file.view(&self.policy);
         self.ensure_nvml(status);
-        let (containers, mut skipped) = match self.store.list() {
+        let (containers, mut skipped) = match self.store.list_cached(&mut self.meta_cache) {
             Ok(l) => (l.containers, l.skipped),
             Err(e) => {
                 tracing::warn!(error = %with_causes(&e), "cannot list the container root");
@@ -540,6 +543,8 @@ impl Agent {
             return out;
         };
         let now = Instant::now();
+        // Parsed once per period, not once per (container, GPU).
+        let uuids: Vec<Vec<[u8; 16]>> = ready.iter().map(|c| c.meta.uuids()).collect();
         for gpu in &g.gpus {
             let ctl = self
                 .controllers
@@ -549,15 +554,15 @@ impl Agent {
                 busy_percent: sm.get(&gpu.uuid).map(SmSamples::total),
                 containers: Vec::new(),
             };
-            let mut present = Vec::new();
-            for (c, o) in ready.iter().zip(observed) {
-                let Some(i) = c.meta.uuids().iter().position(|u| u == &gpu.uuid) else {
+            let mut present = std::collections::HashSet::new();
+            for ((c, o), uuids) in ready.iter().zip(observed).zip(&uuids) {
+                let Some(i) = uuids.iter().position(|u| u == &gpu.uuid) else {
                     continue;
                 };
                 let id = c.id.as_str();
-                present.push(id.to_owned());
+                present.insert(id);
                 let control = c.meta.control(&self.policy.effective(&c.meta));
-                let known = ctl.containers().any(|(k, _)| k == id);
+                let known = ctl.contains(id);
                 let applied = if known {
                     ctl.upsert(id, control)
                 } else {
@@ -584,8 +589,9 @@ impl Agent {
             }
             let gone: Vec<String> = ctl
                 .containers()
-                .map(|(k, _)| k.to_owned())
+                .map(|(k, _)| k)
                 .filter(|k| !present.contains(k))
+                .map(str::to_owned)
                 .collect();
             for k in gone {
                 ctl.remove(&k);
@@ -649,7 +655,11 @@ impl Agent {
                 .gpus
                 .iter()
                 .find(|g| &g.uuid == uuid)
-                .map_or((UNLIMITED, 0), |g| (g.launch_rate, g.launch_burst))
+                // A GPU new to the region starts paced, as `container add`
+                // creates it.
+                .map_or(ControllerConfig::default().initial_limits(), |g| {
+                    (g.launch_rate, g.launch_burst)
+                })
         });
         for u in c.meta.uuids() {
             if !node_gpus.is_empty() && !node_gpus.contains(&u) {

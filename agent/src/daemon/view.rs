@@ -79,7 +79,7 @@ pub struct ContainerView {
 }
 
 /// The view of one period (served at `/containers`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct View {
     /// Periods completed before this one.
     pub period: u64,

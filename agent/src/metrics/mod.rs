@@ -52,7 +52,7 @@ struct Inner {
     f: Families,
     counters: Counters,
     /// The latest period's view (none before the first period).
-    view: Option<View>,
+    view: Option<std::sync::Arc<View>>,
 }
 
 /// The agent's metrics (shared by the loop and the endpoint).
@@ -85,7 +85,8 @@ impl Metrics {
 
     /// Takes in one period's view (cheap: counters and the period
     /// histogram; the series are built by [`Metrics::render`]).
-    pub fn observe(&self, view: View) {
+    pub fn observe(&self, view: impl Into<std::sync::Arc<View>>) {
+        let view = view.into();
         let mut guard = self
             .inner
             .lock()
