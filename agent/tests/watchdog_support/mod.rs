@@ -101,18 +101,10 @@ impl Drop for TestCgroup {
     }
 }
 
-/// Polls `f` every 5 ms until it returns `Some` or `timeout` passes.
-pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Polls `f` every 5 ms (the detection times are measured with it) until
+/// it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+    tessera_testkit::poll::wait_for_every(Duration::from_millis(5), timeout, f)
 }
 
 /// A process of the hostile tenant, started inside a test cgroup.

@@ -7,6 +7,8 @@
 //! - [`ebpf`] (feature `agent`): skip reasons, built objects, test cgroups
 //!   and child processes for the agent's privileged eBPF tests and its
 //!   overhead benchmark;
+//! - [`poll`]: waiting for a condition, and GET from a local HTTP
+//!   endpoint;
 //! - [`control`] (feature `agent`): closed-loop runs of the agent's compute
 //!   controller on the simulator, judged by the simulator's timeline (the
 //!   controller tests and the accuracy benchmark).
@@ -25,6 +27,7 @@
 pub mod control;
 #[cfg(feature = "agent")]
 pub mod ebpf;
+pub mod poll;
 pub mod sim;
 
 /// Returns from the calling test, printing `skipped: <why>`, when `$why`
