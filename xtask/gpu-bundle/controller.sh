@@ -19,6 +19,7 @@ PORT=${PORT:-19400}
 OUT=${OUT:-$(mktemp -d)}
 GPU=${GPU_UUID:-$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')}
 AGENT="$HERE/tessera-agent"
+mkdir -p "$OUT"
 export TESSERA_ROOT="$OUT/containers"
 
 steady() { python3 -c 'import json,sys
@@ -51,21 +52,29 @@ run() {
         "$AGENT" container add --id "$name" --gpu "$GPU" --sm-target "$t" --mode "$mode" > /dev/null
         echo "$t" > "$OUT/$name.target"
     done
+    pids=""
     for name in $names; do
         TESSERA_REGION_DIR="$TESSERA_ROOT/$name" LD_PRELOAD="$HERE/libtessera.so" \
             python3 "$HERE/torch_limits.py" saturate "$SECONDS_PER_RUN" "$name" > "$OUT/$name.jsonl" &
+        pids="$pids $!"
     done
     s=0
-    : > "$OUT/$mode.views"
+    mkdir -p "$OUT/$mode.views"
     while [ $s -lt "$SECONDS_PER_RUN" ]; do
         sleep 1; s=$((s + 1))
-        curl -sf "127.0.0.1:$PORT/containers" >> "$OUT/$mode.views" && echo >> "$OUT/$mode.views" || true
+        curl -sf "127.0.0.1:$PORT/containers" > "$OUT/$mode.views/$(printf %04d $s).json" || true
     done
-    wait
+    # The workloads only (the agent runs in the background too).
+    wait $pids
     python3 - "$OUT" "$mode" "$SOLO" $names <<'PY'
-import json, sys
+import glob, json, sys
 out, mode, solo, names = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
-views = [json.loads(l) for l in open(f"{out}/{mode}.views") if l.strip()]
+views = []
+for f in sorted(glob.glob(f"{out}/{mode}.views/*.json")):
+    try:
+        views.append(json.load(open(f)))
+    except ValueError:
+        pass
 half = views[len(views) // 2:]
 busy = [d["sm_percent"] for v in half for d in v.get("devices", []) if d.get("sm_percent") is not None]
 print(f"{'container':<10} {'target %':>8} {'NVML SM % (agent)':>18} {'throughput share %':>19} {'launch rate':>12}")
