@@ -2,8 +2,8 @@
 //! simulated node (its NVML stand-in), the `container` subcommands, and the
 //! `/containers` view over HTTP.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
@@ -208,25 +208,8 @@ impl Drop for Agent {
     }
 }
 
-/// `GET path` over a fresh connection: (status, body). The agent answers
-/// with a length-delimited body and closes (`Connection: close`).
+/// `GET path` from the agent, waiting at most 5 s (the live view must not
+/// stall on a hung agent).
 fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
+    tessera_testkit::poll::http_get_within(addr, path, Duration::from_secs(5))
 }

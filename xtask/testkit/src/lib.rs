@@ -8,7 +8,7 @@
 //!   and child processes for the agent's privileged eBPF tests and its
 //!   overhead benchmark;
 //! - [`poll`]: waiting for a condition, and GET from a local HTTP
-//!   endpoint;
+//!   endpoint (also the demo's reader of the agent's view);
 //! - [`control`] (feature `agent`): closed-loop runs of the agent's compute
 //!   controller on the simulator, judged by the simulator's timeline (the
 //!   controller tests and the accuracy benchmark).

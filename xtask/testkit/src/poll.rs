@@ -29,10 +29,19 @@ pub fn wait_for<T>(timeout: Duration, f: impl FnMut() -> Option<T>) -> Option<T>
 }
 
 /// `GET path` over a fresh TCP connection, in HTTP/1.0 so that no server
-/// answers chunked: (status, body).
+/// answers chunked: (status, body). Waits up to 20 s for the answer.
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    http_get_within(addr, path, Duration::from_secs(20))
+}
+
+/// [`http_get`] waiting at most `timeout` to connect and for each read.
+pub fn http_get_within(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
