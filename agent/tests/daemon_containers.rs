@@ -140,32 +140,28 @@ fn a_new_container_is_paced_before_the_agent_first_decides() {
         &["add", "--id", "fresh", "--gpu", &gpu, "--sm-target", "25"],
     );
     let dir = Path::new(dir.trim());
-    let c = control(dir);
-    let (rate, burst) = (c.gpus[0].launch_rate, c.gpus[0].launch_burst);
-    assert!(
-        rate > 0 && rate < 1000 && burst >= 1,
-        "a new container's control region holds rate {rate}, burst {burst}"
-    );
-    // One-warp kernels of 200 µs for 1.5 s: unlimited, ~7500 warps.
-    let work = spawn(&node, dir, "dev 0 ready run spin 1 32 1500");
+    // What the controller documents as every container's start.
+    let (rate, burst) = tessera_agent::control::ControllerConfig::default().initial_limits();
+    // One-warp kernels of 200 µs for 1.5 s (unlimited: ~7500 warps), then
+    // the process holds, still attached, so the simulator's record of it
+    // names its pid (a detached channel's pid is cleared).
+    let mut work = spawn(&node, dir, "dev 0 ready run spin 1 32 1500 hold");
     let pid = work.pid();
-    let _exited = wait_for(Duration::from_secs(10), || {
-        let l = node.sim().launches(0).ok()?;
-        let me = l.iter().find(|l| l.pid == pid)?;
-        (!me.active).then_some(())
-    });
+    let done = work.next_line().unwrap_or_default();
+    assert!(done.starts_with("run "), "the workload said {done:?}");
     let warps = node
         .sim()
         .launches(0)
         .unwrap()
         .iter()
-        .filter(|l| l.pid == pid)
+        .find(|l| l.pid == pid && l.active)
         .map(|l| l.warps)
-        .sum::<u64>();
+        .expect("the simulator has a launch record of the workload");
     let allowed = rate as f64 * 1.6 + burst as f64 + 1.0;
     assert!(
         warps as f64 <= allowed,
-        "{warps} warps ran in 1.5 s before any agent period (rate {rate}, burst {burst})"
+        "{warps} warps ran in 1.5 s before any agent period (starting rate {rate}, burst {burst}; control region: {:?})",
+        control(dir).gpus[0]
     );
     drop(work);
 }
