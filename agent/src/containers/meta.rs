@@ -68,6 +68,13 @@ pub struct Metadata {
     /// Container name, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// The Kubernetes pod's UID, set only by the device plugin's
+    /// `Allocate`. Invariant: a directory is garbage-collected (once
+    /// kubelet's PodResources no longer lists its namespace, pod and
+    /// container) only if its metadata has a `pod_uid`; directories the
+    /// CLI made (no `pod_uid`) are the operator's and are never collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
     /// The container's cgroup, relative to the cgroup v2 root (starting
     /// with `/`); absent: its processes are known only from the usage
     /// region.
@@ -125,6 +132,23 @@ fn check_name(field: &str, v: &Option<String>) -> Result<(), MetaError> {
     Ok(())
 }
 
+/// Longest accepted pod UID (Kubernetes UIDs are 36-character UUIDs).
+pub const MAX_POD_UID_LEN: usize = 64;
+
+/// Checks a pod UID: 1 to [`MAX_POD_UID_LEN`] ASCII letters, digits and
+/// `-` (a Kubernetes UID is an RFC 4122 UUID).
+pub fn check_pod_uid(uid: &str) -> Result<(), String> {
+    if uid.is_empty()
+        || uid.len() > MAX_POD_UID_LEN
+        || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(format!(
+            "{uid:?} is not accepted; accepted: 1 to {MAX_POD_UID_LEN} ASCII letters, digits and '-' (a Kubernetes pod UID)"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a cgroup path relative to the v2 root: starts with `/`, no `.`
 /// or `..` components, no NUL or control characters.
 pub fn check_cgroup(path: &str) -> Result<(), String> {
@@ -154,6 +178,9 @@ impl Metadata {
         check_name("namespace", &self.namespace)?;
         check_name("pod", &self.pod)?;
         check_name("container", &self.container)?;
+        if let Some(uid) = &self.pod_uid {
+            check_pod_uid(uid).map_err(|p| bad("pod_uid", p))?;
+        }
         if let Some(c) = &self.cgroup {
             check_cgroup(c).map_err(|p| bad("cgroup", p))?;
         }
@@ -282,6 +309,7 @@ mod tests {
             namespace: Some("default".into()),
             pod: Some("trainer".into()),
             container: Some("main".into()),
+            pod_uid: Some("6f1c2a4e-3b5d-4c7e-9a10-2b3c4d5e6f70".into()),
             cgroup: Some("/system.slice/docker-abc.scope".into()),
             sm_target: 30,
             mode: Some(Mode::Hard),
@@ -345,6 +373,9 @@ mod tests {
             (Box::new(|m| m.cgroup = Some("/a/../..".into())), "cgroup"),
             (Box::new(|m| m.cgroup = Some("relative".into())), "cgroup"),
             (Box::new(|m| m.pod = Some("a\nb".into())), "pod"),
+            (Box::new(|m| m.pod_uid = Some(String::new())), "pod_uid"),
+            (Box::new(|m| m.pod_uid = Some("../x".into())), "pod_uid"),
+            (Box::new(|m| m.pod_uid = Some("a".repeat(65))), "pod_uid"),
         ];
         for (edit, field) in cases {
             let mut m = meta();
