@@ -52,6 +52,12 @@ enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
+    /// Check the daemon's configuration as `run` would load it (file,
+    /// then flags and environment over it).
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Manage containers outside Kubernetes (docker run, systemd, Slurm):
     /// their region directories under the root.
     Container(ContainerArgs),
@@ -65,6 +71,18 @@ enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Load the settings exactly as `run` does and print the effective
+    /// ones (every default written out); exit status 1 with the error
+    /// naming file, field and what is accepted when `run` would refuse
+    /// them.
+    Check {
+        #[command(flatten)]
+        config: ConfigArgs,
     },
 }
 
@@ -141,9 +159,25 @@ fn inventory(cli: &Cli, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn run(cli: &Cli, nvml_given: bool, args: &ConfigArgs) -> Result<()> {
+/// The settings `run` uses: `args` (file, flags, environment) and the
+/// NVML library when given on the command line or in the environment.
+fn load_config(cli: &Cli, nvml_given: bool, args: &ConfigArgs) -> Result<Config> {
     let nvml = nvml_given.then(|| std::path::Path::new(&cli.gpu.nvml_lib));
-    let config = Config::load(args, nvml)?;
+    Ok(Config::load(args, nvml)?)
+}
+
+fn config_check(cli: &Cli, nvml_given: bool, args: &ConfigArgs) -> Result<()> {
+    let config = load_config(cli, nvml_given, args)?;
+    let source = args
+        .config
+        .as_ref()
+        .map_or_else(|| "no config file".to_owned(), |p| p.display().to_string());
+    println!("# {source}: accepted; effective settings:\n{config:#?}");
+    Ok(())
+}
+
+fn run(cli: &Cli, nvml_given: bool, args: &ConfigArgs) -> Result<()> {
+    let config = load_config(cli, nvml_given, args)?;
     let filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
@@ -171,6 +205,9 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Run { config } => run(&cli, nvml_given, config),
+        Command::Config {
+            command: ConfigCommand::Check { config },
+        } => config_check(&cli, nvml_given, config),
         Command::Container(args) => tessera_agent::containers::cli::run(args)
             .map(|out| println!("{out}"))
             .map_err(anyhow::Error::from),

@@ -33,3 +33,44 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tessera.schedulerService" -}}
 {{- printf "%s-scheduler" (include "tessera.fullname" .) -}}
 {{- end -}}
+
+{{/* Version of the preload library: the image tag (default: appVersion), a directory name under <state>/lib. */}}
+{{- define "tessera.preloadVersion" -}}
+{{- $v := .Values.image.tag | default .Chart.AppVersion | toString -}}
+{{- if not (regexMatch "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$" $v) -}}
+{{- fail (printf "image.tag %q is not a usable version directory name; accepted: an image tag ([A-Za-z0-9_][A-Za-z0-9_.-]*)" $v) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/* Where the preload library appears inside pod containers: the device plugin mounts <state>/lib/<version> at /usr/local/lib/tessera (CONTAINER_LIBRARY_DIR in agent/src/kubelet/allocate.rs). */}}
+{{- define "tessera.preloadContainerPath" -}}
+/usr/local/lib/tessera/libtessera.so
+{{- end -}}
+
+{{/* The agent's config file (agent/src/config.rs; unknown keys are refused). */}}
+{{- define "tessera.agentConfig" -}}
+{{- $a := .Values.agent -}}
+{{- $paths := $a.hostPaths -}}
+# tessera-agent run --config /etc/tessera/agent.toml (agent/src/config.rs).
+root = {{ printf "%s/containers" ($paths.state | trimSuffix "/") | quote }}
+period_ms = {{ int $a.periodMs }}
+listen = {{ printf "0.0.0.0:%d" (int $a.metricsPort) | quote }}
+log = {{ $a.logLevel | quote }}
+policy = "/etc/tessera/policy.yaml"
+
+[watchdog]
+ebpf = {{ $a.watchdog.ebpf | toString | quote }}
+ebpf_object = "/usr/lib/tessera/tessera.bpf.o"
+guard_object = "/usr/lib/tessera/tessera-guard.bpf.o"
+context_allowance_mib = {{ int $a.watchdog.contextAllowanceMiB }}
+
+[kubelet]
+enabled = true
+plugin_dir = {{ $paths.devicePlugins | trimSuffix "/" | quote }}
+pod_resources_socket = {{ printf "%s/kubelet.sock" ($paths.podResources | trimSuffix "/") | quote }}
+resource_name = {{ $a.kubelet.resourceName | quote }}
+split = {{ int $a.kubelet.split }}
+placement = {{ $a.kubelet.placement | quote }}
+preload_dir = {{ printf "%s/lib" ($paths.state | trimSuffix "/") | quote }}
+{{- end -}}
