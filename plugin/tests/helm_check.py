@@ -4,7 +4,8 @@ Usage: python3 helm_check.py CHART_DIR [VALUES_JSON]
        python3 helm_check.py --package CHART_DIR
 
 Prints one JSON object: {"lint": <lint report>, "manifests": {path: text},
-"crds": [filename, ...], "validation": <schema check>}; with --package, packages the chart as
+"crds": [filename, ...], "objects": [every rendered object as JSON],
+"validation": <schema check>}; with --package, packages the chart as
 `helm package` does and prints the archive's regular files as {"files":
 {path in the archive: text}}. Exits 3 when the SDK is not installed, so
 the calling test can skip with a reason; any other failure exits non-zero
@@ -84,6 +85,13 @@ def main() -> None:
     crds = [c.get("name") or c.get("filename") or str(c) for c in chart.crds]
     texts = [t for p, t in manifests.items() if not p.endswith(".txt")]
     texts += [c.get("data") or "" for c in chart.crds if isinstance(c, dict)]
+    objects = [
+        doc
+        for p, t in manifests.items()
+        if not p.endswith(".txt")
+        for doc in yaml.safe_load_all(t)
+        if doc
+    ]
     validation = validate(texts)
     print(
         json.dumps(
@@ -91,6 +99,7 @@ def main() -> None:
                 "lint": report,
                 "manifests": manifests,
                 "crds": crds,
+                "objects": objects,
                 "validation": validation,
             }
         )

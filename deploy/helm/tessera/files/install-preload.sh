@@ -23,7 +23,7 @@ esac
 dir="$TESSERA_PRELOAD_DIR/$TESSERA_PRELOAD_VERSION"
 mkdir -p "$dir"
 # place NAME: $dir/.NAME.tmp (already written) becomes $dir/NAME.
-install() {
+place() {
   name=$1
   tmp="$dir/.$name.tmp"
   chmod 0644 "$tmp"
