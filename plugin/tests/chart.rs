@@ -1,11 +1,17 @@
 //! What `deploy/` ships: the GpuNode CRD, the examples, and the Helm chart.
 //!
 //! The chart tests render, lint and package with the Helm Go SDK through
-//! its Python binding (`pip install helm-python-sdk==0.2.2`); without it
-//! they print "skipped: helm not installed" and pass. The others always
-//! run.
+//! its Python binding (`pip install helm-python-sdk==0.2.2`), and check
+//! every rendered object against the Kubernetes 1.34 JSON schemas with
+//! `kubernetes-validate==1.34.1` (both installed by `cargo xtask setup`,
+//! both reached only through `helm_check.py`); without them they print
+//! "skipped: helm not installed" or "skipped: kubernetes-validate not
+//! installed" and pass (`cargo xtask test` fails on a skip under CI=true).
+//! The others always run.
 //! Every rendered chart's extender arguments are run through the built
-//! `tessera-scheduler` to check that it takes them.
+//! `tessera-scheduler` to check that it takes them. What the agent binary
+//! must accept of the chart (its config, policy, probe paths, the preload
+//! init step) is tested against that binary in `agent/tests/chart_agent.rs`.
 #![allow(clippy::unwrap_used)] // helpers of a test crate
 
 use std::collections::BTreeMap;
@@ -418,52 +424,32 @@ fn the_helm_chart_renders_and_lints() {
     let crds = report_crds(&report);
     assert_eq!(crds, ["crds/gpunodes.tessera.dev.yaml"]);
 
-    // Agent: off by default, as the daemon is planned (tessera-agent has
-    // only one-shot subcommands, so the DaemonSet would crash loop).
+    // Agent: on by default, on the labelled GPU nodes, running the daemon
+    // with its config (the rest of the agent: assert_agent_pod and
+    // agent/tests/chart_agent.rs).
+    let agent = chart.one("DaemonSet");
+    let pod = &agent["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["nvidia.com/gpu.present"], "true");
+    assert_agent_pod(pod);
     assert!(
-        chart.of_kind("DaemonSet").is_empty(),
-        "agent is on by default"
+        chart
+            .of_kind("ConfigMap")
+            .iter()
+            .any(|m| m["data"]["agent.toml"].is_string()),
+        "no agent config"
     );
-    let agent_chart = rendered(
-        &render(&json!({"agent": {"enabled": true}}))
+    let off = rendered(
+        &render(&json!({"agent": {"enabled": false}}))
             .unwrap()
             .unwrap(),
     );
-
-    // Agent when enabled: privileged, host PID, on GPU nodes, with the
-    // design's host paths.
-    let agent = agent_chart.one("DaemonSet");
-    let pod = &agent["spec"]["template"]["spec"];
-    assert_eq!(pod["hostPID"], true);
-    assert_eq!(pod["nodeSelector"]["nvidia.com/gpu.present"], "true");
-    assert_eq!(pod["containers"][0]["securityContext"]["privileged"], true);
-    let host_paths: Vec<&str> = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["hostPath"]["path"].as_str())
-        .collect();
-    for path in [
-        "/var/lib/tessera",
-        "/var/lib/kubelet/device-plugins",
-        "/var/lib/kubelet/pod-resources",
-        "/sys/fs/bpf",
-    ] {
-        assert!(host_paths.contains(&path), "agent lacks host path {path}");
-    }
-    // The agent listens where the "metrics" port points (/metrics).
-    let agent_container = &pod["containers"][0];
-    let port = agent_container["ports"][0]["containerPort"]
-        .as_u64()
-        .unwrap();
-    let listen = agent_container["env"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "TESSERA_LISTEN")
-        .and_then(|e| e["value"].as_str())
-        .unwrap_or_else(|| panic!("agent has no TESSERA_LISTEN: {agent_container}"));
-    assert_eq!(listen, format!("0.0.0.0:{port}"), "{agent_container}");
+    assert!(off.of_kind("DaemonSet").is_empty(), "agent.enabled=false");
+    assert!(
+        off.objects
+            .iter()
+            .all(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] != "agent"),
+        "agent objects rendered with agent.enabled=false"
+    );
 
     // Scheduler: kube-scheduler plus the extender, configured for each other.
     let deployment = chart.one("Deployment");
@@ -520,7 +506,13 @@ fn report_crds(report: &Value) -> Vec<String> {
 }
 
 fn scheduler_config(chart: &Rendered) -> Value {
-    let map = chart.one("ConfigMap");
+    let maps: Vec<&Value> = chart
+        .of_kind("ConfigMap")
+        .into_iter()
+        .filter(|m| m["metadata"]["labels"]["app.kubernetes.io/component"] == "scheduler")
+        .collect();
+    assert_eq!(maps.len(), 1, "one scheduler ConfigMap");
+    let map = maps[0];
     let text = map["data"]["config.yaml"].as_str().unwrap();
     yaml_docs(text).into_iter().next().unwrap()
 }
@@ -555,4 +547,293 @@ fn the_helm_chart_refuses_the_webhook_until_tls_serving_lands() {
             "{values}: {error}"
         );
     }
+}
+
+/// The agent pod: the privileges it needs and the Kubernetes rules around
+/// them (which the JSON schemas do not encode), its host paths, probes and
+/// metrics port.
+fn assert_agent_pod(pod: &Value) {
+    let flag = |v: &Value| v.as_bool().unwrap_or(false);
+    // Host PID for /proc/<pid>/cgroup of NVML's pids; nothing else shared.
+    assert_eq!(pod["hostPID"], true);
+    assert!(!flag(&pod["hostNetwork"]), "the agent needs no host network");
+    assert!(!flag(&pod["hostIPC"]), "the agent needs no host IPC");
+    // It reads and patches pods through the API, so it keeps its token.
+    assert_ne!(pod["automountServiceAccountToken"], false);
+
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let agent = &containers[0];
+    let all: Vec<&Value> = containers
+        .iter()
+        .chain(pod["initContainers"].as_array().into_iter().flatten())
+        .collect();
+    for c in &all {
+        let security = &c["securityContext"];
+        let privileged = flag(&security["privileged"]);
+        let mounts = c["volumeMounts"].as_array().unwrap();
+        // Kubernetes: "Bidirectional mount propagation is available only
+        // to privileged containers" (pod validation).
+        for m in mounts {
+            if m["mountPropagation"] == "Bidirectional" {
+                assert!(privileged, "{}: Bidirectional without privileged", c["name"]);
+            }
+        }
+        // Kubernetes: allowPrivilegeEscalation false cannot go with
+        // privileged true.
+        if privileged {
+            assert_ne!(security["allowPrivilegeEscalation"], false, "{}", c["name"]);
+        }
+        assert_eq!(security["readOnlyRootFilesystem"], true, "{}", c["name"]);
+    }
+    // The agent is privileged only because of the rule above: it has the
+    // Bidirectional bpffs mount, and adds no capability on top (privileged
+    // has them all).
+    let bidirectional: Vec<&str> = agent["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["mountPropagation"] == "Bidirectional")
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(bidirectional, ["/sys/fs/bpf"]);
+    assert_eq!(agent["securityContext"]["privileged"], true);
+    assert!(agent["securityContext"]["capabilities"].is_null());
+    assert_eq!(
+        agent["args"],
+        json!(["run", "--config", "/etc/tessera/agent.toml"])
+    );
+    // The init step copies a file into one host directory: no privilege,
+    // no capability.
+    let init = &pod["initContainers"][0];
+    assert_eq!(init["name"], "install-preload");
+    assert_eq!(init["securityContext"]["privileged"], false);
+    assert_eq!(init["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        init["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+
+    // Host paths: exactly those of design §4.3, each where the agent
+    // expects it (the same path as on the host, since the paths given to
+    // kubelet are host paths; bpffs and cgroup where the kernel's are).
+    let volumes: BTreeMap<&str, &Value> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v))
+        .collect();
+    let host: BTreeMap<&str, &str> = volumes
+        .iter()
+        .filter_map(|(name, v)| Some((*name, v["hostPath"]["path"].as_str()?)))
+        .collect();
+    let expected: BTreeMap<&str, &str> = [
+        ("state", "/var/lib/tessera"),
+        ("preload", "/var/lib/tessera/lib"),
+        ("device-plugins", "/var/lib/kubelet/device-plugins"),
+        ("pod-resources", "/var/lib/kubelet/pod-resources"),
+        ("bpffs", "/sys/fs/bpf"),
+        ("cgroup", "/sys/fs/cgroup"),
+    ]
+    .into();
+    assert_eq!(host, expected, "the agent's host paths");
+    for c in &all {
+        for m in c["volumeMounts"].as_array().unwrap() {
+            let name = m["name"].as_str().unwrap();
+            if let Some(path) = host.get(name) {
+                assert_eq!(m["mountPath"], *path, "{}: mount of {name}", c["name"]);
+            }
+        }
+    }
+    let init_host: Vec<&str> = init["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(init_host, ["preload"], "the init step sees only the library directory");
+    let pod_resources = agent["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "pod-resources")
+        .unwrap();
+    assert_eq!(pod_resources["readOnly"], true);
+    assert!(volumes["config"]["configMap"]["name"].is_string());
+
+    // Probes: the named metrics port; liveness and startup on /healthz,
+    // readiness on /readyz (that the agent answers them:
+    // agent/tests/chart_agent.rs); at least a minute for NVML to start.
+    let ports = agent["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["name"], "metrics");
+    for (probe, path) in [
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ] {
+        let get = &agent[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(get["port"], "metrics", "{probe}");
+    }
+    let startup = &agent["startupProbe"];
+    let allowance = startup["periodSeconds"].as_u64().unwrap()
+        * startup["failureThreshold"].as_u64().unwrap();
+    assert!(allowance >= 60, "startup allowance {allowance} s");
+}
+
+/// The agent's ClusterRole: pods get/list/watch/patch and its GpuNode,
+/// nothing more (no wildcard, no secrets, no nodes, no events).
+#[test]
+fn the_agent_role_grants_what_the_agent_calls_and_no_more() {
+    let Some(report) = render(&json!({})) else {
+        println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+        return;
+    };
+    let chart = rendered(&report.unwrap());
+    let roles: Vec<&Value> = chart
+        .of_kind("ClusterRole")
+        .into_iter()
+        .filter(|r| r["metadata"]["labels"]["app.kubernetes.io/component"] == "agent")
+        .collect();
+    assert_eq!(roles.len(), 1);
+    let mut granted: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for rule in roles[0]["rules"].as_array().unwrap() {
+        for resource in rule["resources"].as_array().unwrap() {
+            let verbs = granted.entry(resource.as_str().unwrap().to_owned()).or_default();
+            for verb in rule["verbs"].as_array().unwrap() {
+                verbs.push(verb.as_str().unwrap().to_owned());
+            }
+            verbs.sort();
+        }
+    }
+    let expected: BTreeMap<String, Vec<String>> = [
+        ("pods", vec!["get", "list", "patch", "watch"]),
+        ("gpunodes", vec!["create", "get", "list", "patch", "watch"]),
+        ("gpunodes/status", vec!["get", "patch", "update"]),
+    ]
+    .into_iter()
+    .map(|(r, v)| (r.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(granted, expected);
+    let binding = chart
+        .of_kind("ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == roles[0]["metadata"]["name"])
+        .unwrap();
+    let daemonset = chart.one("DaemonSet");
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    );
+}
+
+/// The report's schema check, or `None` (skip) when kubernetes-validate
+/// is not installed.
+fn schema_errors(report: &Value) -> Option<Vec<String>> {
+    let validation = &report["validation"];
+    if validation.is_null() {
+        return None;
+    }
+    assert_eq!(validation["version"], "1.34.0");
+    // Every rendered object was checked, and the CRD.
+    let checked = validation["objects"].as_array().unwrap().len();
+    let rendered_objects: usize = report["objects"].as_array().unwrap().len();
+    assert_eq!(checked, rendered_objects + report_crds(report).len());
+    Some(serde_json::from_value(validation["errors"].clone()).unwrap())
+}
+
+/// Every object the chart renders, for the defaults and value sets that
+/// turn each part on and off or change it, is valid against the
+/// Kubernetes 1.34 schemas (strict: an unknown or misplaced field is an
+/// error); a value set with a bad field shows the check fails.
+#[test]
+fn every_rendered_object_validates_against_the_kubernetes_schemas() {
+    let value_sets = [
+        json!({}),
+        json!({"agent": {"enabled": false}}),
+        json!({"scheduler": {"enabled": false}}),
+        json!({"scheduler": {"extender": {"bind": true, "ignorable": true}, "replicas": 2}}),
+        json!({
+            "image": {"registry": "registry.example.com/tessera/", "tag": "0.2.0-rc1", "pullPolicy": "Always"},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "agent": {
+                "runtimeClassName": "nvidia",
+                "prometheusScrape": true,
+                "podAnnotations": {"example.com/team": "gpu"},
+                "metricsPort": 9500,
+                "startupSeconds": 300,
+                "nodeSelector": {"nvidia.com/gpu.present": null, "example.com/gpu": "shared"},
+                "tolerations": [],
+                "resources": {},
+                "hostPaths": {"state": "/data/tessera", "devicePlugins": "/data/kubelet/device-plugins",
+                              "podResources": "/data/kubelet/pod-resources"},
+            },
+        }),
+    ];
+    for values in &value_sets {
+        let Some(report) = render(values) else {
+            println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+            return;
+        };
+        let report = report.unwrap();
+        rendered(&report);
+        let Some(errors) = schema_errors(&report) else {
+            println!("skipped: kubernetes-validate not installed (pip install kubernetes-validate==1.34.1)");
+            return;
+        };
+        assert!(errors.is_empty(), "values {values}: {errors:#?}");
+    }
+
+    let rich = rendered(&render(&value_sets[4]).unwrap().unwrap());
+    let template = &rich.one("DaemonSet")["spec"]["template"];
+    let annotations = &template["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], "9500");
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    assert_eq!(annotations["example.com/team"], "gpu");
+    let pod = &template["spec"];
+    assert_eq!(pod["runtimeClassName"], "nvidia");
+    assert_eq!(pod["nodeSelector"], json!({"example.com/gpu": "shared"}));
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "registry.example.com/tessera/tessera-agent:0.2.0-rc1"
+    );
+    assert_eq!(pod["containers"][0]["ports"][0]["containerPort"], 9500);
+    let mounts: Vec<&str> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    for path in ["/data/tessera", "/data/kubelet/device-plugins", "/data/kubelet/pod-resources"] {
+        assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
+    }
+    let startup = &pod["containers"][0]["startupProbe"];
+    assert_eq!(
+        startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap(),
+        300
+    );
+    let env = pod["initContainers"][0]["env"].as_array().unwrap();
+    let version = env
+        .iter()
+        .find(|e| e["name"] == "TESSERA_PRELOAD_VERSION")
+        .unwrap();
+    assert_eq!(version["value"], "0.2.0-rc1", "the library version is the image tag");
+    // Without a scrape request, no scrape annotations.
+    let plain = rendered(&render(&json!({})).unwrap().unwrap());
+    assert!(
+        plain.one("DaemonSet")["spec"]["template"]["metadata"]["annotations"]
+            .get("prometheus.io/scrape")
+            .is_none()
+    );
+
+    // The check can fail: a field the schema does not know.
+    let bad = json!({"agent": {"tolerations": [{"key": "x", "operator": "Exists", "efect": "NoSchedule"}]}});
+    let report = render(&bad).unwrap().unwrap();
+    let errors = schema_errors(&report).unwrap();
+    assert!(
+        errors.iter().any(|e| e.starts_with("DaemonSet/") && e.contains("efect")),
+        "{errors:#?}"
+    );
 }

@@ -128,18 +128,29 @@ pub fn run(args: &Args) -> Result<Tools> {
     })
 }
 
-/// Python packages the tests use: the Helm 4 SDK, which renders and lints
-/// the chart (`plugin/tests/chart.rs`).
-const PYTHON_PACKAGES: [(&str, &str); 1] = [("helm_python", "helm-python-sdk==0.2.2")];
+/// Python packages the tests use, as (distribution, pinned version): the
+/// Helm 4 SDK, which renders and lints the chart, and kubernetes-validate,
+/// whose Kubernetes JSON schemas (1.34) every rendered object is checked
+/// against (`plugin/tests/helm_check.py`, used by `plugin/tests/chart.rs`
+/// and `agent/tests/chart_agent.rs`).
+const PYTHON_PACKAGES: [(&str, &str); 2] = [
+    ("helm-python-sdk", "0.2.2"),
+    ("kubernetes-validate", "1.34.1"),
+];
 
 fn install_python_packages() -> Result<()> {
     let Some(python) = sh::on_path("python3") else {
         eprintln!("skip: python packages (no python3 on PATH); the chart tests will skip");
         return Ok(());
     };
-    for (module, requirement) in PYTHON_PACKAGES {
+    for (distribution, version) in PYTHON_PACKAGES {
+        let requirement = format!("{distribution}=={version}");
+        // Present means installed at exactly the pinned version.
+        let check = format!(
+            "import importlib.metadata as m, sys; sys.exit(m.version({distribution:?}) != {version:?})"
+        );
         let present = Command::new(&python)
-            .args(["-c", &format!("import {module}")])
+            .args(["-c", &check])
             .output()
             .is_ok_and(|o| o.status.success());
         if present {
@@ -152,7 +163,7 @@ fn install_python_packages() -> Result<()> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            requirement,
+            &requirement,
         ]))
         .with_context(|| format!("cannot install python package {requirement} (pip)"))?;
         eprintln!("installed: python package {requirement}");
