@@ -68,7 +68,8 @@ impl AgentChart {
             let found: Vec<&Value> = objects
                 .iter()
                 .filter(|o| {
-                    o["kind"] == kind && o["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
+                    o["kind"] == kind
+                        && o["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
                 })
                 .collect();
             assert_eq!(found.len(), 1, "expected one agent {kind}");
@@ -169,7 +170,12 @@ fn config_check_prints_the_effective_settings_or_names_the_bad_field() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("accepted"), "{stdout}");
     // Given values and defaults alike are printed.
-    for wanted in ["250ms", "127.0.0.1:9555", "Off", "/var/lib/tessera/containers"] {
+    for wanted in [
+        "250ms",
+        "127.0.0.1:9555",
+        "Off",
+        "/var/lib/tessera/containers",
+    ] {
         assert!(stdout.contains(wanted), "no {wanted} in {stdout}");
     }
 
@@ -179,7 +185,9 @@ fn config_check_prints_the_effective_settings_or_names_the_bad_field() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        stderr.contains(&bad.display().to_string()) && stderr.contains("ebfp") && stderr.contains("line 3"),
+        stderr.contains(&bad.display().to_string())
+            && stderr.contains("ebfp")
+            && stderr.contains("line 3"),
         "{stderr}"
     );
     let range = dir.path().join("range.toml");
@@ -187,7 +195,10 @@ fn config_check_prints_the_effective_settings_or_names_the_bad_field() {
     let out = config_check(&range);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(stderr.contains("period_ms") && stderr.contains("10 to 10000"), "{stderr}");
+    assert!(
+        stderr.contains("period_ms") && stderr.contains("10 to 10000"),
+        "{stderr}"
+    );
     let missing = dir.path().join("missing.toml");
     let out = config_check(&missing);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -242,7 +253,11 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
         let config = chart.config();
 
         let mount = AgentChart::mount_path(agent, "config");
-        assert_eq!(chart.config_path(), format!("{mount}/agent.toml"), "{values}");
+        assert_eq!(
+            chart.config_path(),
+            format!("{mount}/agent.toml"),
+            "{values}"
+        );
         assert_eq!(
             config["policy"].as_str().unwrap(),
             format!("{mount}/policy.yaml"),
@@ -257,9 +272,15 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
             .unwrap()["containerPort"]
             .as_u64()
             .unwrap();
-        assert_eq!(config["listen"].as_str().unwrap(), format!("0.0.0.0:{port}"));
+        assert_eq!(
+            config["listen"].as_str().unwrap(),
+            format!("0.0.0.0:{port}")
+        );
         let state = AgentChart::mount_path(agent, "state");
-        assert_eq!(config["root"].as_str().unwrap(), format!("{state}/containers"));
+        assert_eq!(
+            config["root"].as_str().unwrap(),
+            format!("{state}/containers")
+        );
         let kubelet = config["kubelet"].as_table().unwrap();
         assert_eq!(kubelet["enabled"].as_bool(), Some(true));
         assert_eq!(
@@ -272,7 +293,10 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
         );
         assert_eq!(
             kubelet["pod_resources_socket"].as_str().unwrap(),
-            format!("{}/kubelet.sock", AgentChart::mount_path(agent, "pod-resources"))
+            format!(
+                "{}/kubelet.sock",
+                AgentChart::mount_path(agent, "pod-resources")
+            )
         );
         // The node name comes from the pod's node.
         let node = agent["env"]
@@ -313,8 +337,14 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
 #[test]
 fn the_chart_refuses_settings_the_agent_would() {
     for (values, named) in [
-        (json!({"agent": {"kubelet": {"placement": "random"}}}), "agent.kubelet.placement"),
-        (json!({"agent": {"watchdog": {"ebpf": "yes"}}}), "agent.watchdog.ebpf"),
+        (
+            json!({"agent": {"kubelet": {"placement": "random"}}}),
+            "agent.kubelet.placement",
+        ),
+        (
+            json!({"agent": {"watchdog": {"ebpf": "yes"}}}),
+            "agent.watchdog.ebpf",
+        ),
         (json!({"image": {"tag": "../x"}}), "image.tag"),
     ] {
         let output = Command::new("python3")
@@ -350,7 +380,12 @@ fn the_probes_ask_paths_the_running_agent_answers() {
         .map(|p| {
             let get = &agent_spec[p]["httpGet"];
             assert_eq!(get["port"], "metrics", "{p}");
-            (p, get["path"].as_str().unwrap_or_else(|| panic!("{p} has no path")))
+            (
+                p,
+                get["path"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{p} has no path")),
+            )
         })
         .collect();
     let node = Node::small();
@@ -378,7 +413,9 @@ fn install(chart: &AgentChart, library: &Path, preload_dir: &Path, version: &str
         .collect();
     assert_eq!(&command[..2], ["/bin/sh", "-c"]);
     let mut c = Command::new("/bin/sh");
-    c.args(&command[1..]).env_clear().env("PATH", "/usr/bin:/bin");
+    c.args(&command[1..])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin");
     for e in init["env"].as_array().unwrap() {
         c.env(e["name"].as_str().unwrap(), e["value"].as_str().unwrap());
     }
@@ -406,8 +443,15 @@ fn the_init_step_installs_the_library_where_the_device_plugin_mounts_it_and_neve
         preload_dir
     );
     let version = AgentChart::env(init, "TESSERA_PRELOAD_VERSION");
-    assert_eq!(version, env!("CARGO_PKG_VERSION"), "the default version is the release's");
-    assert_eq!(AgentChart::env(chart.agent(), "TESSERA_PRELOAD_VERSION"), version);
+    assert_eq!(
+        version,
+        env!("CARGO_PKG_VERSION"),
+        "the default version is the release's"
+    );
+    assert_eq!(
+        AgentChart::env(chart.agent(), "TESSERA_PRELOAD_VERSION"),
+        version
+    );
     let image = init["image"].as_str().unwrap();
     assert!(image.ends_with(&format!(":{version}")), "{image}");
 
@@ -443,7 +487,11 @@ fn the_init_step_installs_the_library_where_the_device_plugin_mounts_it_and_neve
         v.sort();
         v
     };
-    assert_eq!(names(&installed), ["ld.so.preload", "libtessera.so"], "no temporary left");
+    assert_eq!(
+        names(&installed),
+        ["ld.so.preload", "libtessera.so"],
+        "no temporary left"
+    );
     let inode = std::fs::metadata(&lib).unwrap().ino();
 
     // A restart with the same image keeps the installed files.
@@ -457,7 +505,10 @@ fn the_init_step_installs_the_library_where_the_device_plugin_mounts_it_and_neve
     let out = install(&chart, &source, &host, version);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{out:?}");
-    assert!(stderr.contains("differs") && stderr.contains("new version"), "{stderr}");
+    assert!(
+        stderr.contains("differs") && stderr.contains("new version"),
+        "{stderr}"
+    );
     assert_eq!(std::fs::metadata(&lib).unwrap().ino(), inode);
     assert_eq!(std::fs::read(&lib).unwrap(), b"\x7fELF library one");
     assert_eq!(names(&installed), ["ld.so.preload", "libtessera.so"]);
@@ -465,7 +516,10 @@ fn the_init_step_installs_the_library_where_the_device_plugin_mounts_it_and_neve
     // A new version goes to its own directory, beside the old one.
     let out = install(&chart, &source, &host, "0.2.0");
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(std::fs::read(host.join("0.2.0/libtessera.so")).unwrap(), b"\x7fELF library two");
+    assert_eq!(
+        std::fs::read(host.join("0.2.0/libtessera.so")).unwrap(),
+        b"\x7fELF library two"
+    );
     assert_eq!(std::fs::read(&lib).unwrap(), b"\x7fELF library one");
 
     // A temporary left by an interrupted step is replaced, never taken
@@ -474,8 +528,14 @@ fn the_init_step_installs_the_library_where_the_device_plugin_mounts_it_and_neve
     std::fs::write(host.join("0.3.0/.libtessera.so.tmp"), b"half").unwrap();
     let out = install(&chart, &source, &host, "0.3.0");
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(std::fs::read(host.join("0.3.0/libtessera.so")).unwrap(), b"\x7fELF library two");
-    assert_eq!(names(&host.join("0.3.0")), ["ld.so.preload", "libtessera.so"]);
+    assert_eq!(
+        std::fs::read(host.join("0.3.0/libtessera.so")).unwrap(),
+        b"\x7fELF library two"
+    );
+    assert_eq!(
+        names(&host.join("0.3.0")),
+        ["ld.so.preload", "libtessera.so"]
+    );
     // A missing source is an error naming it, and installs nothing.
     let out = install(&chart, &dir.path().join("absent.so"), &host, "0.4.0");
     assert!(!out.status.success());

@@ -556,7 +556,10 @@ fn assert_agent_pod(pod: &Value) {
     let flag = |v: &Value| v.as_bool().unwrap_or(false);
     // Host PID for /proc/<pid>/cgroup of NVML's pids; nothing else shared.
     assert_eq!(pod["hostPID"], true);
-    assert!(!flag(&pod["hostNetwork"]), "the agent needs no host network");
+    assert!(
+        !flag(&pod["hostNetwork"]),
+        "the agent needs no host network"
+    );
     assert!(!flag(&pod["hostIPC"]), "the agent needs no host IPC");
     // It reads and patches pods through the API, so it keeps its token.
     assert_ne!(pod["automountServiceAccountToken"], false);
@@ -576,7 +579,11 @@ fn assert_agent_pod(pod: &Value) {
         // to privileged containers" (pod validation).
         for m in mounts {
             if m["mountPropagation"] == "Bidirectional" {
-                assert!(privileged, "{}: Bidirectional without privileged", c["name"]);
+                assert!(
+                    privileged,
+                    "{}: Bidirectional without privileged",
+                    c["name"]
+                );
             }
         }
         // Kubernetes: allowPrivilegeEscalation false cannot go with
@@ -651,7 +658,11 @@ fn assert_agent_pod(pod: &Value) {
         .iter()
         .map(|m| m["name"].as_str().unwrap())
         .collect();
-    assert_eq!(init_host, ["preload"], "the init step sees only the library directory");
+    assert_eq!(
+        init_host,
+        ["preload"],
+        "the init step sees only the library directory"
+    );
     let pod_resources = agent["volumeMounts"]
         .as_array()
         .unwrap()
@@ -677,8 +688,8 @@ fn assert_agent_pod(pod: &Value) {
         assert_eq!(get["port"], "metrics", "{probe}");
     }
     let startup = &agent["startupProbe"];
-    let allowance = startup["periodSeconds"].as_u64().unwrap()
-        * startup["failureThreshold"].as_u64().unwrap();
+    let allowance =
+        startup["periodSeconds"].as_u64().unwrap() * startup["failureThreshold"].as_u64().unwrap();
     assert!(allowance >= 60, "startup allowance {allowance} s");
 }
 
@@ -700,7 +711,9 @@ fn the_agent_role_grants_what_the_agent_calls_and_no_more() {
     let mut granted: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for rule in roles[0]["rules"].as_array().unwrap() {
         for resource in rule["resources"].as_array().unwrap() {
-            let verbs = granted.entry(resource.as_str().unwrap().to_owned()).or_default();
+            let verbs = granted
+                .entry(resource.as_str().unwrap().to_owned())
+                .or_default();
             for verb in rule["verbs"].as_array().unwrap() {
                 verbs.push(verb.as_str().unwrap().to_owned());
             }
@@ -779,7 +792,9 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
         let report = report.unwrap();
         rendered(&report);
         let Some(errors) = schema_errors(&report) else {
-            println!("skipped: kubernetes-validate not installed (pip install kubernetes-validate==1.34.1)");
+            println!(
+                "skipped: kubernetes-validate not installed (pip install kubernetes-validate==1.34.1)"
+            );
             return;
         };
         assert!(errors.is_empty(), "values {values}: {errors:#?}");
@@ -806,7 +821,11 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
         .iter()
         .map(|m| m["mountPath"].as_str().unwrap())
         .collect();
-    for path in ["/data/tessera", "/data/kubelet/device-plugins", "/data/kubelet/pod-resources"] {
+    for path in [
+        "/data/tessera",
+        "/data/kubelet/device-plugins",
+        "/data/kubelet/pod-resources",
+    ] {
         assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
     }
     let startup = &pod["containers"][0]["startupProbe"];
@@ -819,7 +838,10 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
         .iter()
         .find(|e| e["name"] == "TESSERA_PRELOAD_VERSION")
         .unwrap();
-    assert_eq!(version["value"], "0.2.0-rc1", "the library version is the image tag");
+    assert_eq!(
+        version["value"], "0.2.0-rc1",
+        "the library version is the image tag"
+    );
     // Without a scrape request, no scrape annotations.
     let plain = rendered(&render(&json!({})).unwrap().unwrap());
     assert!(
@@ -833,7 +855,9 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
     let report = render(&bad).unwrap().unwrap();
     let errors = schema_errors(&report).unwrap();
     assert!(
-        errors.iter().any(|e| e.starts_with("DaemonSet/") && e.contains("efect")),
+        errors
+            .iter()
+            .any(|e| e.starts_with("DaemonSet/") && e.contains("efect")),
         "{errors:#?}"
     );
 }
