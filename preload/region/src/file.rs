@@ -305,6 +305,45 @@ pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
     Ok(bytes)
 }
 
+/// Reads the first `len` bytes (at most [`USAGE_SIZE`]) of a usage file
+/// into `buf` (agent side; its capacity is kept between calls, so a loop
+/// over many containers allocates nothing). The same refusals as
+/// [`read_usage_bytes`]; a file shorter than a whole region is refused by
+/// its size, whatever `len` is, so a truncated file never passes as a
+/// short read.
+pub fn read_usage_prefix(path: &Path, len: usize, buf: &mut Vec<u8>) -> Result<(), RegionError> {
+    use std::io::Read;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_err("open", path))?;
+    let meta = file.metadata().map_err(io_err("stat", path))?;
+    if !meta.is_file() {
+        return Err(RegionError::field(
+            "usage",
+            "file",
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    if meta.len() < USAGE_SIZE as u64 {
+        return Err(RegionError::field(
+            "usage",
+            "size",
+            format!(
+                "file {} is {} bytes; expected {USAGE_SIZE}",
+                path.display(),
+                meta.len()
+            ),
+        ));
+    }
+    buf.clear();
+    file.take(len.min(USAGE_SIZE) as u64)
+        .read_to_end(buf)
+        .map_err(io_err("read", path))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

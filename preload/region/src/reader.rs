@@ -85,9 +85,79 @@ fn bad(field: impl Into<String>, problem: impl Into<String>) -> RegionError {
     RegionError::field("usage", field, problem)
 }
 
-/// Validates and decodes a usage region.
+/// The part of a usage region a read decodes: the header, the buckets, the
+/// owners and start times always; the byte counters of the first `gpus`
+/// GPUs; the per-slot launch counters only if `slot_launches`.
+///
+/// The agent reads the GPUs a container is granted (its control region has
+/// no others, so nothing charged beyond them can raise a limit) and no
+/// per-slot launches (its controller reads the buckets): for a container
+/// with one GPU that is a tenth of the file, and it is one contiguous
+/// prefix of it ([`Scope::len`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// GPUs whose byte counters are decoded (at most [`MAX_GPUS`]).
+    pub gpus: usize,
+    /// Whether the per-slot launch counters are decoded.
+    pub slot_launches: bool,
+}
+
+impl Scope {
+    /// Everything.
+    pub const ALL: Self = Self {
+        gpus: MAX_GPUS,
+        slot_launches: true,
+    };
+
+    /// What the agent's loop needs of a container granted `gpus` GPUs.
+    pub fn granted(gpus: usize) -> Self {
+        Self {
+            gpus: gpus.min(MAX_GPUS),
+            slot_launches: false,
+        }
+    }
+
+    /// Bytes from the start of the file this scope reads.
+    pub fn len(&self) -> usize {
+        if self.slot_launches {
+            USAGE_SIZE
+        } else {
+            usage_offsets::USED + self.gpus.min(MAX_GPUS) * MAX_SLOTS * 8
+        }
+    }
+
+    /// Whether the scope reads nothing past the fixed prefix.
+    pub fn is_empty(&self) -> bool {
+        self.gpus == 0 && !self.slot_launches
+    }
+}
+
+/// Validates and decodes a whole usage region.
 pub fn read_usage(b: &[u8]) -> Result<UsageSnapshot, RegionError> {
-    if b.len() < USAGE_SIZE {
+    read_usage_in(b, Scope::ALL)
+}
+
+/// Whether every byte of `b` is zero (word at a time, so it vectorises).
+fn all_zero(b: &[u8]) -> bool {
+    let words = b.chunks_exact(8);
+    let tail = words.remainder().iter().fold(0u8, |a, &x| a | x);
+    words.fold(0u64, |a, w| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(w);
+        a | u64::from_ne_bytes(x)
+    }) == 0
+        && tail == 0
+}
+
+/// Validates and decodes the part of a usage region `scope` names; `b`
+/// holds at least [`Scope::len`] bytes from the start of the file (the
+/// header's size field must still say the whole region's size). Counters
+/// outside the scope read as zero. Within the scope the checks are those
+/// of [`read_usage`], in the same order, so the same field is named.
+pub fn read_usage_in(b: &[u8], scope: Scope) -> Result<UsageSnapshot, RegionError> {
+    let gpus = scope.gpus.min(MAX_GPUS);
+    let need = scope.len();
+    if b.len() < need {
         return Err(bad(
             "size",
             format!("file is {} bytes; expected {USAGE_SIZE}", b.len()),
@@ -129,9 +199,15 @@ pub fn read_usage(b: &[u8]) -> Result<UsageSnapshot, RegionError> {
     let mut views = Vec::new();
     let mut totals = [0u64; MAX_GPUS];
     let mut anomalies = Vec::new();
+    // Most slots of most containers are free and hold nothing: when no
+    // byte counter in scope is set, a free slot needs no further look.
+    let no_bytes = all_zero(&b[usage_offsets::USED..usage_offsets::USED + gpus * MAX_SLOTS * 8]);
     for i in 0..MAX_SLOTS {
         let w = u64_at(b, usage_offsets::OWNERS + i * 8);
         let (state, pid) = (owner::state(w), owner::pid(w));
+        if w == 0 && no_bytes {
+            continue;
+        }
         let state = match state {
             owner::FREE => {
                 if pid != 0 {
@@ -158,7 +234,7 @@ pub fn read_usage(b: &[u8]) -> Result<UsageSnapshot, RegionError> {
         }
         let mut used = [0u64; MAX_GPUS];
         let mut launches = [0u64; MAX_GPUS];
-        for g in 0..MAX_GPUS {
+        for g in 0..gpus {
             let u = used_at(g, i);
             if u > MAX_SLOT_BYTES {
                 return Err(bad(
@@ -167,7 +243,9 @@ pub fn read_usage(b: &[u8]) -> Result<UsageSnapshot, RegionError> {
                 ));
             }
             used[g] = u;
-            launches[g] = launches_at(g, i);
+            if scope.slot_launches {
+                launches[g] = launches_at(g, i);
+            }
             // At most 256 slots of at most 2^50: no overflow.
             totals[g] += u;
         }

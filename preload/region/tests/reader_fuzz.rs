@@ -339,3 +339,109 @@ fn out_of_range_fields_are_named() {
             .contains("size")
     );
 }
+
+/// The agent's loop reads only the granted GPUs' counters
+/// (`read_usage_in` with `Scope::granted`). On every mutated region it
+/// must agree with the whole-region reader on everything in scope: accept
+/// what the whole reader accepts with the same slots, owners, start times,
+/// bytes and buckets; refuse only what the whole reader refuses; and when
+/// only it accepts, the whole reader's complaint is a counter outside the
+/// scope.
+#[test]
+fn a_scoped_read_agrees_with_the_whole_read_within_its_scope() {
+    use tessera_region::reader::{Scope, read_usage_in};
+    let mut runner = TestRunner::new(Config {
+        cases: 1000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = (
+        region(),
+        proptest::collection::vec(mutation(), 0..4),
+        0..=MAX_GPUS,
+    );
+    let compared = std::cell::Cell::new(0usize);
+    runner
+        .run(&case, |(mut bytes, mutations, gpus)| {
+            for m in &mutations {
+                apply(&mut bytes, m);
+            }
+            // A file shorter than a whole region never reaches the scoped
+            // reader (`read_usage_prefix` refuses it by its size; tested
+            // below), so only whole-length regions are compared.
+            if bytes.len() < USAGE_SIZE {
+                return Ok(());
+            }
+            let scope = Scope::granted(gpus);
+            let prefix = &bytes[..scope.len()];
+            let whole = read_usage(&bytes);
+            let part = read_usage_in(prefix, scope);
+            match (&whole, &part) {
+                (Ok(w), Ok(p)) => {
+                    compared.set(compared.get() + 1);
+                    prop_assert_eq!(w.buckets, p.buckets);
+                    prop_assert_eq!(&w.used[..gpus], &p.used[..gpus]);
+                    prop_assert!(p.used[gpus..].iter().all(|&u| u == 0));
+                    prop_assert_eq!(w.slots.len(), p.slots.len());
+                    for (a, b) in w.slots.iter().zip(&p.slots) {
+                        prop_assert_eq!((a.index, a.state, a.pid, a.start_time), (b.index, b.state, b.pid, b.start_time));
+                        prop_assert_eq!(&a.used[..gpus], &b.used[..gpus]);
+                        prop_assert!(b.launches.iter().all(|&l| l == 0));
+                    }
+                    for a in &p.anomalies {
+                        prop_assert!(w.anomalies.contains(a), "{} only in the scoped read", a);
+                    }
+                    // With nothing charged outside the scope, the scoped
+                    // read sees every anomaly the whole read sees.
+                    let outside = &bytes[Scope::granted(gpus).len()..usage_offsets::LAUNCHES];
+                    if outside.iter().all(|&b| b == 0) {
+                        prop_assert_eq!(&w.anomalies, &p.anomalies);
+                    }
+                }
+                (Err(w), Ok(_)) => {
+                    let w = w.to_string();
+                    let outside = (gpus..MAX_GPUS).any(|g| w.contains(&format!("used[{g}]")));
+                    prop_assert!(outside, "only the whole read refused, for {}", w);
+                }
+                (Ok(_), Err(p)) => {
+                    prop_assert!(false, "only the scoped read ({gpus} GPUs) refused: {p}");
+                }
+                (Err(_), Err(_)) => {}
+            }
+            Ok(())
+        })
+        // The failing region is 72 KiB: name the reason only.
+        .map_err(|e| match e {
+            proptest::test_runner::TestError::Fail(why, _) => why.to_string(),
+            proptest::test_runner::TestError::Abort(why) => why.to_string(),
+        })
+        .unwrap();
+    let compared = compared.get();
+    assert!(compared >= 100, "only {compared} cases were accepted by both");
+}
+
+#[test]
+fn a_scoped_read_needs_the_whole_file_and_reads_only_its_prefix() {
+    use tessera_region::file::read_usage_prefix;
+    use tessera_region::reader::{Scope, read_usage_in};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("usage");
+    std::fs::write(&path, valid_region()).unwrap();
+    let scope = Scope::granted(1);
+    let mut buf = Vec::new();
+    read_usage_prefix(&path, scope.len(), &mut buf).unwrap();
+    assert_eq!(buf.len(), scope.len());
+    assert!(scope.len() < USAGE_SIZE / 8, "{} bytes", scope.len());
+    let snap = read_usage_in(&buf, scope).unwrap();
+    assert_eq!(snap.used[0], 1 << 20);
+    assert_eq!(snap.slots.len(), 1);
+    // A file cut right after the prefix is refused by its size, not
+    // accepted as the prefix it still holds.
+    let cut = valid_region()[..scope.len()].to_vec();
+    std::fs::write(&path, cut).unwrap();
+    let e = read_usage_prefix(&path, scope.len(), &mut buf).unwrap_err().to_string();
+    assert!(e.contains("size") && e.contains(&USAGE_SIZE.to_string()), "{e}");
+    // A prefix shorter than the scope is refused too.
+    let e = read_usage_in(&valid_region()[..scope.len() - 1], scope).unwrap_err().to_string();
+    assert!(e.contains("size"), "{e}");
+}
