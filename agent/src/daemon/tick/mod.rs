@@ -1,0 +1,281 @@
+//! One control period: discover containers, refresh their processes,
+//! sample usage (usage regions, NVML memory and SM samples), run one
+//! [`GpuController`] tick per GPU of the node, write each control region
+//! (memory limits from the metadata, launch rate and burst from the
+//! controller; a write that changes nothing is skipped by the region).
+//!
+//! Parts: [`nvml`] (the node's GPUs and samples), [`observe`] (usage
+//! regions and processes), [`decide`] (the controllers), [`publish`]
+//! (control regions, views, the watchdog).
+//!
+//! Everything the agent needs to resume is on the host (invariant I4):
+//! the region directories and their metadata. The in-memory state here is
+//! a cache — writable control mappings, the last usage seen — rebuilt from
+//! the directories by a new agent in its first period. Nothing a
+//! container writes (its usage region, its processes) can stop a period
+//! or touch another container (I3): every per-container failure is
+//! reported in the view and the period goes on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tessera_region::control::ControlSpec;
+use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw, read_usage_bytes};
+use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
+use tessera_region::reader::{UsageSnapshot, read_usage};
+use tessera_region::spec::format_uuid;
+
+use crate::config::Config;
+use crate::containers::pids::{self, ProcessView};
+use crate::containers::store::{Container, MetaCache, Skipped, Store, WriterLock};
+use crate::containers::{ContainerId, Metadata};
+use crate::control::sampling::{self, SmSamples};
+use crate::control::{
+    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, RateDecision,
+};
+use crate::error_chain::with_causes;
+use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
+
+use crate::policy::{Policy, Reloader};
+use crate::watchdog::{Facts, GpuMemory, Watchdog};
+
+use super::ebpf::{DaemonEbpf, Member, Seen};
+
+use super::status::Status;
+use super::view::{
+    ContainerView, DeviceView, EnforcementView, GpuView, PolicyView, SkippedView, View,
+};
+
+mod decide;
+mod nvml;
+mod observe;
+mod publish;
+
+/// One GPU of the node as NVML lists it.
+#[derive(Debug, Clone)]
+struct NodeGpu {
+    index: u32,
+    uuid: [u8; 16],
+}
+
+/// NVML and the node's GPUs.
+struct Gpus {
+    backend: NvmlBackend,
+    gpus: Vec<NodeGpu>,
+}
+
+/// What one period read of a container before deciding.
+struct Observed {
+    usage: Option<UsageSnapshot>,
+    /// The usage region's header and buckets as read (the watchdog checks
+    /// raw fields).
+    usage_raw: Option<Vec<u8>>,
+    processes: Vec<ProcessView>,
+    host_pids: Vec<u32>,
+    problems: Vec<String>,
+}
+
+/// What the loop keeps per managed container (a cache of the host state).
+struct Managed {
+    control: Mapped<ControlRegion>,
+    /// The period in which this agent took the container over.
+    since: u64,
+}
+
+/// The loop's state.
+pub struct Agent {
+    store: Store,
+    nvml_lib: PathBuf,
+    nvml_retry: Duration,
+    cgroup_root: Option<PathBuf>,
+    proc_root: PathBuf,
+    gpus: Option<Gpus>,
+    nvml_error: String,
+    nvml_next_try: Instant,
+    managed: HashMap<ContainerId, Managed>,
+    /// Skipped entries already logged (name → reason), to log changes only.
+    reported: BTreeMap<String, String>,
+    periods: u64,
+    last_sample_us: u64,
+    /// One compute controller per GPU (by UUID).
+    controllers: HashMap<[u8; 16], GpuController>,
+    /// Start of each GPU's next SM sample window (µs).
+    sm_since: HashMap<[u8; 16], u64>,
+    /// Parsed `meta.json` files, re-read only when they change.
+    meta_cache: MetaCache,
+    /// The policy in force.
+    policy: Policy,
+    /// The policy file, looked at once per period.
+    policy_file: Reloader,
+    /// Ground truth against limits, and the policy's actions.
+    watchdog: Watchdog,
+    /// The eBPF observer, or why there is none.
+    ebpf: DaemonEbpf,
+}
+
+fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Agent {
+    /// A loop over `config`'s root; the cgroup v2 root is detected when
+    /// not configured.
+    pub fn new(config: &Config) -> Self {
+        let cgroup_root = config
+            .cgroup_root
+            .clone()
+            .or_else(|| crate::cgroup::cgroup2_root().ok());
+        match &cgroup_root {
+            Some(r) => tracing::info!(cgroup_root = %r.display(), "cgroup v2 hierarchy"),
+            None => tracing::warn!(
+                "no cgroup v2 hierarchy found; processes are known only from usage regions"
+            ),
+        }
+        Self {
+            store: Store::new(&config.root),
+            nvml_lib: config.nvml_lib.clone(),
+            nvml_retry: config.nvml_retry,
+            proc_root: config.proc_root.clone(),
+            gpus: None,
+            nvml_error: "not initialised yet".to_owned(),
+            nvml_next_try: Instant::now(),
+            managed: HashMap::new(),
+            reported: BTreeMap::new(),
+            periods: 0,
+            last_sample_us: unix_us(),
+            controllers: HashMap::new(),
+            sm_since: HashMap::new(),
+            meta_cache: MetaCache::default(),
+            policy: Policy::default(),
+            policy_file: Reloader::new(&config.policy, config.policy_explicit),
+            ebpf: DaemonEbpf::start(&config.watchdog, cgroup_root.as_deref()),
+            watchdog: Watchdog::new(config.watchdog.clone()),
+            cgroup_root,
+        }
+    }
+
+    /// Replaces the policy in force (for the policy file's loader; the
+    /// watchdog tests set one directly).
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn report_skipped(&mut self, skipped: &[Skipped]) {
+        let now: BTreeMap<String, String> = skipped
+            .iter()
+            .map(|s| (s.name.clone(), s.reason.clone()))
+            .collect();
+        for (name, reason) in &now {
+            if self.reported.get(name) != Some(reason) {
+                tracing::warn!(entry = %name, %reason, "skipping an entry of the container root");
+            }
+        }
+        self.reported = now;
+    }
+
+    /// Runs one period and returns its view.
+    pub fn tick(&mut self, status: &Status) -> View {
+        let start = Instant::now();
+        self.policy_file.poll(&mut self.policy);
+        let policy: PolicyView = self.policy_file.view(&self.policy);
+        self.ensure_nvml(status);
+        let (containers, mut skipped) = match self.store.list_cached(&mut self.meta_cache) {
+            Ok(l) => (l.containers, l.skipped),
+            Err(e) => {
+                tracing::warn!(error = %with_causes(&e), "cannot list the container root");
+                (Vec::new(), Vec::new())
+            }
+        };
+        // Forget what is gone; open what is new (a restarted agent
+        // resumes every existing container here).
+        self.managed
+            .retain(|id, _| containers.iter().any(|c| &c.id == id));
+        let mut ready = Vec::new();
+        for c in containers {
+            if !self.managed.contains_key(&c.id) {
+                match open_control_rw(&c.dir) {
+                    Ok(control) => {
+                        tracing::info!(id = %c.id, dir = %c.dir.display(), "managing container");
+                        let since = self.periods;
+                        self.managed
+                            .insert(c.id.clone(), Managed { control, since });
+                    }
+                    Err(e) => {
+                        skipped.push(Skipped {
+                            name: c.id.to_string(),
+                            reason: with_causes(&e),
+                        });
+                        continue;
+                    }
+                }
+            }
+            ready.push(c);
+        }
+        self.report_skipped(&skipped);
+        let memory = self.sample_gpus();
+        let sm = self.sample_sm();
+        // Observe every container, then decide per GPU, then write.
+        let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c)).collect();
+        let seen = self.observe_ebpf(&ready, &observed);
+        let nvml: HashMap<[u8; 16], GpuMemory> = memory
+            .iter()
+            .map(|(u, m)| {
+                let mut by_pid = GpuMemory::new();
+                for p in &m.processes {
+                    *by_pid.entry(p.pid).or_default() += p.used_memory_bytes.unwrap_or(0);
+                }
+                (*u, by_pid)
+            })
+            .collect();
+        let ids: Vec<ContainerId> = ready.iter().map(|c| c.id.clone()).collect();
+        self.watchdog.retain(&ids);
+        let decisions = self.decide(&ready, &observed, &sm);
+        // One writer of control regions at a time; a CLI call holding the
+        // lock delays this period's writes to the next one.
+        let lock = self.store.try_lock().ok().flatten();
+        let views = ready
+            .iter()
+            .zip(observed.into_iter().map(|mut o| {
+                let kept = (o.usage_raw.take(), o.usage.clone());
+                (o, kept)
+            }))
+            .map(|(c, o)| {
+                let mut v = self.publish(c, o.0, &memory, &sm, &decisions, lock.as_ref());
+                self.enforce(c, &mut v, o.1, &nvml, seen.get(&c.id));
+                v
+            })
+            .collect();
+        drop(lock);
+        let view = View {
+            period: self.periods,
+            root: self.store.root().to_path_buf(),
+            containers: views,
+            skipped: skipped
+                .into_iter()
+                .map(|s| SkippedView {
+                    name: s.name,
+                    reason: s.reason,
+                })
+                .collect(),
+            nvml: if self.gpus.is_some() {
+                "ready".to_owned()
+            } else {
+                self.nvml_error.clone()
+            },
+            devices: self.devices(&memory, &sm),
+            duration_us: start.elapsed().as_micros() as u64,
+            ebpf: self.ebpf.status(),
+            policy,
+        };
+        self.periods += 1;
+        view
+    }
+}

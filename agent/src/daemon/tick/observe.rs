@@ -1,0 +1,112 @@
+//! What a period reads of each container before deciding: its usage
+//! region (untrusted, I3), its processes (cgroup members joined with the
+//! region's slots), and the eBPF observer's view of them.
+
+use super::*;
+
+impl Agent {
+    /// Host processes of `meta`'s cgroup joined with `usage`'s slots.
+    pub(super) fn processes(
+        &self,
+        meta: &Metadata,
+        usage: Option<&UsageSnapshot>,
+        problems: &mut Vec<String>,
+    ) -> Vec<ProcessView> {
+        let slots = usage.map(|u| u.slots.as_slice()).unwrap_or_default();
+        match (&meta.cgroup, &self.cgroup_root) {
+            (Some(rel), Some(root)) => {
+                let dir = root.join(rel.trim_start_matches('/'));
+                match pids::cgroup_pids(&dir) {
+                    Ok(host) => {
+                        let procs: Vec<_> = host
+                            .iter()
+                            .filter_map(|&p| pids::proc_info(&self.proc_root, p))
+                            .collect();
+                        pids::join(&procs, slots)
+                    }
+                    Err(e) => {
+                        problems.push(format!(
+                            "cannot read the processes of cgroup {}: {e}",
+                            dir.display()
+                        ));
+                        pids::join(&[], slots)
+                    }
+                }
+            }
+            (Some(rel), None) => {
+                problems.push(format!(
+                    "cgroup {rel} is set but no cgroup v2 hierarchy is mounted"
+                ));
+                pids::join(&[], slots)
+            }
+            (None, _) => pids::join_same_namespace(&self.proc_root, slots),
+        }
+    }
+
+    /// A container's usage region and processes.
+    pub(super) fn observe(&self, c: &Container) -> Observed {
+        let mut problems = Vec::new();
+        let raw = read_usage_bytes(&c.dir.join(USAGE_FILE));
+        let usage = raw
+            .as_ref()
+            .map_err(|e| problems.push(format!("usage region: {}", with_causes(e))))
+            .ok()
+            .and_then(|b| {
+                read_usage(b)
+                    .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
+                    .ok()
+            });
+        let processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
+        let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
+        Observed {
+            usage,
+            // The watchdog reads the header and buckets only.
+            usage_raw: raw.ok().map(|mut b| {
+                b.truncate(usage_offsets::OWNERS);
+                b
+            }),
+            processes,
+            host_pids,
+            problems,
+        }
+    }
+
+    /// The container's cgroup directory (absolute), if its metadata names
+    /// one and a cgroup v2 hierarchy is mounted.
+    pub(super) fn cgroup_dir(&self, meta: &Metadata) -> Option<PathBuf> {
+        let rel = meta.cgroup.as_deref()?;
+        Some(crate::watchdog::cgroup_dir(
+            self.cgroup_root.as_deref()?,
+            rel,
+        ))
+    }
+
+    /// One period of the eBPF observer over the ready containers.
+    pub(super) fn observe_ebpf(
+        &mut self,
+        ready: &[Container],
+        observed: &[Observed],
+    ) -> HashMap<ContainerId, Seen> {
+        let dirs: Vec<Option<PathBuf>> = ready.iter().map(|c| self.cgroup_dir(&c.meta)).collect();
+        let members: Vec<Member<'_>> = ready
+            .iter()
+            .zip(observed)
+            .zip(&dirs)
+            .map(|((c, o), dir)| Member {
+                id: &c.id,
+                cgroup: dir.as_deref(),
+                registered: o
+                    .processes
+                    .iter()
+                    .filter(|p| {
+                        p.source == pids::Source::Registered
+                            || p.source == pids::Source::SameNamespace
+                    })
+                    .filter_map(|p| p.host_pid)
+                    .collect(),
+                pids: o.host_pids.clone(),
+            })
+            .collect();
+        self.ebpf.period(&members)
+    }
+}

@@ -1,0 +1,187 @@
+//! What a period writes and shows: each container's control region (memory
+//! limits from the metadata, launch limits from the controller), its view,
+//! and the watchdog's verdict on it.
+
+use super::*;
+
+impl Agent {
+    /// Writes a container's control region (memory limits from its
+    /// metadata, launch limits from the controller) and builds its view.
+    pub(super) fn publish(
+        &mut self,
+        c: &Container,
+        o: Observed,
+        memory: &HashMap<[u8; 16], GpuUsage>,
+        sm: &HashMap<[u8; 16], SmSamples>,
+        decisions: &HashMap<(ContainerId, [u8; 16]), RateDecision>,
+        lock: Option<&WriterLock>,
+    ) -> ContainerView {
+        let Observed {
+            usage,
+            usage_raw: _,
+            processes,
+            host_pids,
+            mut problems,
+        } = o;
+        let node_gpus: Vec<[u8; 16]> = self
+            .gpus
+            .as_ref()
+            .map(|g| g.gpus.iter().map(|g| g.uuid).collect())
+            .unwrap_or_default();
+        let Some(m) = self.managed.get_mut(&c.id) else {
+            problems.push("control region not open".to_owned());
+            return ContainerView {
+                id: c.id.to_string(),
+                dir: c.dir.clone(),
+                meta: c.meta.clone(),
+                epoch: 0,
+                since_period: None,
+                gpus: Vec::new(),
+                processes,
+                problems,
+                policy: self.policy.effective(&c.meta),
+                ebpf: None,
+                enforcement: EnforcementView::default(),
+            };
+        };
+        let current = m.control.snapshot();
+        let spec: ControlSpec = c.meta.control_spec(|uuid| {
+            if let Some(d) = decisions.get(&(c.id.clone(), *uuid)) {
+                return (d.launch_rate, d.launch_burst);
+            }
+            current
+                .gpus
+                .iter()
+                .find(|g| &g.uuid == uuid)
+                // A GPU new to the region starts paced, as `container add`
+                // creates it.
+                .map_or(ControllerConfig::default().initial_limits(), |g| {
+                    (g.launch_rate, g.launch_burst)
+                })
+        });
+        for u in c.meta.uuids() {
+            if !node_gpus.is_empty() && !node_gpus.contains(&u) {
+                problems.push(format!("GPU {} is not on this node", format_uuid(&u)));
+            }
+        }
+        if spec.gpus != current.gpus || spec.flags != current.flags {
+            match lock {
+                Some(_) => {
+                    let memory_changed = spec
+                        .gpus
+                        .iter()
+                        .zip(&current.gpus)
+                        .any(|(a, b)| a.memory_limit != b.memory_limit || a.uuid != b.uuid)
+                        || spec.gpus.len() != current.gpus.len();
+                    match m.control.write(&spec) {
+                        Ok(()) if memory_changed => {
+                            tracing::info!(id = %c.id, "memory limits updated from metadata");
+                        }
+                        Ok(()) => {}
+                        Err(e) => {
+                            problems.push(format!("cannot write control: {}", with_causes(&e)));
+                        }
+                    }
+                }
+                None => problems
+                    .push("control region not written: another writer holds the lock".into()),
+            }
+        }
+        let after = m.control.snapshot();
+        let gpus = after
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let mem = memory.get(&g.uuid).map(|s| {
+                    s.processes
+                        .iter()
+                        .filter(|p| host_pids.contains(&p.pid))
+                        .filter_map(|p| p.used_memory_bytes)
+                        .sum()
+                });
+                let bucket = usage.as_ref().map(|u| u.buckets[i]).unwrap_or_default();
+                let d = decisions.get(&(c.id.clone(), g.uuid));
+                GpuView {
+                    uuid: format_uuid(&g.uuid),
+                    memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
+                    launch_rate: (g.launch_rate != UNLIMITED).then_some(g.launch_rate),
+                    preload_used_bytes: usage.as_ref().map_or(0, |u| u.used[i]),
+                    nvml_used_bytes: mem,
+                    sm_percent: sm
+                        .get(&g.uuid)
+                        .map(|s| s.sum_over(host_pids.iter().copied())),
+                    cap_percent: d.map(|d| d.cap_percent),
+                    error_pp: d.and_then(RateDecision::error_pp),
+                    loop_state: d.map(|d| d.state),
+                    warps: bucket.warps,
+                    launches: bucket.launches,
+                    throttled_ns: bucket.throttled_ns,
+                    ebpf_used_bytes: None,
+                }
+            })
+            .collect();
+        ContainerView {
+            id: c.id.to_string(),
+            dir: c.dir.clone(),
+            meta: c.meta.clone(),
+            epoch: after.epoch,
+            since_period: Some(m.since),
+            gpus,
+            processes,
+            problems,
+            policy: self.policy.effective(&c.meta),
+            ebpf: None,
+            enforcement: EnforcementView {
+                state: "running".to_owned(),
+                ..EnforcementView::default()
+            },
+        }
+    }
+
+    /// The watchdog's period of one container: fills the view's
+    /// enforcement and eBPF fields.
+    pub(super) fn enforce(
+        &mut self,
+        c: &Container,
+        v: &mut ContainerView,
+        (raw, usage): (Option<Vec<u8>>, Option<UsageSnapshot>),
+        nvml: &HashMap<[u8; 16], GpuMemory>,
+        seen: Option<&Seen>,
+    ) {
+        let dir = self.cgroup_dir(&c.meta);
+        let limits = self.managed.get(&c.id).map(|m| m.control.snapshot());
+        let (rates, bursts): (Vec<u64>, Vec<u64>) = limits
+            .map(|l| {
+                l.gpus
+                    .iter()
+                    .map(|g| (g.launch_rate, g.launch_burst))
+                    .unzip()
+            })
+            .unwrap_or_default();
+        let facts = Facts {
+            meta: &c.meta,
+            processes: &v.processes,
+            usage: usage.as_ref(),
+            usage_raw: raw.as_deref(),
+            control_epoch: v.epoch,
+            launch_rates: &rates,
+            launch_bursts: &bursts,
+            now: Instant::now(),
+            nvml,
+            ebpf_bypass: seen.map(|s| s.bypass.as_slice()).unwrap_or_default(),
+            context_allowance: self.watchdog.settings().context_allowance,
+        };
+        v.enforcement = self
+            .watchdog
+            .check(&c.id, dir.as_deref(), &v.policy, &facts);
+        if let Some(s) = seen {
+            v.ebpf = Some(s.view.clone());
+            // The estimate is per process, not per GPU: shown on the
+            // grant's only GPU, left null when it has several.
+            if let [g] = v.gpus.as_mut_slice() {
+                g.ebpf_used_bytes = Some(s.estimate_bytes);
+            }
+        }
+    }
+}
