@@ -142,8 +142,9 @@ pub struct Container {
     pub id: ContainerId,
     /// Its region directory.
     pub dir: PathBuf,
-    /// Its metadata.
-    pub meta: Metadata,
+    /// Its metadata (shared with the cache and the period's view: a period
+    /// copies no metadata).
+    pub meta: std::sync::Arc<Metadata>,
     /// The metadata file version read.
     pub meta_key: FileKey,
 }
@@ -179,13 +180,13 @@ pub struct WriterLock {
 /// unchanged content.
 #[derive(Debug, Default)]
 pub struct MetaCache {
-    entries: std::collections::HashMap<PathBuf, (FileKey, Metadata)>,
+    entries: std::collections::HashMap<PathBuf, (FileKey, std::sync::Arc<Metadata>)>,
 }
 
 impl MetaCache {
     /// `path`'s metadata: the cached copy while the file's identity is the
     /// one it was read with, else read afresh (and cached if valid).
-    fn read(&mut self, path: &Path) -> Result<(Metadata, FileKey), StoreError> {
+    fn read(&mut self, path: &Path) -> Result<(std::sync::Arc<Metadata>, FileKey), StoreError> {
         if let Ok(m) = std::fs::symlink_metadata(path)
             && m.is_file()
             && let Some((key, meta)) = self.entries.get(path)
@@ -195,6 +196,7 @@ impl MetaCache {
         }
         match read_meta(path) {
             Ok((meta, key)) => {
+                let meta = std::sync::Arc::new(meta);
                 self.entries.insert(path.to_path_buf(), (key, meta.clone()));
                 Ok((meta, key))
             }
@@ -450,7 +452,10 @@ impl Store {
         let path = dir.join(META_FILE);
         let (meta, meta_key) = match cache {
             Some(c) => c.read(&path)?,
-            None => read_meta(&path)?,
+            None => {
+                let (meta, key) = read_meta(&path)?;
+                (std::sync::Arc::new(meta), key)
+            }
         };
         Ok(Container {
             id: id.clone(),
@@ -471,7 +476,7 @@ impl Store {
     ) -> Result<Container, StoreError> {
         let lock = self.lock()?;
         let c = self.load(id)?;
-        let mut meta = c.meta.clone();
+        let mut meta = Metadata::clone(&c.meta);
         edit(&mut meta).map_err(|problem| StoreError::Refused {
             id: id.clone(),
             problem,

@@ -57,7 +57,7 @@ pub struct ContainerView {
     /// Region directory.
     pub dir: PathBuf,
     /// Its metadata.
-    pub meta: Metadata,
+    pub meta: std::sync::Arc<Metadata>,
     /// Control region epoch after this period.
     pub epoch: u64,
     /// The period (of this agent) in which it took the container over: 0

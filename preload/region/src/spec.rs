@@ -35,38 +35,59 @@ pub enum SpecError {
 /// UUIDs compare case-insensitively). This is the one text codec of GPU
 /// UUIDs; `tessera-api`'s `GpuUuid` wraps it.
 pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let rest = s
-        .get(..4)
-        .filter(|p| p.eq_ignore_ascii_case("GPU-"))
-        .map(|_| &s[4..])?;
-    let groups: Vec<&str> = rest.split('-').collect();
-    if groups.len() != 5
-        || groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .any(|(g, n)| g.len() != n || !g.chars().all(|c| c.is_ascii_hexdigit()))
-    {
+    let b = s.as_bytes();
+    if b.len() != UUID_TEXT_LEN || !b[..4].eq_ignore_ascii_case(b"GPU-") {
         return None;
     }
-    let hex: String = groups.concat();
     let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    let mut at = 4;
+    for (n, group) in UUID_GROUPS.iter().enumerate() {
+        if n > 0 {
+            if b[at] != b'-' {
+                return None;
+            }
+            at += 1;
+        }
+        for _ in 0..*group {
+            let byte = (hex_value(b[at])? << 4) | hex_value(b[at + 1])?;
+            out[(at - 4 - n) / 2] = byte;
+            at += 2;
+        }
     }
     Some(out)
 }
 
-/// Formats a UUID as `GPU-…`.
+/// Length of `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+const UUID_TEXT_LEN: usize = 40;
+/// Bytes per dash-separated group.
+const UUID_GROUPS: [usize; 5] = [4, 2, 2, 2, 6];
+
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Formats a UUID as `GPU-…` (lower-case hex, one allocation).
 pub fn format_uuid(b: &[u8; 16]) -> String {
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(UUID_TEXT_LEN);
+    out.push_str("GPU-");
+    let mut i = 0;
+    for (n, group) in UUID_GROUPS.iter().enumerate() {
+        if n > 0 {
+            out.push('-');
+        }
+        for _ in 0..*group {
+            out.push(char::from(HEX[usize::from(b[i] >> 4)]));
+            out.push(char::from(HEX[usize::from(b[i] & 0xf)]));
+            i += 1;
+        }
+    }
+    out
 }
 
 /// Parses one GPU spec.
@@ -154,5 +175,62 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown key"), "{e}");
+    }
+
+    /// The text form built the slow, obvious way: the oracle of the codec.
+    fn spelled(b: &[u8; 16]) -> String {
+        let h: Vec<String> = b.iter().map(|x| format!("{x:02x}")).collect();
+        let h = h.concat();
+        format!(
+            "GPU-{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn uuids_round_trip_through_their_text(bytes in proptest::array::uniform16(proptest::num::u8::ANY)) {
+            let text = format_uuid(&bytes);
+            proptest::prop_assert_eq!(&text, &spelled(&bytes));
+            proptest::prop_assert_eq!(parse_uuid(&text), Some(bytes));
+            proptest::prop_assert_eq!(parse_uuid(&text.to_uppercase()), Some(bytes));
+        }
+
+        #[test]
+        fn any_one_changed_character_is_judged_like_the_form(
+            bytes in proptest::array::uniform16(proptest::num::u8::ANY),
+            at in 0usize..40,
+            with in proptest::char::range(' ', '~'),
+        ) {
+            let mut text: Vec<char> = spelled(&bytes).chars().collect();
+            text[at] = with;
+            let text: String = text.into_iter().collect();
+            // The form, judged by position: a dash at 12, 17, 22, 27; hex
+            // digits elsewhere after the (any-case) prefix.
+            let ok = text[..4].eq_ignore_ascii_case("GPU-")
+                && text.char_indices().skip(4).all(|(i, c)| {
+                    if [12, 17, 22, 27].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() }
+                });
+            proptest::prop_assert_eq!(parse_uuid(&text).is_some(), ok, "{}", text);
+        }
+    }
+
+    #[test]
+    fn malformed_uuids_are_refused() {
+        for bad in [
+            "",
+            "GPU-",
+            "GPU-5e1a0000-0000-4000-8000-00005151000",
+            "GPU-5e1a0000-0000-4000-8000-0000515100000",
+            "GPU-5e1a00000000-4000-8000-000051510000-",
+            "MIG-5e1a0000-0000-4000-8000-000051510000",
+            "GPU-5e1a0000-0000-4000-8000-00005151000é",
+        ] {
+            assert_eq!(parse_uuid(bad), None, "{bad:?}");
+        }
     }
 }

@@ -384,7 +384,10 @@ fn a_scoped_read_agrees_with_the_whole_read_within_its_scope() {
                     prop_assert!(p.used[gpus..].iter().all(|&u| u == 0));
                     prop_assert_eq!(w.slots.len(), p.slots.len());
                     for (a, b) in w.slots.iter().zip(&p.slots) {
-                        prop_assert_eq!((a.index, a.state, a.pid, a.start_time), (b.index, b.state, b.pid, b.start_time));
+                        prop_assert_eq!(
+                            (a.index, a.state, a.pid, a.start_time),
+                            (b.index, b.state, b.pid, b.start_time)
+                        );
                         prop_assert_eq!(&a.used[..gpus], &b.used[..gpus]);
                         prop_assert!(b.launches.iter().all(|&l| l == 0));
                     }
@@ -417,7 +420,10 @@ fn a_scoped_read_agrees_with_the_whole_read_within_its_scope() {
         })
         .unwrap();
     let compared = compared.get();
-    assert!(compared >= 100, "only {compared} cases were accepted by both");
+    assert!(
+        compared >= 100,
+        "only {compared} cases were accepted by both"
+    );
 }
 
 #[test]
@@ -439,9 +445,16 @@ fn a_scoped_read_needs_the_whole_file_and_reads_only_its_prefix() {
     // accepted as the prefix it still holds.
     let cut = valid_region()[..scope.len()].to_vec();
     std::fs::write(&path, cut).unwrap();
-    let e = read_usage_prefix(&path, scope.len(), &mut buf).unwrap_err().to_string();
-    assert!(e.contains("size") && e.contains(&USAGE_SIZE.to_string()), "{e}");
+    let e = read_usage_prefix(&path, scope.len(), &mut buf)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("size") && e.contains(&USAGE_SIZE.to_string()),
+        "{e}"
+    );
     // A prefix shorter than the scope is refused too.
-    let e = read_usage_in(&valid_region()[..scope.len() - 1], scope).unwrap_err().to_string();
+    let e = read_usage_in(&valid_region()[..scope.len() - 1], scope)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("size"), "{e}");
 }

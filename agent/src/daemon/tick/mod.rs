@@ -21,9 +21,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tessera_region::control::ControlSpec;
-use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw, read_usage_bytes};
+use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw};
 use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
-use tessera_region::reader::{UsageSnapshot, read_usage};
+use tessera_region::reader::UsageSnapshot;
 use tessera_region::spec::format_uuid;
 
 use crate::config::Config;
@@ -112,6 +112,8 @@ pub struct Agent {
     watchdog: Watchdog,
     /// The eBPF observer, or why there is none.
     ebpf: DaemonEbpf,
+    /// Usage regions are read into this buffer, one after the other.
+    usage_buf: Vec<u8>,
 }
 
 fn unix_us() -> u64 {
@@ -154,6 +156,7 @@ impl Agent {
             ebpf: DaemonEbpf::start(&config.watchdog, cgroup_root.as_deref()),
             watchdog: Watchdog::new(config.watchdog.clone()),
             cgroup_root,
+            usage_buf: Vec::new(),
         }
     }
 
@@ -223,7 +226,9 @@ impl Agent {
         let memory = self.sample_gpus();
         let sm = self.sample_sm();
         // Observe every container, then decide per GPU, then write.
-        let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c)).collect();
+        let mut buf = std::mem::take(&mut self.usage_buf);
+        let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c, &mut buf)).collect();
+        self.usage_buf = buf;
         let seen = self.observe_ebpf(&ready, &observed);
         let nvml: HashMap<[u8; 16], GpuMemory> = memory
             .iter()

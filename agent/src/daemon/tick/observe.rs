@@ -2,6 +2,9 @@
 //! region (untrusted, I3), its processes (cgroup members joined with the
 //! region's slots), and the eBPF observer's view of them.
 
+use tessera_region::file::read_usage_prefix;
+use tessera_region::reader::{Scope, read_usage_in};
+
 use super::*;
 
 impl Agent {
@@ -43,28 +46,30 @@ impl Agent {
         }
     }
 
-    /// A container's usage region and processes.
-    pub(super) fn observe(&self, c: &Container) -> Observed {
+    /// A container's usage region and processes. The region is read into
+    /// `buf` (kept between containers and periods), and only as far as
+    /// this container's GPUs go ([`Scope::granted`]): the control region
+    /// has no other GPU, so nothing charged beyond them can raise a limit.
+    pub(super) fn observe(&self, c: &Container, buf: &mut Vec<u8>) -> Observed {
         let mut problems = Vec::new();
-        let raw = read_usage_bytes(&c.dir.join(USAGE_FILE));
-        let usage = raw
-            .as_ref()
-            .map_err(|e| problems.push(format!("usage region: {}", with_causes(e))))
+        let scope = Scope::granted(c.meta.gpus.len());
+        let read = read_usage_prefix(&c.dir.join(USAGE_FILE), scope.len(), buf);
+        let usage = read
+            .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
             .ok()
-            .and_then(|b| {
-                read_usage(b)
+            .and_then(|()| {
+                read_usage_in(buf, scope)
                     .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
                     .ok()
             });
         let processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
         let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
         Observed {
-            usage,
             // The watchdog reads the header and buckets only.
-            usage_raw: raw.ok().map(|mut b| {
-                b.truncate(usage_offsets::OWNERS);
-                b
-            }),
+            usage_raw: usage
+                .is_some()
+                .then(|| buf[..usage_offsets::OWNERS].to_vec()),
+            usage,
             processes,
             host_pids,
             problems,
