@@ -4,21 +4,22 @@ use super::*;
 
 impl Agent {
     /// One controller tick per GPU of the node: the launch limits of every
-    /// (container, GPU), by container and UUID. Without NVML nothing is
+    /// (container, GPU), as `out[container][gpu]` in the order of `ready`
+    /// and of each container's GPUs (`uuids`). Without NVML nothing is
     /// decided (rates stay as they are).
     pub(super) fn decide(
         &mut self,
         ready: &[Container],
+        per: &[PerContainer],
         observed: &[Observed],
         sm: &HashMap<[u8; 16], SmSamples>,
-    ) -> HashMap<(ContainerId, [u8; 16]), RateDecision> {
-        let mut out = HashMap::new();
+    ) -> Vec<Vec<Option<RateDecision>>> {
+        let mut out: Vec<Vec<Option<RateDecision>>> =
+            per.iter().map(|p| vec![None; p.uuids.len()]).collect();
         let Some(g) = &self.gpus else {
             return out;
         };
         let now = Instant::now();
-        // Parsed once per period, not once per (container, GPU).
-        let uuids: Vec<Vec<[u8; 16]>> = ready.iter().map(|c| c.meta.uuids()).collect();
         for gpu in &g.gpus {
             let ctl = self
                 .controllers
@@ -28,14 +29,15 @@ impl Agent {
                 busy_percent: sm.get(&gpu.uuid).map(SmSamples::total),
                 containers: Vec::new(),
             };
-            let mut present = std::collections::HashSet::new();
-            for ((c, o), uuids) in ready.iter().zip(observed).zip(&uuids) {
-                let Some(i) = uuids.iter().position(|u| u == &gpu.uuid) else {
+            // Who is on this GPU: id → (container, its GPU index).
+            let mut present: HashMap<&str, (usize, usize)> = HashMap::new();
+            for (ci, ((c, o), p)) in ready.iter().zip(observed).zip(per).enumerate() {
+                let Some(i) = p.uuids.iter().position(|u| u == &gpu.uuid) else {
                     continue;
                 };
                 let id = c.id.as_str();
-                present.insert(id);
-                let control = c.meta.control(&self.policy.effective(&c.meta));
+                present.insert(id, (ci, i));
+                let control = c.meta.control(&p.policy);
                 let known = ctl.contains(id);
                 let applied = if known {
                     ctl.upsert(id, control)
@@ -64,15 +66,15 @@ impl Agent {
             let gone: Vec<String> = ctl
                 .containers()
                 .map(|(k, _)| k)
-                .filter(|k| !present.contains(k))
+                .filter(|k| !present.contains_key(k))
                 .map(str::to_owned)
                 .collect();
             for k in gone {
                 ctl.remove(&k);
             }
             for d in ctl.tick(now, &sample) {
-                if let Ok(id) = ContainerId::new(&d.id) {
-                    out.insert((id, gpu.uuid), d);
+                if let Some(&(ci, i)) = present.get(d.id.as_str()) {
+                    out[ci][i] = Some(d);
                 }
             }
         }

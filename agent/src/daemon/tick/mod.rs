@@ -76,6 +76,14 @@ struct Observed {
     problems: Vec<String>,
 }
 
+/// What a period works out once per container and every step reads.
+struct PerContainer {
+    /// Its GPUs' UUIDs, in the order of its metadata.
+    uuids: Vec<[u8; 16]>,
+    /// What the node policy decided for it (its explicit values included).
+    policy: crate::policy::Effective,
+}
+
 /// What the loop keeps per managed container (a cache of the host state).
 struct Managed {
     control: Mapped<ControlRegion>,
@@ -242,18 +250,27 @@ impl Agent {
             .collect();
         let ids: Vec<ContainerId> = ready.iter().map(|c| c.id.clone()).collect();
         self.watchdog.retain(&ids);
-        let decisions = self.decide(&ready, &observed, &sm);
+        let per: Vec<PerContainer> = ready
+            .iter()
+            .map(|c| PerContainer {
+                uuids: c.meta.uuids(),
+                policy: self.policy.effective(&c.meta),
+            })
+            .collect();
+        let decisions = self.decide(&ready, &per, &observed, &sm);
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
         let views = ready
             .iter()
+            .zip(&per)
+            .zip(&decisions)
             .zip(observed.into_iter().map(|mut o| {
                 let kept = (o.usage_raw.take(), o.usage.clone());
                 (o, kept)
             }))
-            .map(|(c, o)| {
-                let mut v = self.publish(c, o.0, &memory, &sm, &decisions, lock.as_ref());
+            .map(|(((c, per), decided), o)| {
+                let mut v = self.publish(c, per, o.0, &memory, &sm, decided, lock.as_ref());
                 self.enforce(c, &mut v, o.1, &nvml, seen.get(&c.id));
                 v
             })

@@ -10,12 +10,19 @@ impl Agent {
     pub(super) fn publish(
         &mut self,
         c: &Container,
+        per: &PerContainer,
         o: Observed,
         memory: &HashMap<[u8; 16], GpuUsage>,
         sm: &HashMap<[u8; 16], SmSamples>,
-        decisions: &HashMap<(ContainerId, [u8; 16]), RateDecision>,
+        decisions: &[Option<RateDecision>],
         lock: Option<&WriterLock>,
     ) -> ContainerView {
+        let decided = |uuid: &[u8; 16]| {
+            per.uuids
+                .iter()
+                .position(|u| u == uuid)
+                .and_then(|i| decisions.get(i)?.as_ref())
+        };
         let Observed {
             usage,
             usage_raw: _,
@@ -39,14 +46,14 @@ impl Agent {
                 gpus: Vec::new(),
                 processes,
                 problems,
-                policy: self.policy.effective(&c.meta),
+                policy: per.policy.clone(),
                 ebpf: None,
                 enforcement: EnforcementView::default(),
             };
         };
         let current = m.control.snapshot();
         let spec: ControlSpec = c.meta.control_spec(|uuid| {
-            if let Some(d) = decisions.get(&(c.id.clone(), *uuid)) {
+            if let Some(d) = decided(uuid) {
                 return (d.launch_rate, d.launch_burst);
             }
             current
@@ -59,9 +66,9 @@ impl Agent {
                     (g.launch_rate, g.launch_burst)
                 })
         });
-        for u in c.meta.uuids() {
-            if !node_gpus.is_empty() && !node_gpus.contains(&u) {
-                problems.push(format!("GPU {} is not on this node", format_uuid(&u)));
+        for u in &per.uuids {
+            if !node_gpus.is_empty() && !node_gpus.contains(u) {
+                problems.push(format!("GPU {} is not on this node", format_uuid(u)));
             }
         }
         if spec.gpus != current.gpus || spec.flags != current.flags {
@@ -101,7 +108,7 @@ impl Agent {
                         .sum()
                 });
                 let bucket = usage.as_ref().map(|u| u.buckets[i]).unwrap_or_default();
-                let d = decisions.get(&(c.id.clone(), g.uuid));
+                let d = decided(&g.uuid);
                 GpuView {
                     uuid: format_uuid(&g.uuid),
                     memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
@@ -130,7 +137,7 @@ impl Agent {
             gpus,
             processes,
             problems,
-            policy: self.policy.effective(&c.meta),
+            policy: per.policy.clone(),
             ebpf: None,
             enforcement: EnforcementView {
                 state: "running".to_owned(),
