@@ -267,32 +267,30 @@ fn client_reconnects_after_kubelet_restart_and_survives_absence() {
         k.stop().await;
         let e = c.list().await.unwrap_err();
         assert!(matches!(e, PodResourcesError::Absent { .. }), "{e}");
+        let mut k = FakeKubelet::start(&sock, vec![pod("b", "two", vec![container("c", &[])])]);
+        let mut prev = c.list().await.unwrap().kubelet;
+        assert_ne!(prev, first.kubelet, "a new kubelet instance is told apart");
+        // Restarts between two calls (no failed call in between to give
+        // them away): each answer comes from the new kubelet and names it.
         let mut figures = Vec::new();
-        let mut k = None;
         for round in 0..5 {
-            let pods = vec![pod("b", &format!("two-{round}"), vec![container("c", &[])])];
-            let new = FakeKubelet::start(&sock, pods);
+            k.stop().await;
+            let name = format!("three-{round}");
+            k = FakeKubelet::start(&sock, vec![pod("b", &name, vec![container("c", &[])])]);
             let t = Instant::now();
             let s = c.list().await.unwrap();
             figures.push(t.elapsed());
-            assert!(s.lists(&key("b", &format!("two-{round}"), "c")), "{s:?}");
-            assert!(!s.lists(&key("a", "one", "c")));
-            assert_ne!(
-                s.kubelet, first.kubelet,
-                "a new kubelet instance is told apart"
-            );
-            new.stop().await;
-            k = Some(FakeKubelet::start(&sock, vec![]));
-            let s = c.list().await.unwrap();
-            assert!(s.containers.is_empty());
-            k.take().unwrap().stop().await;
+            assert!(s.lists(&key("b", &name, "c")), "{s:?}");
+            assert_eq!(s.containers.len(), 1, "{s:?}");
+            assert_ne!(s.kubelet, prev, "restart {round} went unnoticed");
+            prev = s.kubelet;
         }
         figures.sort();
         println!(
             "first List after a kubelet restart: median {:?}, max {:?} (5 restarts)",
             figures[2], figures[4]
         );
-        drop(k);
+        k.stop().await;
     });
 }
 
@@ -763,4 +761,78 @@ fn the_task_collects_until_shutdown() {
             .unwrap();
         s.kubelet.stop().await;
     });
+}
+
+#[test]
+fn a_directory_whose_cgroup_holds_a_process_is_kept() {
+    if !rustix::process::geteuid().is_root() {
+        println!("skipped: creating a cgroup needs root");
+        return;
+    }
+    let Ok(cg_root) = tessera_agent::cgroup::v2::cgroup2_root() else {
+        println!("skipped: no cgroup v2 hierarchy is mounted");
+        return;
+    };
+    let name = format!("tessera-gc-test-{}", std::process::id());
+    let cg = cg_root.join(&name);
+    if let Err(e) = std::fs::create_dir(&cg) {
+        println!("skipped: cannot create cgroup {}: {e}", cg.display());
+        return;
+    }
+    runtime().block_on(async {
+        let mut s = scene(vec![]);
+        let mut m = meta("ml", "cg", "main", Some(UID));
+        m.cgroup = Some(format!("/{name}"));
+        let dir = add(&s.store, "pod-cg-main", &m);
+        // A process in the container's cgroup that never registered a slot
+        // nor maps the usage file (no GPU use yet).
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut held = InCgroup {
+            child,
+            cgroup: cg.clone(),
+        };
+        std::fs::write(cg.join("cgroup.procs"), held.child.id().to_string()).unwrap();
+        let probe = Probe {
+            proc_root: PathBuf::from("/proc"),
+            cgroup_root: Some(cg_root.clone()),
+        };
+        let mut gc = Collector::new(s.store.clone(), settings(0, 0, 100), probe);
+        let d = rounds(&mut gc, &mut s.client, Duration::from_millis(800)).await;
+        assert!(
+            dir.exists(),
+            "removed while its cgroup holds a process: {d:#?}"
+        );
+        assert!(
+            d.iter().any(|d| d.reason.contains("holds 1 process")),
+            "{d:#?}"
+        );
+        held.end();
+        rounds(&mut gc, &mut s.client, Duration::from_millis(400)).await;
+        assert!(!dir.exists(), "still there after its cgroup emptied");
+        s.kubelet.stop().await;
+    });
+}
+
+/// A child process in a test cgroup; both are gone on drop (also when the
+/// test fails).
+struct InCgroup {
+    child: std::process::Child,
+    cgroup: PathBuf,
+}
+
+impl InCgroup {
+    fn end(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for InCgroup {
+    fn drop(&mut self) {
+        self.end();
+        let _ = std::fs::remove_dir(&self.cgroup);
+    }
 }

@@ -22,10 +22,10 @@
 //!    or a `List` naming the container starts the count again;
 //! 5. no process uses it ([`super::live`]: its cgroup, its usage slots, any
 //!    process mapping its usage file);
-//! 6. under the store's writer lock (the one `Store::add` holds, taken
-//!    without waiting) the directory is still the one judged (same inode,
-//!    same metadata file): it is renamed to a tombstone `.gc.<id>.<pid>.<n>`
-//!    and then deleted, so a concurrent `Allocate` that recreates the same
+//! 6. under the store's writer lock (the one `Store::add` holds; tried for
+//!    at most about half a second, else the removal waits a round) the
+//!    directory is still the one judged (same inode, same metadata file):
+//!    it is renamed to a tombstone `.gc.<id>.<pid>.<n>` and then deleted, so a concurrent `Allocate` that recreates the same
 //!    id gets a fresh directory that is never touched. A tombstone left by
 //!    a crash is deleted at the next round (only the collector makes them,
 //!    and only from directories judged dead).
@@ -176,6 +176,25 @@ fn key_of(meta: &Metadata) -> Option<ContainerKey> {
 fn age(now: SystemTime, then: SystemTime) -> Duration {
     // A time in the future (clock step) is age zero: the guard holds.
     now.duration_since(then).unwrap_or(Duration::ZERO)
+}
+
+/// How often, and how far apart, the store lock is tried before a
+/// removal is deferred to the next round (the daemon holds it for a few
+/// milliseconds each period).
+const LOCK_TRIES: u32 = 25;
+const LOCK_PAUSE: Duration = Duration::from_millis(20);
+
+/// The store's writer lock if it comes free within about half a second;
+/// never waits longer (a writer holding it for good must not wedge the
+/// collector).
+fn lock_briefly(store: &Store) -> Result<Option<super::store::WriterLock>, super::StoreError> {
+    for _ in 1..LOCK_TRIES {
+        if let Some(l) = store.try_lock()? {
+            return Ok(Some(l));
+        }
+        std::thread::sleep(LOCK_PAUSE);
+    }
+    store.try_lock()
 }
 
 impl Collector {
@@ -370,7 +389,7 @@ impl Collector {
             action,
             reason,
         };
-        let lock = match self.store.try_lock() {
+        let lock = match lock_briefly(&self.store) {
             Ok(Some(l)) => l,
             Ok(None) => {
                 return decision(
