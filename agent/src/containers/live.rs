@@ -45,13 +45,14 @@ pub enum Verdict {
 }
 
 /// Inodes of files named `usage` mapped by any process under
-/// `proc_root` (one pass over every process's maps).
+/// `proc_root` (one pass over every process's maps, read line by line: a
+/// process with a huge map count costs time, never memory).
 pub fn mapped_usage_inodes(proc_root: &Path) -> HashSet<u64> {
+    use std::io::BufRead;
     let mut out = HashSet::new();
     let Ok(entries) = std::fs::read_dir(proc_root) else {
         return out;
     };
-    let suffix = format!("/{USAGE_FILE}");
     for e in entries.flatten() {
         let name = e.file_name();
         if !name
@@ -61,28 +62,38 @@ pub fn mapped_usage_inodes(proc_root: &Path) -> HashSet<u64> {
             continue;
         }
         // A process that exits meanwhile has no maps: nothing to add.
-        let Ok(text) = std::fs::read_to_string(e.path().join("maps")) else {
+        let Ok(file) = std::fs::File::open(e.path().join("maps")) else {
             continue;
         };
-        for line in text.lines() {
-            // address perms offset dev inode path
-            let mut f = line.split_whitespace();
-            let (Some(_), Some(_), Some(_), Some(_), Some(ino), Some(path)) =
-                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
-            else {
-                continue;
-            };
-            // A deleted file shows " (deleted)" after the path.
-            let path = path.trim_end_matches(" (deleted)");
-            if path.ends_with(&suffix)
-                && let Ok(ino) = ino.parse::<u64>()
-                && ino != 0
-            {
+        let mut reader = std::io::BufReader::new(file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if let Some(ino) = usage_inode(&line) {
                 out.insert(ino);
             }
         }
     }
     out
+}
+
+/// The inode of one `/proc/<pid>/maps` line if it maps a file named
+/// `usage`: `address perms offset dev inode` separated by single spaces,
+/// then padding and the path (which may hold spaces; a deleted file's
+/// ends in ` (deleted)`).
+pub fn usage_inode(line: &[u8]) -> Option<u64> {
+    let line = std::str::from_utf8(line).ok()?.trim_end_matches('\n');
+    let mut f = line.splitn(6, ' ');
+    let (_addr, _perms, _off, _dev) = (f.next()?, f.next()?, f.next()?, f.next()?);
+    let ino: u64 = f.next()?.parse().ok()?;
+    let path = f.next()?.trim_start();
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let file = path.rsplit('/').next()?;
+    (ino != 0 && path.starts_with('/') && file == USAGE_FILE).then_some(ino)
 }
 
 impl Probe {
@@ -163,5 +174,65 @@ impl Probe {
             Err(_) => {}
         }
         Verdict::Unused(remarks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_name_the_usage_inode() {
+        let l = |s: &str| usage_inode(s.as_bytes());
+        assert_eq!(
+            l(
+                "7f1c2000-7f1c3000 rw-s 00000000 fd:01 1234567                    /run/tessera/usage\n"
+            ),
+            Some(1_234_567)
+        );
+        // A host path with spaces, a deleted file.
+        assert_eq!(
+            l("7f1c2000-7f1c3000 rw-s 00000000 fd:01 42  /var/lib/my root/c 1/usage"),
+            Some(42)
+        );
+        assert_eq!(
+            l("7f1c2000-7f1c3000 rw-s 00000000 fd:01 43 /x/usage (deleted)"),
+            Some(43)
+        );
+        // Other files, anonymous maps, look-alikes.
+        assert_eq!(
+            l("7f1c2000-7f1c3000 r--p 00000000 fd:01 44 /x/control"),
+            None
+        );
+        assert_eq!(
+            l("7f1c2000-7f1c3000 r--p 00000000 fd:01 45 /x/my-usage"),
+            None
+        );
+        assert_eq!(l("7f1c2000-7f1c3000 rw-p 00000000 00:00 0 "), None);
+        assert_eq!(l("7ffd1000-7ffd2000 rw-p 00000000 00:00 0  [stack]"), None);
+        assert_eq!(l("garbage"), None);
+    }
+
+    #[test]
+    fn a_fake_proc_is_scanned() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (pid, maps) in [
+            (
+                "12",
+                "1000-2000 rw-s 00000000 08:01 777 /run/tessera/usage\n",
+            ),
+            (
+                "13",
+                "1000-2000 r-xp 00000000 08:01 778 /usr/lib/libc.so.6\n",
+            ),
+            (
+                "self",
+                "1000-2000 rw-s 00000000 08:01 779 /run/tessera/usage\n",
+            ),
+        ] {
+            std::fs::create_dir(tmp.path().join(pid)).unwrap();
+            std::fs::write(tmp.path().join(pid).join("maps"), maps).unwrap();
+        }
+        assert_eq!(mapped_usage_inodes(tmp.path()), HashSet::from([777]));
     }
 }

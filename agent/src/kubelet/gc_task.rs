@@ -8,6 +8,7 @@
 //! hangs costs at most [`GcConfig::timeout`] per call; a round in flight
 //! completes before the task stops.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -137,11 +138,10 @@ async fn run(config: GcConfig, root: PathBuf, shutdown: impl Future<Output = ()>
         config.resource_name.clone(),
         config.timeout,
     );
-    let mut collector = Some(Collector::new(
-        Store::new(root.clone()),
-        config.settings,
-        Probe::host(),
-    ));
+    let fresh = || Collector::new(Store::new(root.clone()), config.settings, Probe::host());
+    let mut collector = Some(fresh());
+    // Kubelet's problems already logged at warning level.
+    let mut told: HashSet<String> = HashSet::new();
     tracing::info!(
         socket = %config.pod_resources_socket.display(),
         root = %root.display(),
@@ -159,19 +159,19 @@ async fn run(config: GcConfig, root: PathBuf, shutdown: impl Future<Output = ()>
             () = &mut shutdown => break,
             r = client.list() => r,
         };
-        let Some(mut c) = collector.take() else {
-            tracing::error!("the garbage collector was lost to a panic; stopping");
-            return;
-        };
+        if let Ok(s) = &listed {
+            for p in &s.problems {
+                if !told.contains(p) {
+                    tracing::warn!(problem = %p, "kubelet's PodResources answer");
+                }
+            }
+            told = s.problems.iter().cloned().collect();
+        }
+        let mut c = collector.take().unwrap_or_else(fresh);
         let round = tokio::task::spawn_blocking(move || {
             let failed;
             let obs = match &listed {
-                Ok(s) => {
-                    for p in &s.problems {
-                        tracing::warn!(problem = %p, "kubelet's PodResources answer");
-                    }
-                    Observation::Listed(s)
-                }
+                Ok(s) => Observation::Listed(s),
                 Err(e) => {
                     failed = crate::error_chain::with_causes(e);
                     tracing::warn!(error = %failed, "PodResources List failed: nothing is collected this round");
@@ -185,6 +185,8 @@ async fn run(config: GcConfig, root: PathBuf, shutdown: impl Future<Output = ()>
                 .count();
             (c, removed)
         });
+        // A round that panicked leaves `collector` empty: the next starts
+        // afresh (its absences are counted anew: only later, never sooner).
         match round.await {
             Ok((c, removed)) => {
                 if removed > 0 {
@@ -192,14 +194,7 @@ async fn run(config: GcConfig, root: PathBuf, shutdown: impl Future<Output = ()>
                 }
                 collector = Some(c);
             }
-            Err(e) => {
-                tracing::error!(error = %e, "a garbage collection round panicked; starting afresh");
-                collector = Some(Collector::new(
-                    Store::new(root.clone()),
-                    config.settings,
-                    Probe::host(),
-                ));
-            }
+            Err(e) => tracing::error!(error = %e, "a garbage collection round panicked"),
         }
     }
     tracing::info!("region garbage collection stopped");
