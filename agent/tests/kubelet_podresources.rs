@@ -381,6 +381,28 @@ async fn rounds(gc: &mut Collector, c: &mut Client, span: Duration) -> Vec<Decis
     all
 }
 
+/// Runs rounds every 50 ms until every one of `paths` is gone, at most
+/// [`GONE_WITHIN`] (a bound for a loaded machine; the rules need well
+/// under a second here), then `extra` more.
+async fn until_gone(
+    gc: &mut Collector,
+    c: &mut Client,
+    paths: &[&Path],
+    extra: Duration,
+) -> Vec<Decision> {
+    let t = Instant::now();
+    let mut all = Vec::new();
+    while paths.iter().any(|p| p.exists()) && t.elapsed() < GONE_WITHIN {
+        all.extend(round(gc, c).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    all.extend(rounds(gc, c, extra).await);
+    all
+}
+
+/// See [`until_gone`].
+const GONE_WITHIN: Duration = Duration::from_secs(10);
+
 async fn round(gc: &mut Collector, c: &mut Client) -> Vec<Decision> {
     match c.list().await {
         Ok(s) => gc.round(Observation::Listed(&s)),
@@ -440,7 +462,7 @@ fn departed_pod_is_collected_listed_and_cli_ones_never() {
         let cli = add(&s.store, "cli-made", &meta("ml", "cli", "main", None));
         let mut gc = Collector::new(s.store.clone(), settings(200, 0, 300), probe());
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let d = rounds(&mut gc, &mut s.client, Duration::from_millis(700)).await;
+        let d = until_gone(&mut gc, &mut s.client, &[&gone], Duration::from_millis(300)).await;
         assert!(!gone.exists(), "the departed pod's directory stays: {d:#?}");
         assert!(
             listed.exists(),
@@ -458,7 +480,13 @@ fn departed_pod_is_collected_listed_and_cli_ones_never() {
         // Once kubelet stops listing it, the other pod's goes too; the CLI
         // one never.
         s.kubelet.set(vec![]);
-        rounds(&mut gc, &mut s.client, Duration::from_millis(700)).await;
+        until_gone(
+            &mut gc,
+            &mut s.client,
+            &[&listed],
+            Duration::from_millis(300),
+        )
+        .await;
         assert!(!listed.exists(), "the pod that left stays");
         assert!(cli.exists(), "a CLI-made directory was removed");
         s.kubelet.stop().await;
@@ -481,7 +509,7 @@ fn a_directory_within_the_grace_period_is_kept() {
         assert!(d.iter().any(|d| d.reason.contains("grace")));
         // Past the grace period it goes.
         tokio::time::sleep(Duration::from_millis(2100)).await;
-        rounds(&mut gc, &mut s.client, Duration::from_millis(400)).await;
+        until_gone(&mut gc, &mut s.client, &[&young], Duration::ZERO).await;
         assert!(!young.exists(), "still there after the grace period");
         s.kubelet.stop().await;
     });
@@ -522,7 +550,7 @@ fn a_directory_with_a_live_registered_process_is_kept() {
         // The process ends (its slot stays, as after a kill): it goes.
         child.kill().unwrap();
         child.wait().unwrap();
-        rounds(&mut gc, &mut s.client, Duration::from_millis(400)).await;
+        until_gone(&mut gc, &mut s.client, &[&dir], Duration::ZERO).await;
         assert!(!dir.exists(), "still there after its process ended");
         s.kubelet.stop().await;
     });
@@ -551,7 +579,7 @@ fn a_directory_whose_usage_file_is_mapped_is_kept() {
             "{d:#?}"
         );
         drop(usage);
-        rounds(&mut gc, &mut s.client, Duration::from_millis(400)).await;
+        until_gone(&mut gc, &mut s.client, &[&dir], Duration::ZERO).await;
         assert!(!dir.exists(), "still there after the mapping ended");
         s.kubelet.stop().await;
     });
@@ -610,7 +638,7 @@ fn an_empty_list_right_after_a_kubelet_restart_removes_nothing() {
         // Still nothing listed long after the restart: the list is
         // believed and both go.
         tokio::time::sleep(settle).await;
-        rounds(&mut gc, &mut s.client, Duration::from_millis(500)).await;
+        until_gone(&mut gc, &mut s.client, &[&a, &b], Duration::ZERO).await;
         assert!(
             !a.exists() && !b.exists(),
             "kept although a settled kubelet lists nothing"
@@ -658,7 +686,7 @@ fn malformed_and_unmatchable_directories_are_reported_never_removed() {
         nameless.container = None;
         let unmatched = add(&s.store, "pod-nameless", &nameless);
         let mut gc = Collector::new(s.store.clone(), settings(0, 0, 100), probe());
-        let d = rounds(&mut gc, &mut s.client, Duration::from_millis(600)).await;
+        let d = until_gone(&mut gc, &mut s.client, &[&ok], Duration::from_millis(300)).await;
         assert!(!ok.exists(), "the well-formed departed one stays: {d:#?}");
         assert!(
             bad.join("meta.json").exists(),
@@ -810,7 +838,7 @@ fn a_directory_whose_cgroup_holds_a_process_is_kept() {
             "{d:#?}"
         );
         held.end();
-        rounds(&mut gc, &mut s.client, Duration::from_millis(400)).await;
+        until_gone(&mut gc, &mut s.client, &[&dir], Duration::ZERO).await;
         assert!(!dir.exists(), "still there after its cgroup emptied");
         s.kubelet.stop().await;
     });

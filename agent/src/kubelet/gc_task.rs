@@ -199,3 +199,37 @@ async fn run(config: GcConfig, root: PathBuf, shutdown: impl Future<Output = ()>
     }
     tracing::info!("region garbage collection stopped");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_checks_name_the_key() {
+        assert!(GcConfig::default().validate().is_ok());
+        type Edit = fn(&mut GcConfig);
+        let cases: [(&str, Edit); 7] = [
+            ("pod_resources_socket", |c| {
+                c.pod_resources_socket = "kubelet.sock".into()
+            }),
+            ("resource_name", |c| c.resource_name = "gpu".into()),
+            ("gc_interval_s", |c| c.interval = Duration::ZERO),
+            ("gc_interval_s", |c| c.interval = MAX_INTERVAL * 2),
+            ("gc_timeout_s", |c| c.timeout = Duration::ZERO),
+            ("gc_confirm_s", |c| c.settings.confirm = c.interval / 2),
+            ("gc_grace_s/gc_settle_s", |c| {
+                c.settings.grace = MAX_INTERVAL * 25
+            }),
+        ];
+        for (key, edit) in cases {
+            let mut c = GcConfig::default();
+            edit(&mut c);
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field, key, "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("garbage collection setting {key}:"))
+            );
+        }
+    }
+}
