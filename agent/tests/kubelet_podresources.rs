@@ -37,6 +37,14 @@ type Pods = Arc<Mutex<Vec<pr::PodResources>>>;
 
 struct FakeLister {
     pods: Pods,
+    /// When set, `List` says it arrived and answers only once released.
+    gate: Option<Gate>,
+}
+
+#[derive(Clone)]
+struct Gate {
+    arrived: tokio::sync::mpsc::UnboundedSender<()>,
+    release: Arc<tokio::sync::Notify>,
 }
 
 #[tonic::async_trait]
@@ -45,6 +53,11 @@ impl pr::pod_resources_lister_server::PodResourcesLister for FakeLister {
         &self,
         _: Request<pr::ListPodResourcesRequest>,
     ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
+        if let Some(g) = &self.gate {
+            let released = g.release.notified();
+            let _ = g.arrived.send(());
+            released.await;
+        }
         Ok(Response::new(pr::ListPodResourcesResponse {
             pod_resources: self.pods.lock().unwrap().clone(),
         }))
@@ -86,12 +99,17 @@ struct FakeKubelet {
 impl FakeKubelet {
     /// Starts like a new kubelet: a stale socket is replaced.
     fn start(path: &Path, pods: Vec<pr::PodResources>) -> Self {
+        Self::start_gated(path, pods, None)
+    }
+
+    fn start_gated(path: &Path, pods: Vec<pr::PodResources>, gate: Option<Gate>) -> Self {
         let _ = std::fs::remove_file(path);
         let listener = tokio::net::UnixListener::bind(path).unwrap();
         let pods = Arc::new(Mutex::new(pods));
         let (stop, stopped) = oneshot::channel::<()>();
         let svc = pr::pod_resources_lister_server::PodResourcesListerServer::new(FakeLister {
             pods: pods.clone(),
+            gate,
         });
         let task = tokio::spawn(async move {
             tonic::transport::Server::builder()
@@ -236,6 +254,20 @@ fn client_reads_pods_containers_and_our_devices() {
                 key("ml", "trainer-0", "main")
             ]
         );
+        assert_eq!(
+            s.holder_of(&VgpuId {
+                uuid: GPU_B.into(),
+                replica: 1
+            }),
+            Some(&key("ml", "trainer-0", "main"))
+        );
+        assert_eq!(
+            s.holder_of(&VgpuId {
+                uuid: GPU_B.into(),
+                replica: 0
+            }),
+            None
+        );
         assert_eq!(s.allocatable.as_ref().map(Vec::len), Some(4));
         // The nameless pod and the foreign ID are reported.
         assert_eq!(s.problems.len(), 2, "{:?}", s.problems);
@@ -291,6 +323,40 @@ fn client_reconnects_after_kubelet_restart_and_survives_absence() {
             figures[2], figures[4]
         );
         k.stop().await;
+    });
+}
+
+#[test]
+fn an_answer_across_a_kubelet_restart_is_not_used() {
+    runtime().block_on(async {
+        let tmp = tempfile::tempdir().unwrap();
+        let sock = tmp.path().join("kubelet.sock");
+        let (arrived, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let gate = Gate {
+            arrived,
+            release: release.clone(),
+        };
+        let old = FakeKubelet::start_gated(
+            &sock,
+            vec![pod("a", "old", vec![container("c", &[])])],
+            Some(gate),
+        );
+        let mut c = client(&sock);
+        // The old kubelet holds the call while a new one takes the socket.
+        let (answer, new) = tokio::join!(c.list(), async {
+            arrivals.recv().await.unwrap();
+            let new = FakeKubelet::start(&sock, vec![]);
+            release.notify_one();
+            new
+        });
+        let e = answer.unwrap_err();
+        assert!(matches!(e, PodResourcesError::Restarted { .. }), "{e}");
+        // The next call is the new kubelet's.
+        let s = c.list().await.unwrap();
+        assert!(s.containers.is_empty(), "{s:?}");
+        new.stop().await;
+        drop(old);
     });
 }
 

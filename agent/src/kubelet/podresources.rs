@@ -10,6 +10,8 @@
 //!   recreated (another inode or change time: a kubelet restart) the old
 //!   connection is dropped and a new one made;
 //! - a failed call drops the connection, so the next call connects anew;
+//! - an answer is used only if the socket is the same file after the call
+//!   as before the connection ([`PodResourcesError::Restarted`] otherwise);
 //! - every connect and call is bounded by the client's timeout, so a hung
 //!   kubelet (a socket that accepts and never answers) costs at most that
 //!   long and never wedges the agent.
@@ -63,6 +65,15 @@ pub enum PodResourcesError {
         /// Cause.
         #[source]
         source: tonic::Status,
+    },
+    /// Kubelet's socket was recreated while the call was under way: the
+    /// answer may be either kubelet's, so it is not used.
+    #[error(
+        "kubelet's PodResources socket {path} was recreated during the call (kubelet restarted)"
+    )]
+    Restarted {
+        /// The socket.
+        path: PathBuf,
     },
     /// Kubelet did not answer in time.
     #[error("kubelet at {path} did not answer {rpc} within {timeout:?}")]
@@ -136,6 +147,14 @@ impl Snapshot {
     /// Whether kubelet lists `key`.
     pub fn lists(&self, key: &ContainerKey) -> bool {
         self.containers.contains_key(key)
+    }
+
+    /// The container holding vGPU `id`, if kubelet lists one.
+    pub fn holder_of(&self, id: &VgpuId) -> Option<&ContainerKey> {
+        self.containers
+            .iter()
+            .find(|(_, d)| d.iter().any(|d| matches!(d, Device::Vgpu(v) if v == id)))
+            .map(|(k, _)| k)
     }
 
     /// The containers holding at least one device of our resource.
@@ -278,6 +297,13 @@ impl Client {
             }
             Err(e) => return Err(e),
         };
+        // The answer is labelled with the kubelet whose socket was there
+        // before the connection and is still there after the call: a
+        // kubelet restarting in between (the channel may reconnect on its
+        // own) cannot pass a new kubelet's answer off as the old one's.
+        if KubeletInstance::at(&path).map(|k| k.socket) != Some(kubelet.socket) {
+            return Err(PodResourcesError::Restarted { path });
+        }
         Ok(snapshot(kubelet, &self.resource_name, listed, allocatable))
     }
 }
