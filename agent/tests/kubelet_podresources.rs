@@ -930,3 +930,45 @@ impl Drop for InCgroup {
         let _ = std::fs::remove_dir(&self.cgroup);
     }
 }
+
+#[test]
+fn a_directory_whose_pod_cgroup_exists_is_kept() {
+    runtime().block_on(async {
+        let mut s = scene(vec![]);
+        let dir = add(
+            &s.store,
+            "pod-left-main",
+            &meta("ml", "left", "main", Some(UID)),
+        );
+        // A cgroup v2 tree as kubelet's systemd driver lays it out, with
+        // this pod's slice (its UID's '-' escaped to '_').
+        let cg = tempfile::tempdir().unwrap();
+        let slice = cg
+            .path()
+            .join("kubepods.slice/kubepods-besteffort.slice")
+            .join(format!(
+                "kubepods-besteffort-pod{}.slice",
+                UID.replace('-', "_")
+            ));
+        std::fs::create_dir_all(&slice).unwrap();
+        let probe = Probe {
+            proc_root: PathBuf::from("/proc"),
+            cgroup_root: Some(cg.path().to_owned()),
+        };
+        let mut gc = Collector::new(s.store.clone(), settings(0, 0, 100), probe);
+        let d = rounds(&mut gc, &mut s.client, Duration::from_millis(800)).await;
+        assert!(
+            dir.exists(),
+            "removed while its pod's cgroup exists: {d:#?}"
+        );
+        assert!(
+            d.iter().any(|d| d.reason.contains("pod's cgroup")),
+            "{d:#?}"
+        );
+        // Kubelet cleans the pod up: it goes.
+        std::fs::remove_dir(&slice).unwrap();
+        until_gone(&mut gc, &mut s.client, &[&dir], Duration::ZERO).await;
+        assert!(!dir.exists(), "still there after its pod's cgroup went");
+        s.kubelet.stop().await;
+    });
+}

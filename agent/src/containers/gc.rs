@@ -20,8 +20,9 @@
 //!    for at least [`GcSettings::confirm`], in at least two answers in a
 //!    row. A failed `List`, a new kubelet instance (its socket recreated)
 //!    or a `List` naming the container starts the count again;
-//! 5. no process uses it ([`super::live`]: its cgroup, its usage slots, any
-//!    process mapping its usage file);
+//! 5. no process uses it and kubelet has cleaned its pod up
+//!    ([`super::live`]: the pod's cgroup, the container's cgroup, its usage
+//!    slots, any process mapping its usage file);
 //! 6. under the store's writer lock (the one `Store::add` holds; tried for
 //!    at most about half a second, else the removal waits a round) the
 //!    directory is still the one judged (same inode, same metadata file):
@@ -44,7 +45,7 @@ use crate::kubelet::podresources::{ContainerKey, Snapshot};
 use crate::kubelet::socket::FileId;
 
 use super::id::ContainerId;
-use super::live::{self, Probe, Verdict};
+use super::live::{Probe, Verdict};
 use super::meta::{META_FILE, Metadata};
 use super::store::{FileKey, Store, meta_key};
 
@@ -356,9 +357,9 @@ impl Collector {
         }
         self.streaks.retain(|id, _| seen.contains(id));
         if !candidates.is_empty() {
-            let mapped = live::mapped_usage_inodes(&self.probe.proc_root);
+            let evidence = self.probe.gather();
             for (c, key, streak) in candidates {
-                let d = match self.probe.verdict(&c.dir, &c.meta, &mapped) {
+                let d = match self.probe.verdict(&c.dir, &c.meta, &evidence) {
                     Verdict::Alive(why) => Decision {
                         name: c.id.as_str().to_owned(),
                         dir: c.dir.clone(),

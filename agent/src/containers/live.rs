@@ -1,8 +1,11 @@
 //! Whether any process still uses a region directory: the last guard
 //! before a directory is garbage-collected ([`super::gc`]).
 //!
-//! Three independent kinds of evidence, any one of which keeps the
+//! Four independent kinds of evidence, any one of which keeps the
 //! directory:
+//! - the pod's cgroup (kubelet's `…pod<uid>…` directory in the cgroup v2
+//!   tree, found by the metadata's `pod_uid`) still exists: kubelet removes
+//!   it only once the pod is gone, whatever its pod list says meanwhile;
 //! - the container's cgroup (when the metadata names one) holds a process;
 //! - a usage slot names a process of the agent's pid namespace with the
 //!   same pid and start time (containers without their own pid namespace);
@@ -16,12 +19,15 @@
 //! A usage file that cannot be read leaves only the other evidence (its
 //! content is the container's and may be garbage); that is reported.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use tessera_region::file::{USAGE_FILE, read_usage_bytes};
 use tessera_region::reader::read_usage;
+
+use crate::cgroup::path::Classified;
+use crate::cgroup::walk::CgroupMap;
 
 use super::meta::Metadata;
 use super::pids;
@@ -42,6 +48,33 @@ pub enum Verdict {
     Alive(String),
     /// No process uses it; remarks (e.g. an unreadable usage file).
     Unused(Vec<String>),
+}
+
+/// What one round gathered about the node's processes and pods (once for
+/// all candidates).
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// [`mapped_usage_inodes`].
+    pub mapped: HashSet<u64>,
+    /// Pod UID (lower case) → its cgroup path, of every pod cgroup in the
+    /// v2 tree.
+    pub pod_cgroups: HashMap<String, String>,
+}
+
+/// Every pod cgroup under the v2 root `root`, by pod UID (lower case).
+/// Pods kept only in v1 (the cgroupfs driver on a hybrid host) are not
+/// seen.
+pub fn pod_cgroups(root: &Path) -> HashMap<String, String> {
+    let Ok(map) = CgroupMap::build(root) else {
+        return HashMap::new();
+    };
+    map.by_id
+        .into_values()
+        .filter_map(|e| match e.kind {
+            Classified::Pod(pod) => Some((pod.uid.to_ascii_lowercase(), e.path)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Inodes of files named `usage` mapped by any process under
@@ -106,10 +139,30 @@ impl Probe {
         }
     }
 
-    /// Whether any process uses directory `dir` with metadata `meta`;
-    /// `mapped` is [`mapped_usage_inodes`] of this round.
-    pub fn verdict(&self, dir: &Path, meta: &Metadata, mapped: &HashSet<u64>) -> Verdict {
+    /// This round's [`Evidence`].
+    pub fn gather(&self) -> Evidence {
+        Evidence {
+            mapped: mapped_usage_inodes(&self.proc_root),
+            pod_cgroups: self
+                .cgroup_root
+                .as_deref()
+                .map(pod_cgroups)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Whether any process (or kubelet's pod cgroup) uses directory `dir`
+    /// with metadata `meta`; `evidence` is this round's [`Self::gather`].
+    pub fn verdict(&self, dir: &Path, meta: &Metadata, evidence: &Evidence) -> Verdict {
         let mut remarks = Vec::new();
+        let mapped = &evidence.mapped;
+        if let Some(uid) = &meta.pod_uid
+            && let Some(path) = evidence.pod_cgroups.get(&uid.to_ascii_lowercase())
+        {
+            return Verdict::Alive(format!(
+                "the pod's cgroup {path} still exists (kubelet has not cleaned the pod up)"
+            ));
+        }
         if let Some(rel) = &meta.cgroup {
             match &self.cgroup_root {
                 Some(root) => {
