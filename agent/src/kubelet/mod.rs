@@ -20,8 +20,10 @@
 //! service), [`registration`], [`socket`].
 
 pub mod allocate;
+pub mod gc_task;
 pub mod health;
 pub mod plugin;
+pub mod podresources;
 pub mod preferred;
 pub mod registration;
 pub mod socket;

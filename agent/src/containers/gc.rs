@@ -1,0 +1,500 @@
+//! Garbage collection of region directories whose container kubelet no
+//! longer runs (design §4.6: the device plugin creates them; nothing else
+//! would remove them).
+//!
+//! [`Collector::round`] weighs one PodResources answer against the
+//! directories under the root. A directory is removed only when all of
+//! these hold (each decision is logged with the directory and the reason):
+//!
+//! 1. its metadata is readable and valid and has a `pod_uid` (only the
+//!    device plugin sets one: directories made by the CLI are never
+//!    collected), a namespace, a pod and a container name; a malformed
+//!    directory is reported, never removed;
+//! 2. its last change (the change time of the directory and of its
+//!    metadata) is older than [`GcSettings::grace`]: `Allocate` creates
+//!    the directory before kubelet lists the container;
+//! 3. the answering kubelet's socket was created more than
+//!    [`GcSettings::settle`] ago: a kubelet that has just (re)started may
+//!    answer before it knows its pods, typically with nothing;
+//! 4. the same kubelet instance left the container out of every `List`
+//!    for at least [`GcSettings::confirm`], in at least two answers in a
+//!    row. A failed `List`, a new kubelet instance (its socket recreated)
+//!    or a `List` naming the container starts the count again;
+//! 5. no process uses it and kubelet has cleaned its pod up
+//!    ([`super::live`]: the pod's cgroup, the container's cgroup, its usage
+//!    slots, any process mapping its usage file);
+//! 6. under the store's writer lock (the one `Store::add` holds; tried for
+//!    at most about half a second, else the removal waits a round) the
+//!    directory is still the one judged (same inode, same metadata file):
+//!    it is renamed to a tombstone `.gc.<id>.<pid>.<n>` and then deleted, so a concurrent `Allocate` that recreates the same
+//!    id gets a fresh directory that is never touched. A tombstone left by
+//!    a crash is deleted at the next round (only the collector makes them,
+//!    and only from directories judged dead).
+//!
+//! Matching is by (namespace, pod, container), the names `List` reports
+//! (it carries no pod UID). A pod recreated under the same name keeps the
+//! old directory until kubelet stops listing the name.
+
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::kubelet::podresources::{ContainerKey, Snapshot};
+use crate::kubelet::socket::FileId;
+
+use super::id::ContainerId;
+use super::live::{Probe, Verdict};
+use super::meta::{META_FILE, Metadata};
+use super::store::{FileKey, Store, meta_key};
+
+/// Name prefix of a directory being deleted by the collector.
+pub const TOMBSTONE_PREFIX: &str = ".gc.";
+
+/// How much evidence a removal needs; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcSettings {
+    /// A directory changed more recently than this is kept (rule 2).
+    pub grace: Duration,
+    /// A kubelet whose socket is younger than this is not believed about
+    /// absences (rule 3).
+    pub settle: Duration,
+    /// How long a container must stay absent from `List` (rule 4).
+    pub confirm: Duration,
+}
+
+impl Default for GcSettings {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(120),
+            settle: Duration::from_secs(60),
+            confirm: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What kubelet said this round.
+#[derive(Clone, Copy, Debug)]
+pub enum Observation<'a> {
+    /// `List` answered.
+    Listed(&'a Snapshot),
+    /// `List` failed (the reason, for the log): no evidence at all.
+    Failed(&'a str),
+}
+
+/// What was done with one entry of the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Left alone (a guard held).
+    Kept,
+    /// Removed.
+    Removed,
+    /// Left alone and reported: malformed or not understood.
+    Reported,
+}
+
+/// One decision of a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The entry's name under the root.
+    pub name: String,
+    /// Its path.
+    pub dir: PathBuf,
+    /// What was done.
+    pub action: Action,
+    /// Why.
+    pub reason: String,
+}
+
+/// Identity of a directory as judged: its inode and its metadata file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DirIdent {
+    dev: u64,
+    ino: u64,
+    meta: FileKey,
+}
+
+/// A container's run of absences from one kubelet's `List`.
+#[derive(Clone, Copy, Debug)]
+struct Streak {
+    since: Instant,
+    lists: u32,
+    ident: DirIdent,
+}
+
+/// The garbage collector's state between rounds; see the module
+/// documentation.
+#[derive(Debug)]
+pub struct Collector {
+    store: Store,
+    settings: GcSettings,
+    probe: Probe,
+    kubelet: Option<FileId>,
+    streaks: HashMap<ContainerId, Streak>,
+    /// (name, reason) of reports already logged at warning level.
+    reported: HashSet<(String, String)>,
+}
+
+static TOMBSTONES: AtomicU64 = AtomicU64::new(0);
+
+fn ident(dir: &Path) -> Option<DirIdent> {
+    let m = std::fs::symlink_metadata(dir).ok()?;
+    if !m.is_dir() {
+        return None;
+    }
+    Some(DirIdent {
+        dev: m.dev(),
+        ino: m.ino(),
+        meta: meta_key(dir)?,
+    })
+}
+
+fn ctime(m: &std::fs::Metadata) -> SystemTime {
+    let secs = u64::try_from(m.ctime()).unwrap_or(0);
+    let nanos = u32::try_from(m.ctime_nsec()).unwrap_or(0).min(999_999_999);
+    UNIX_EPOCH + Duration::new(secs, nanos)
+}
+
+/// The last change of `dir`: the later change time of the directory and
+/// of its metadata file (`None` if neither can be read).
+fn last_change(dir: &Path) -> Option<SystemTime> {
+    [dir.to_path_buf(), dir.join(META_FILE)]
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| ctime(&m))
+        .max()
+}
+
+fn key_of(meta: &Metadata) -> Option<ContainerKey> {
+    Some(ContainerKey {
+        namespace: meta.namespace.clone()?,
+        pod: meta.pod.clone()?,
+        container: meta.container.clone()?,
+    })
+}
+
+fn age(now: SystemTime, then: SystemTime) -> Duration {
+    // A time in the future (clock step) is age zero: the guard holds.
+    now.duration_since(then).unwrap_or(Duration::ZERO)
+}
+
+/// How often, and how far apart, the store lock is tried before a
+/// removal is deferred to the next round (the daemon holds it for a few
+/// milliseconds each period).
+const LOCK_TRIES: u32 = 25;
+const LOCK_PAUSE: Duration = Duration::from_millis(20);
+
+/// The store's writer lock if it comes free within about half a second;
+/// never waits longer (a writer holding it for good must not wedge the
+/// collector).
+fn lock_briefly(store: &Store) -> Result<Option<super::store::WriterLock>, super::StoreError> {
+    for _ in 1..LOCK_TRIES {
+        if let Some(l) = store.try_lock()? {
+            return Ok(Some(l));
+        }
+        std::thread::sleep(LOCK_PAUSE);
+    }
+    store.try_lock()
+}
+
+impl Collector {
+    /// A collector of the directories of `store`.
+    pub fn new(store: Store, settings: GcSettings, probe: Probe) -> Self {
+        Self {
+            store,
+            settings,
+            probe,
+            kubelet: None,
+            streaks: HashMap::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// The store collected.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// One round: weighs `observation` against the directories under the
+    /// root now and removes those it proves dead; every decision is logged
+    /// and returned.
+    pub fn round(&mut self, observation: Observation<'_>) -> Vec<Decision> {
+        let mut out = Vec::new();
+        self.clear_tombstones(&mut out);
+        let listing = match self.store.list() {
+            Ok(l) => l,
+            Err(e) => {
+                out.push(Decision {
+                    name: String::new(),
+                    dir: self.store.root().to_path_buf(),
+                    action: Action::Reported,
+                    reason: format!(
+                        "cannot list the region directories: {}",
+                        crate::error_chain::with_causes(&e)
+                    ),
+                });
+                self.log(&out);
+                return out;
+            }
+        };
+        for s in &listing.skipped {
+            out.push(Decision {
+                name: s.name.clone(),
+                dir: self.store.root().join(&s.name),
+                action: Action::Reported,
+                reason: format!("not a usable region directory, left alone: {}", s.reason),
+            });
+        }
+        let (now, now_sys) = (Instant::now(), SystemTime::now());
+        // The evidence this round gives (None: no absence counts).
+        let snapshot = match observation {
+            Observation::Failed(why) => {
+                self.streaks.clear();
+                self.kubelet = None;
+                Err(format!(
+                    "kubelet's List failed ({why}): no evidence this round"
+                ))
+            }
+            Observation::Listed(s) => {
+                if self.kubelet != Some(s.kubelet.socket) {
+                    if self.kubelet.is_some() {
+                        tracing::info!(
+                            "a new kubelet answers PodResources: absences are counted anew"
+                        );
+                    }
+                    self.streaks.clear();
+                    self.kubelet = Some(s.kubelet.socket);
+                }
+                let up = age(now_sys, s.kubelet.since);
+                if up < self.settings.settle {
+                    self.streaks.clear();
+                    Err(format!(
+                        "kubelet's socket is {up:.1?} old (settle {:?}): its absences are not believed yet",
+                        self.settings.settle
+                    ))
+                } else {
+                    Ok(s)
+                }
+            }
+        };
+        let mut seen = HashSet::new();
+        let mut candidates = Vec::new();
+        for c in &listing.containers {
+            seen.insert(c.id.clone());
+            let keep = |reason: String| Decision {
+                name: c.id.as_str().to_owned(),
+                dir: c.dir.clone(),
+                action: Action::Kept,
+                reason,
+            };
+            if c.meta.pod_uid.is_none() {
+                out.push(keep(
+                    "no pod_uid (not made by the device plugin): never collected".into(),
+                ));
+                continue;
+            }
+            let Some(key) = key_of(&c.meta) else {
+                out.push(Decision {
+                    action: Action::Reported,
+                    ..keep("has a pod_uid but no namespace, pod or container name: cannot be matched with kubelet's list, left alone".into())
+                });
+                continue;
+            };
+            let snap = match &snapshot {
+                Err(why) => {
+                    out.push(keep(format!("{key}: {why}")));
+                    continue;
+                }
+                Ok(s) => s,
+            };
+            if snap.lists(&key) {
+                self.streaks.remove(&c.id);
+                out.push(keep(format!("kubelet lists {key}")));
+                continue;
+            }
+            let Some(id_now) = ident(&c.dir) else {
+                out.push(keep(format!("{key}: changed while being looked at")));
+                continue;
+            };
+            let streak = self
+                .streaks
+                .entry(c.id.clone())
+                .and_modify(|s| {
+                    if s.ident == id_now {
+                        s.lists += 1;
+                    } else {
+                        *s = Streak {
+                            since: now,
+                            lists: 1,
+                            ident: id_now,
+                        };
+                    }
+                })
+                .or_insert(Streak {
+                    since: now,
+                    lists: 1,
+                    ident: id_now,
+                });
+            let changed = last_change(&c.dir).unwrap_or(now_sys);
+            let dir_age = age(now_sys, changed);
+            if dir_age < self.settings.grace {
+                out.push(keep(format!(
+                    "{key} not listed, but the directory is {dir_age:.1?} old (grace {:?})",
+                    self.settings.grace
+                )));
+                continue;
+            }
+            let absent = now.duration_since(streak.since);
+            if streak.lists < 2 || absent < self.settings.confirm {
+                out.push(keep(format!(
+                    "{key} not listed in {} answer(s) over {absent:.1?} (needed: 2 and {:?})",
+                    streak.lists, self.settings.confirm
+                )));
+                continue;
+            }
+            candidates.push((c, key, *streak));
+        }
+        self.streaks.retain(|id, _| seen.contains(id));
+        if !candidates.is_empty() {
+            let evidence = self.probe.gather();
+            for (c, key, streak) in candidates {
+                let d = match self.probe.verdict(&c.dir, &c.meta, &evidence) {
+                    Verdict::Alive(why) => Decision {
+                        name: c.id.as_str().to_owned(),
+                        dir: c.dir.clone(),
+                        action: Action::Kept,
+                        reason: format!("{key} not listed, but {why}"),
+                    },
+                    Verdict::Unused(remarks) => self.remove(&c.id, &c.dir, &key, streak, &remarks),
+                };
+                out.push(d);
+            }
+        }
+        self.log(&out);
+        out
+    }
+
+    /// Removes `dir` if it is still the one judged (rule 6).
+    fn remove(
+        &mut self,
+        id: &ContainerId,
+        dir: &Path,
+        key: &ContainerKey,
+        streak: Streak,
+        remarks: &[String],
+    ) -> Decision {
+        let decision = |action, reason| Decision {
+            name: id.as_str().to_owned(),
+            dir: dir.to_path_buf(),
+            action,
+            reason,
+        };
+        let lock = match lock_briefly(&self.store) {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                return decision(
+                    Action::Kept,
+                    format!("{key} gone, but the store is busy: retried next round"),
+                );
+            }
+            Err(e) => {
+                return decision(
+                    Action::Reported,
+                    format!(
+                        "{key} gone, but the store lock failed: {}",
+                        crate::error_chain::with_causes(&e)
+                    ),
+                );
+            }
+        };
+        if ident(dir) != Some(streak.ident) {
+            drop(lock);
+            self.streaks.remove(id);
+            return decision(
+                Action::Kept,
+                format!("{key}: the directory was replaced meanwhile; judged anew"),
+            );
+        }
+        let n = TOMBSTONES.fetch_add(1, Ordering::Relaxed);
+        let tomb = self
+            .store
+            .root()
+            .join(format!("{TOMBSTONE_PREFIX}{id}.{}.{n}", std::process::id()));
+        let renamed = std::fs::rename(dir, &tomb);
+        drop(lock);
+        self.streaks.remove(id);
+        if let Err(e) = renamed {
+            return decision(
+                Action::Reported,
+                format!("{key} gone, but {} cannot be renamed: {e}", dir.display()),
+            );
+        }
+        let mut reason = format!(
+            "{key} not listed by kubelet for {:.1?} ({} answers) and no process uses it",
+            streak.since.elapsed(),
+            streak.lists
+        );
+        for r in remarks {
+            reason.push_str("; ");
+            reason.push_str(r);
+        }
+        if let Err(e) = std::fs::remove_dir_all(&tomb) {
+            reason.push_str(&format!(
+                "; its tombstone {} is deleted next round ({e})",
+                tomb.display()
+            ));
+        }
+        decision(Action::Removed, reason)
+    }
+
+    /// Deletes tombstones a previous round left.
+    fn clear_tombstones(&self, out: &mut Vec<Decision>) {
+        let Ok(entries) = std::fs::read_dir(self.store.root()) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(TOMBSTONE_PREFIX) {
+                continue;
+            }
+            let path = e.path();
+            let (action, reason) = match std::fs::remove_dir_all(&path) {
+                Ok(()) => (
+                    Action::Removed,
+                    "a tombstone left by an earlier round".to_owned(),
+                ),
+                Err(e) => (Action::Reported, format!("cannot delete tombstone: {e}")),
+            };
+            out.push(Decision {
+                name,
+                dir: path,
+                action,
+                reason,
+            });
+        }
+    }
+
+    fn log(&mut self, decisions: &[Decision]) {
+        for d in decisions {
+            match d.action {
+                Action::Removed => {
+                    tracing::info!(dir = %d.dir.display(), reason = %d.reason, "region directory removed")
+                }
+                Action::Kept => {
+                    tracing::debug!(dir = %d.dir.display(), reason = %d.reason, "region directory kept")
+                }
+                Action::Reported => {
+                    if self.reported.insert((d.name.clone(), d.reason.clone())) {
+                        tracing::warn!(dir = %d.dir.display(), reason = %d.reason, "region directory left alone");
+                    } else {
+                        tracing::debug!(dir = %d.dir.display(), reason = %d.reason, "region directory left alone");
+                    }
+                }
+            }
+        }
+        if self.reported.len() > 4096 {
+            self.reported.clear();
+        }
+    }
+}
