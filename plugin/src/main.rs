@@ -79,10 +79,20 @@ struct TlsArgs {
     #[arg(long, env = "TESSERA_WEBHOOK_LISTEN", requires_all = ["tls_cert", "tls_key"])]
     webhook_listen: Option<SocketAddr>,
     /// PEM certificate chain, leaf first (`tls.crt` of the mounted secret).
-    #[arg(long, env = "TESSERA_TLS_CERT", value_name = "FILE", requires = "webhook_listen")]
+    #[arg(
+        long,
+        env = "TESSERA_TLS_CERT",
+        value_name = "FILE",
+        requires = "webhook_listen"
+    )]
     tls_cert: Option<PathBuf>,
     /// PEM private key (`tls.key` of the mounted secret).
-    #[arg(long, env = "TESSERA_TLS_KEY", value_name = "FILE", requires = "webhook_listen")]
+    #[arg(
+        long,
+        env = "TESSERA_TLS_KEY",
+        value_name = "FILE",
+        requires = "webhook_listen"
+    )]
     tls_key: Option<PathBuf>,
     /// Seconds between checks of the certificate files; a changed, valid
     /// pair serves new handshakes, a broken one is logged and ignored.
@@ -199,7 +209,8 @@ async fn webhook_listener(
         cert: cert.clone(),
         key: key.clone(),
     };
-    let reloader = server::tls::CertReloader::new(files).context("loading the webhook certificate")?;
+    let reloader =
+        server::tls::CertReloader::new(files).context("loading the webhook certificate")?;
     let config = reloader.server_config()?;
     reloader.spawn(args.tls_reload_interval);
     let listener = tokio::net::TcpListener::bind(addr)

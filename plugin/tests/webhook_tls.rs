@@ -6,17 +6,15 @@
 //! `..data` symlink swap; slow and oversized clients.
 #![allow(clippy::unwrap_used)] // helpers of a test crate
 
-use std::io::{BufRead as _, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SerialNumber};
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use rustls::pki_types::CertificateDer;
 use serde_json::{Value, json};
 
 // ---- certificates and the secret directory ----------------------------
@@ -69,10 +67,8 @@ struct SecretDir {
 
 impl SecretDir {
     fn new(test: &str, pair: &Pair) -> Self {
-        let root = std::env::temp_dir().join(format!(
-            "tessera-webhook-tls-{test}-{}",
-            std::process::id()
-        ));
+        let root =
+            std::env::temp_dir().join(format!("tessera-webhook-tls-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
         let mut dir = Self {
@@ -119,144 +115,20 @@ impl Drop for SecretDir {
     }
 }
 
-// ---- the server ---------------------------------------------------------
+// ---- the server and client ---------------------------------------------
 
-struct Server {
-    child: Child,
-    webhook: String,
-    plain: String,
-    log: Arc<Mutex<String>>,
+#[allow(dead_code)] // not every test crate uses every helper
+mod support;
+
+use support::{Server, Tls, exchange, leaf_der};
+
+fn start(secret: &SecretDir, extra: &[&str]) -> Server {
+    Server::start(&secret.cert(), &secret.key(), extra)
 }
 
-impl Server {
-    fn start(secret: &SecretDir, extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--webhook-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--tls-cert")
-            .arg(secret.cert())
-            .arg("--tls-key")
-            .arg(secret.key())
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut reader = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("serving") {
-            line.clear();
-            assert!(
-                reader.read_line(&mut line).unwrap() > 0,
-                "serve exited before listening"
-            );
-        }
-        let field = |name: &str| {
-            line.split(&format!("{name}="))
-                .nth(1)
-                .unwrap_or_else(|| panic!("no {name}= in {line}"))
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .to_owned()
-        };
-        let (webhook, plain) = (field("webhook"), field("listen"));
-        let log = Arc::new(Mutex::new(String::new()));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines() {
-                let Ok(line) = line else { break };
-                sink.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        Self {
-            child,
-            webhook,
-            plain,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-// ---- the client ---------------------------------------------------------
-
-fn client_config(ca: &Ca) -> Arc<ClientConfig> {
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.der.clone()).unwrap();
-    Arc::new(
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
-
-type Tls = StreamOwned<ClientConnection, TcpStream>;
-
-/// A finished handshake with the server, verified against `ca`.
+/// A finished handshake, the server verified as `localhost` against `ca`.
 fn connect(ca: &Ca, addr: &str) -> Tls {
-    let name = ServerName::try_from("localhost").unwrap();
-    let conn = ClientConnection::new(client_config(ca), name).unwrap();
-    let sock = TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut tls = StreamOwned::new(conn, sock);
-    while tls.conn.is_handshaking() {
-        tls.conn.complete_io(&mut tls.sock).unwrap();
-    }
-    tls
-}
-
-fn leaf_der(tls: &Tls) -> Vec<u8> {
-    tls.conn.peer_certificates().unwrap()[0].to_vec()
-}
-
-/// Sends one request and reads one response (status, body) by its
-/// Content-Length, so the connection can carry the next one.
-fn exchange(tls: &mut Tls, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes()).unwrap();
-    tls.write_all(body).unwrap();
-    tls.flush().unwrap();
-    let mut raw = Vec::new();
-    let mut byte = [0u8; 1];
-    while !raw.ends_with(b"\r\n\r\n") {
-        assert_eq!(tls.read(&mut byte).unwrap(), 1, "closed mid-headers");
-        raw.push(byte[0]);
-    }
-    let head = String::from_utf8(raw).unwrap();
-    let status: u16 = head[9..12].parse().unwrap();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().unwrap())
-        })
-        .unwrap();
-    let mut body = vec![0u8; length];
-    tls.read_exact(&mut body).unwrap();
-    (status, body)
+    support::connect(support::client_config(ca.der.clone()), addr, "localhost")
 }
 
 fn post_review(ca: &Ca, addr: &str, review: &Value) -> Value {
@@ -305,7 +177,11 @@ fn assert_extended_resources_valid(pod: &Value) {
         }
         for (name, value) in limits.and_then(Value::as_object).into_iter().flatten() {
             if name.starts_with("nvidia.com/") {
-                assert_eq!(requests.and_then(|r| r.get(name)), Some(value), "{container}");
+                assert_eq!(
+                    requests.and_then(|r| r.get(name)),
+                    Some(value),
+                    "{container}"
+                );
             }
         }
     }
@@ -323,7 +199,7 @@ fn set(pod: &mut Value, parent: &str, key: &str, value: Value) {
 fn fixtures_from_the_api_server_get_the_right_answers_over_tls() {
     let ca = new_ca("fixtures-ca");
     let secret = SecretDir::new("fixtures", &leaf(&ca, 1));
-    let server = Server::start(&secret, &[]);
+    let server = start(&secret, &[]);
 
     // Allowed, with the pod the API server would store.
     let allowed: [(&str, &dyn Fn(&mut Value)); 4] = [
@@ -410,7 +286,7 @@ fn fixtures_from_the_api_server_get_the_right_answers_over_tls() {
 fn the_https_listener_has_only_the_webhook_and_bounds_bodies() {
     let ca = new_ca("routes-ca");
     let secret = SecretDir::new("routes", &leaf(&ca, 1));
-    let server = Server::start(&secret, &["--max-body", "4096"]);
+    let server = start(&secret, &["--max-body", "4096"]);
     let mut tls = connect(&ca, &server.webhook);
     assert_eq!(exchange(&mut tls, "GET", "/healthz", b"").0, 200);
     // The extender verbs stay off the cluster-facing listener...
@@ -450,7 +326,7 @@ fn a_rotated_secret_serves_new_handshakes_and_a_broken_one_is_ignored() {
     let first = leaf(&ca, 1);
     let mut secret = SecretDir::new("rotation", &first);
     let interval = Duration::from_millis(300);
-    let server = Server::start(&secret, &["--tls-reload-interval", "0.3"]);
+    let server = start(&secret, &["--tls-reload-interval", "0.3"]);
 
     let mut kept = connect(&ca, &server.webhook);
     assert_eq!(leaf_der(&kept), first.der);
@@ -483,18 +359,30 @@ fn a_rotated_secret_serves_new_handshakes_and_a_broken_one_is_ignored() {
     let other = leaf(&ca, 3);
     let stranger = leaf(&ca, 4);
     for (cert, key, reason) in [
-        (&other.cert_pem, &stranger.key_pem, "does not fit certificate"),
+        (
+            &other.cert_pem,
+            &stranger.key_pem,
+            "does not fit certificate",
+        ),
         (
             &"not a certificate\n".to_owned(),
             &other.key_pem,
             "holds no readable PEM certificate",
         ),
-        (&other.cert_pem, &String::new(), "holds no readable PEM private key"),
+        (
+            &other.cert_pem,
+            &String::new(),
+            "holds no readable PEM private key",
+        ),
     ] {
         secret.publish(cert, key);
         let deadline = Instant::now() + interval * 10;
         while !server.log().contains(reason) {
-            assert!(Instant::now() < deadline, "no {reason:?} in {}", server.log());
+            assert!(
+                Instant::now() < deadline,
+                "no {reason:?} in {}",
+                server.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let tls = connect(&ca, &server.webhook);
@@ -577,7 +465,7 @@ fn closed_by_server(tls: &mut Tls) -> bool {
 fn slow_clients_are_cut_off_while_others_are_served() {
     let ca = new_ca("slow-ca");
     let secret = SecretDir::new("slow", &leaf(&ca, 1));
-    let server = Server::start(&secret, &["--header-read-timeout", "1"]);
+    let server = start(&secret, &["--header-read-timeout", "1"]);
     let timeout = Duration::from_secs(1);
 
     // A client that never sends its ClientHello.
@@ -598,7 +486,10 @@ fn slow_clients_are_cut_off_while_others_are_served() {
     let request = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n";
     let slow_thread = std::thread::spawn(move || {
         for byte in request {
-            if slow.write_all(&[*byte]).and_then(|()| slow.flush()).is_err()
+            if slow
+                .write_all(&[*byte])
+                .and_then(|()| slow.flush())
+                .is_err()
                 || closed_by_server(&mut slow)
             {
                 return Some(slow_start.elapsed());

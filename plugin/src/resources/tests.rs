@@ -175,7 +175,9 @@ fn memory_or_cores_without_a_gpu_count_ask_for_one_gpu() {
         let got = share(fields).unwrap().unwrap();
         assert_eq!(got.count, 1, "{fields:?}");
     }
-    let got = share(&[(GPU_MEM, "4000"), (GPU_CORES, "30")]).unwrap().unwrap();
+    let got = share(&[(GPU_MEM, "4000"), (GPU_CORES, "30")])
+        .unwrap()
+        .unwrap();
     assert_eq!((got.memory, got.cores), (Some(Memory::Mib(4000)), Some(30)));
 }
 

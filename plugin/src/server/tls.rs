@@ -135,12 +135,11 @@ impl CertFiles {
                 source: None,
             });
         }
-        let key = PrivateKeyDer::from_pem_slice(&snapshot.key).map_err(|source| {
-            TlsError::NoKey {
+        let key =
+            PrivateKeyDer::from_pem_slice(&snapshot.key).map_err(|source| TlsError::NoKey {
                 path: self.key.clone(),
                 source,
-            }
-        })?;
+            })?;
         let mismatch = |source| TlsError::Mismatch {
             cert: self.cert.clone(),
             key: self.key.clone(),

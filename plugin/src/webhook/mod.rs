@@ -7,13 +7,13 @@
 //!   `spec.nodeName` (no scheduler would check the GPUs), another
 //!   scheduler's name;
 //! - otherwise patches `spec.schedulerName` to Tessera's scheduler and
-//!   writes the defaults into each GPU container's limits and requests, so
-//!   the stored pod says what it gets: `nvidia.com/gpu: 1` when only
-//!   memory or cores are given, `gpumem-percentage: 100` when no memory is
-//!   given, and `gpucores` (100 for a whole-card request, 0 when only
-//!   memory is given). A GPU resource given only as a limit or only as a
-//!   request is written to the other map too (Kubernetes requires limits
-//!   for extended resources, and requests equal to them).
+//!   writes the defaults into each GPU container's limits (and requests,
+//!   when they name GPU resources), so the stored pod says what it gets:
+//!   `nvidia.com/gpu: 1` when only memory or cores are given,
+//!   `gpumem-percentage: 100` when no memory is given, and `gpucores` (100
+//!   for a whole-card request, 0 when only memory is given). A GPU
+//!   resource given only as a request is copied to the limits, as
+//!   Kubernetes requires limits for extended resources.
 //!
 //! Pods without GPU resources pass untouched.
 
@@ -222,7 +222,11 @@ fn wanted_resources(raw: Option<&Value>, share: &GpuShare) -> Vec<(&'static str,
         .iter()
         .filter_map(|&name| {
             let value = given("limits", name).or_else(|| given("requests", name))?;
-            Some((name, value.clone()))
+            let text = match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            Some((name, Value::from(text)))
         })
         .collect();
     if !wanted.iter().any(|(name, _)| *name == resources::GPU) {
@@ -239,10 +243,15 @@ fn wanted_resources(raw: Option<&Value>, share: &GpuShare) -> Vec<(&'static str,
     wanted
 }
 
-/// Patch operations that give container `index` its GPU resources in
-/// limits and requests. Kubernetes requires a limit for every extended
-/// resource and a request, when present, equal to it; writing both keeps
-/// the stored pod explicit whatever defaulting runs after the webhook.
+/// Patch operations that give container `index` its GPU resources.
+///
+/// Kubernetes requires a limit for every extended resource and a request,
+/// when present, equal to it; requests left out are defaulted from the
+/// limits. So every wanted value goes into the limits, and into the
+/// requests too when they already name a GPU resource (as they do in what
+/// the API server sends: it has defaulted them from the limits before
+/// admission), keeping the two equal. Values are written as quantity
+/// strings, as the API server stores them.
 fn container_defaults(index: usize, raw: Option<&Value>, share: &GpuShare) -> Vec<PatchOp> {
     let wanted = wanted_resources(raw, share);
     let base = format!("/spec/containers/{index}/resources");
@@ -254,16 +263,21 @@ fn container_defaults(index: usize, raw: Option<&Value>, share: &GpuShare) -> Ve
                 .collect::<Map<String, Value>>(),
         )
     };
-    let resources = raw.and_then(|c| c.get("resources")).filter(|r| r.is_object());
+    let resources = raw
+        .and_then(|c| c.get("resources"))
+        .filter(|r| r.is_object());
     let Some(resources) = resources else {
         let mut whole = Map::new();
         whole.insert("limits".to_owned(), as_object(&wanted));
-        whole.insert("requests".to_owned(), as_object(&wanted));
         return vec![PatchOp::add(base, Value::Object(whole))];
     };
     let mut patch = Vec::new();
     for map in ["limits", "requests"] {
         let present = resources.get(map).and_then(Value::as_object);
+        let names_gpu = present.is_some_and(|m| resources::ALL.iter().any(|n| m.contains_key(*n)));
+        if map == "requests" && !names_gpu {
+            continue;
+        }
         let missing: Vec<(&str, Value)> = wanted
             .iter()
             .filter(|(name, _)| present.is_none_or(|m| !m.contains_key(*name)))

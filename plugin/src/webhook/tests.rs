@@ -76,7 +76,7 @@ fn a_pod_already_complete_is_left_alone() {
 
 #[test]
 fn gpu_only_gets_whole_card_defaults() {
-    let out = admitted(&gpu_pod(json!({"nvidia.com/gpu": "1"})));
+    let out = admitted(&defaulted_pod(json!({"nvidia.com/gpu": "1"})));
     assert_eq!(out["spec"]["schedulerName"], "tessera-scheduler");
     let resources = &out["spec"]["containers"][0]["resources"];
     for map in ["limits", "requests"] {
@@ -220,12 +220,23 @@ fn memory_or_cores_alone_get_one_gpu_in_limits_and_requests() {
         assert_eq!(resources[map]["nvidia.com/gpucores"], "30", "{map}");
         assert_eq!(resources[map]["nvidia.com/gpumem-percentage"], "100");
     }
+    // Limits alone (a manifest, before the API server defaults requests
+    // from them): the limits are completed, requests left to defaulting.
     let out = admitted(&gpu_pod(json!({"nvidia.com/gpumem": "3000"})));
     let resources = &out["spec"]["containers"][0]["resources"];
     assert_eq!(resources["limits"]["nvidia.com/gpu"], "1");
-    assert_eq!(resources["requests"]["nvidia.com/gpu"], "1");
-    assert_eq!(resources["requests"]["nvidia.com/gpumem"], "3000");
     assert_eq!(resources["limits"]["nvidia.com/gpucores"], "0");
+    assert!(resources.get("requests").is_none());
+}
+
+#[test]
+fn numbers_from_yaml_are_written_as_quantity_strings() {
+    let object = pod(json!([{"name": "train", "image": "i",
+        "resources": {"requests": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000}}}]));
+    let out = admitted(&object);
+    let limits = &out["spec"]["containers"][0]["resources"]["limits"];
+    assert_eq!(limits["nvidia.com/gpu"], "2");
+    assert_eq!(limits["nvidia.com/gpumem"], "4000");
 }
 
 #[test]
@@ -311,9 +322,8 @@ fn review_allows_with_a_base64_json_patch() {
         patch[0],
         json!({"op": "add", "path": "/spec/schedulerName", "value": "tessera-scheduler"})
     );
-    // schedulerName, then memory and cores defaults in limits, then the
-    // whole requests map.
-    assert_eq!(patch.as_array().unwrap().len(), 4);
+    // schedulerName, then memory and cores defaults in the limits.
+    assert_eq!(patch.as_array().unwrap().len(), 3);
 }
 
 #[test]
