@@ -195,6 +195,9 @@ fn set(pod: &mut Value, parent: &str, key: &str, value: Value) {
         .insert(key.to_owned(), value);
 }
 
+/// What the webhook should do to a fixture's pod, done by hand.
+type Edit = dyn Fn(&mut Value);
+
 #[test]
 fn fixtures_from_the_api_server_get_the_right_answers_over_tls() {
     let ca = new_ca("fixtures-ca");
@@ -202,7 +205,7 @@ fn fixtures_from_the_api_server_get_the_right_answers_over_tls() {
     let server = start(&secret, &[]);
 
     // Allowed, with the pod the API server would store.
-    let allowed: [(&str, &dyn Fn(&mut Value)); 4] = [
+    let allowed: [(&str, &Edit); 4] = [
         ("share.json", &|pod| {
             set(pod, "/spec", "schedulerName", json!("tessera-scheduler"));
         }),
