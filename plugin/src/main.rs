@@ -32,12 +32,14 @@ enum Command {
     /// DaemonSets, ReplicaSets, Jobs and CronJobs, from YAML or JSON with
     /// any number of documents. Exits 1 if any pod would be refused.
     CheckPod(CheckPodArgs),
-    /// Serve the extender verbs and the webhook over HTTP.
+    /// Serve the extender verbs over HTTP and the webhook over HTTPS.
     ///
-    /// Routes: POST /filter, /prioritize, /bind (answers that binding is
-    /// planned), /webhook (AdmissionReview), GET /healthz. Plain HTTP only:
-    /// kube-scheduler reaches it on localhost in the same pod; TLS for the
-    /// API server's webhook calls is planned.
+    /// --listen (plain HTTP, for kube-scheduler on localhost in the same
+    /// pod): POST /filter, /prioritize, /bind (answers that binding is
+    /// planned), /webhook (AdmissionReview), GET /healthz. --webhook-listen
+    /// (HTTPS, for the API server): POST /webhook and GET /healthz only,
+    /// with the certificate of --tls-cert/--tls-key, re-read when they
+    /// change.
     Serve(ServeArgs),
 }
 
@@ -65,6 +67,37 @@ struct ServeArgs {
     /// Largest request body, in bytes (larger answer 413).
     #[arg(long, env = "TESSERA_MAX_BODY", value_name = "BYTES", default_value_t = server::MAX_BODY as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_body: u64,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// The webhook's HTTPS listener.
+#[derive(Debug, Args)]
+struct TlsArgs {
+    /// Address of the HTTPS listener for the API server's webhook calls
+    /// (routes /webhook and /healthz only); none without it.
+    #[arg(long, env = "TESSERA_WEBHOOK_LISTEN", requires_all = ["tls_cert", "tls_key"])]
+    webhook_listen: Option<SocketAddr>,
+    /// PEM certificate chain, leaf first (`tls.crt` of the mounted secret).
+    #[arg(
+        long,
+        env = "TESSERA_TLS_CERT",
+        value_name = "FILE",
+        requires = "webhook_listen"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key (`tls.key` of the mounted secret).
+    #[arg(
+        long,
+        env = "TESSERA_TLS_KEY",
+        value_name = "FILE",
+        requires = "webhook_listen"
+    )]
+    tls_key: Option<PathBuf>,
+    /// Seconds between checks of the certificate files; a changed, valid
+    /// pair serves new handshakes, a broken one is logged and ignored.
+    #[arg(long, env = "TESSERA_TLS_RELOAD_INTERVAL", value_name = "SECONDS", default_value = "10", value_parser = server::parse_timeout)]
+    tls_reload_interval: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -124,7 +157,14 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         let local = listener.local_addr().context("reading the bound address")?;
-        tracing::info!(listen = %local, nodes = state.view.len(), "serving");
+        let webhook = webhook_listener(&args.tls).await?;
+        match &webhook {
+            Some((tls, _)) => {
+                let addr = tls.local_addr().context("reading the bound webhook address")?;
+                tracing::info!(listen = %local, webhook = %addr, nodes = state.view.len(), "serving");
+            }
+            None => tracing::info!(listen = %local, nodes = state.view.len(), "serving"),
+        }
         let limits = server::Limits {
             header_read_timeout: args.header_read_timeout,
             body_read_timeout: args.body_read_timeout,
@@ -132,10 +172,51 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                 .context("--max-body is larger than this machine's address space")?,
         };
         tracing::debug!(?limits, "connection limits");
-        server::serve(listener, state, limits, shutdown_signal()).await?;
+        let stop = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let plain = server::serve(listener, state.clone(), limits, stopped(stop.1.clone()));
+        let secure = async {
+            match webhook {
+                Some((tls, config)) => {
+                    server::serve_tls(tls, config, state.clone(), limits, stopped(stop.1.clone()))
+                        .await
+                }
+                None => Ok(()),
+            }
+        };
+        let signal = async {
+            shutdown_signal().await;
+            let _ = stop.0.send(true);
+            Ok::<(), server::ServerError>(())
+        };
+        tokio::try_join!(plain, secure, signal)?;
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// The HTTPS listener, its certificate loaded and its reload task started.
+async fn webhook_listener(
+    args: &TlsArgs,
+) -> anyhow::Result<Option<(tokio::net::TcpListener, Arc<rustls::ServerConfig>)>> {
+    let (Some(addr), Some(cert), Some(key)) = (args.webhook_listen, &args.tls_cert, &args.tls_key)
+    else {
+        return Ok(None);
+    };
+    let files = server::tls::CertFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    };
+    let reloader =
+        server::tls::CertReloader::new(files).context("loading the webhook certificate")?;
+    let config = reloader.server_config()?;
+    reloader.spawn(args.tls_reload_interval);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr} (webhook)"))?;
+    Ok(Some((listener, config)))
 }
 
 /// Completes on SIGTERM (how Kubernetes stops a pod) or SIGINT.

@@ -14,9 +14,12 @@
 //! [`crate::quantity`]). Limits are authoritative; a request alone is read
 //! too, and a request that differs from its limit is refused, as the API
 //! server does for every extended resource. `gpumem` and
-//! `gpumem-percentage` exclude each other; the other four need
-//! `nvidia.com/gpu`. GPU resources in init containers are refused: their
-//! lifetime does not fit a share that lives as long as the pod.
+//! `gpumem-percentage` exclude each other. Memory or cores without
+//! `nvidia.com/gpu` ask for one GPU (as HAMi reads them; the webhook
+//! writes the `1` into the pod); `nvidia.com/gpu: 0` alongside them, or
+//! `nvidia.com/priority` alone, is refused. GPU resources in init
+//! containers are refused: their lifetime does not fit a share that lives
+//! as long as the pod.
 
 use thiserror::Error;
 
@@ -27,6 +30,8 @@ pub use tessera_api::resources::{ALL, GPU, GPU_CORES, GPU_MEM, GPU_MEM_PERCENTAG
 
 /// Memory percentage of a request that names no memory: the whole card.
 pub const DEFAULT_MEM_PERCENT: u8 = 100;
+/// GPUs a request gets that gives memory or cores but no `nvidia.com/gpu`.
+pub const IMPLIED_GPUS: u64 = 1;
 /// Most GPUs one container may ask for.
 pub const MAX_GPUS: u64 = 16;
 /// Most memory per GPU, MiB (1 TiB: above any GPU made).
@@ -83,9 +88,9 @@ pub enum ResourceError {
         /// Container name.
         container: String,
     },
-    /// A share parameter without a GPU count.
+    /// A share parameter with `nvidia.com/gpu: 0`, or a priority alone.
     #[error(
-        "container {container:?}: {field} needs {GPU} (the number of GPUs); accepted: {GPU} of 1..={MAX_GPUS} alongside it"
+        "container {container:?}: {field} needs {GPU} (the number of GPUs); accepted: {GPU} of 1..={MAX_GPUS} alongside it, or unset with {GPU_MEM}, {GPU_MEM_PERCENTAGE} or {GPU_CORES} (one GPU)"
     )]
     NeedsGpu {
         /// Container name.
@@ -225,7 +230,13 @@ pub fn container_share(container: &Container) -> Result<Option<GpuShare>, Vec<Re
     if mem.is_some() && percent.is_some() {
         errors.push(ResourceError::MemoryTwice { container: name() });
     }
-    let count = count.unwrap_or(0);
+    let sizes_a_share = [GPU_MEM, GPU_MEM_PERCENTAGE, GPU_CORES]
+        .iter()
+        .any(|field| lookup(container, field).is_some());
+    let count = match count {
+        None if sizes_a_share && !gpu_rejected => IMPLIED_GPUS,
+        other => other.unwrap_or(0),
+    };
     // A rejected GPU count already has its error; "needs nvidia.com/gpu"
     // on top would only mislead.
     if count == 0 && !gpu_rejected {

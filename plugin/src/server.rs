@@ -7,8 +7,14 @@
 //! | `POST /filter` | ExtenderArgs | ExtenderFilterResult; an unreadable body also answers 200 with `Error` set, so the scheduler reports it |
 //! | `POST /prioritize` | ExtenderArgs | HostPriorityList; 400 for an unreadable body |
 //! | `POST /bind` | ExtenderBindingArgs | ExtenderBindingResult with `Error`: binding is planned |
-//! | `POST /webhook` | AdmissionReview | AdmissionReview (plain HTTP; the API server needs TLS, planned) |
+//! | `POST /webhook` | AdmissionReview | AdmissionReview |
 //! | `GET /healthz` | – | `ok` |
+//!
+//! **Two listeners** ([`Routes`]): the plain one ([`serve`]) answers every
+//! route and belongs on localhost, where kube-scheduler reaches it in the
+//! same pod; the HTTPS one ([`serve_tls`], certificate from [`tls`])
+//! answers only `/webhook` and `/healthz`, so the cluster network that
+//! reaches the webhook never reaches the extender verbs.
 //!
 //! **What one connection may take** ([`Limits`]): the request's headers
 //! must be complete within [`Limits::header_read_timeout`] of the
@@ -19,7 +25,11 @@
 //! by byte, or never finishes its body, is disconnected (the body case
 //! with `408 Request Timeout`) instead of holding a task and a socket
 //! for ever; a body over the limit answers `413`. Headers themselves are
-//! bounded by hyper (about 400 KiB, 100 fields: `431` beyond).
+//! bounded by hyper (about 400 KiB, 100 fields: `431` beyond). On the
+//! HTTPS listener the TLS handshake must also finish within
+//! [`Limits::header_read_timeout`] of the connection's start.
+
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,7 +44,9 @@ use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::extender::{
     self, ClusterView, ExtenderArgs, ExtenderBindingResult, ExtenderFilterResult,
@@ -136,6 +148,31 @@ impl Reply {
     }
 }
 
+/// Which routes a listener answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    /// Every route: the localhost listener kube-scheduler calls.
+    All,
+    /// `/webhook` and `/healthz` only: the HTTPS listener the API server
+    /// calls, reachable from the cluster network.
+    Webhook,
+}
+
+impl Routes {
+    /// Answers one request, or 404 for a route this listener does not have.
+    pub fn route(self, method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
+        match (self, path) {
+            (Routes::All, _) | (Routes::Webhook, "/webhook" | "/healthz") => {
+                route(method, path, body, state)
+            }
+            (Routes::Webhook, _) => Reply::text(
+                StatusCode::NOT_FOUND,
+                &format!("no route {path} on the webhook listener"),
+            ),
+        }
+    }
+}
+
 /// Answers one request.
 pub fn route(method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
     match (method, path) {
@@ -179,6 +216,7 @@ async fn handle(
     request: Request<Incoming>,
     state: Arc<AppState>,
     limits: Limits,
+    routes: Routes,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let (parts, body) = request.into_parts();
     let declared = parts
@@ -198,7 +236,7 @@ async fn handle(
     } else {
         let collect = Limited::new(body, max).collect();
         match tokio::time::timeout(limits.body_read_timeout, collect).await {
-            Ok(Ok(collected)) => Ok(route(
+            Ok(Ok(collected)) => Ok(routes.route(
                 parts.method.as_str(),
                 parts.uri.path(),
                 &collected.to_bytes(),
@@ -236,8 +274,8 @@ async fn handle(
     Ok(response)
 }
 
-/// Serves connections from `listener` under `limits` until `shutdown`
-/// completes.
+/// Serves plain HTTP connections from `listener` under `limits`, every
+/// route, until `shutdown` completes.
 ///
 /// # Errors
 /// [`ServerError::Accept`] when the listener fails with something other
@@ -248,33 +286,80 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    accept_loop(listener, shutdown, move |stream| {
+        tokio::spawn(serve_connection(stream, state.clone(), limits, Routes::All));
+    })
+    .await
+}
+
+/// Serves HTTPS connections from `listener` with `config` (its
+/// certificate resolver decides the pair each handshake gets), only the
+/// webhook routes, until `shutdown` completes. A handshake not finished
+/// within [`Limits::header_read_timeout`] drops the connection.
+///
+/// # Errors
+/// [`ServerError::Accept`] as for [`serve`].
+pub async fn serve_tls(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    state: Arc<AppState>,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let acceptor = TlsAcceptor::from(config);
+    accept_loop(listener, shutdown, move |stream| {
+        let acceptor = acceptor.clone();
+        let state = state.clone();
+        tokio::spawn(async move {
+            let handshake =
+                tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await;
+            match handshake {
+                Ok(Ok(tls)) => serve_connection(tls, state, limits, Routes::Webhook).await,
+                Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(
+                    timeout = ?limits.header_read_timeout,
+                    "TLS handshake not complete in time; dropped"
+                ),
+            }
+        });
+    })
+    .await
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    mut spawn: impl FnMut(tokio::net::TcpStream),
+) -> Result<(), ServerError> {
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => return Ok(()),
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        match accepted {
+            Ok((stream, _)) => spawn(stream),
             Err(error) if is_transient(&error) => {
                 tracing::warn!(%error, "accept failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
             }
             Err(error) => return Err(ServerError::Accept(error)),
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request| handle(request, state.clone(), limits));
-            if let Err(error) = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
+        }
+    }
+}
+
+async fn serve_connection<S>(stream: S, state: Arc<AppState>, limits: Limits, routes: Routes)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request| handle(request, state.clone(), limits, routes));
+    if let Err(error) = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(%error, "connection ended with an error");
     }
 }
 

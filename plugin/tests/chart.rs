@@ -22,6 +22,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_scheduler::{manifest, resources, webhook};
 
+#[allow(dead_code)] // not every test crate uses every helper
+mod support;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -363,6 +366,9 @@ fn serve_help(args: &[&str]) -> std::process::Output {
         .env_remove("TESSERA_LISTEN")
         .env_remove("TESSERA_NODES")
         .env_remove("TESSERA_SCHEDULER_NAME")
+        .env_remove("TESSERA_WEBHOOK_LISTEN")
+        .env_remove("TESSERA_TLS_CERT")
+        .env_remove("TESSERA_TLS_KEY")
         .output()
         .unwrap()
 }
@@ -404,7 +410,7 @@ fn the_extender_args_check_catches_flags_serve_does_not_take() {
             .success()
     );
     for args in [
-        ["serve", "--webhook-listen=0.0.0.0:9443"],
+        ["serve", "--webhook-port=9443"],
         ["serve", "--tls-cert-file=/etc/tessera/tls/tls.crt"],
         ["serve", "--listen=not-an-address"],
     ] {
@@ -498,7 +504,7 @@ fn the_helm_chart_renders_and_lints() {
     ] {
         assert!(!chart.of_kind(kind).is_empty(), "no {kind}");
     }
-    assert!(chart.of_kind("MutatingWebhookConfiguration").is_empty());
+    assert_eq!(chart.of_kind("MutatingWebhookConfiguration").len(), 1);
 }
 
 fn report_crds(report: &Value) -> Vec<String> {
@@ -528,24 +534,222 @@ fn the_helm_chart_renders_bind_when_asked() {
     assert_eq!(scheduler_config(&chart)["extenders"][0]["bindVerb"], "bind");
 }
 
+fn skip_no_helm() {
+    println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+}
+
+/// The extender container of the rendered scheduler Deployment.
+fn extender_container(chart: &Rendered) -> &Value {
+    let containers = chart.one("Deployment")["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    containers.iter().find(|c| c["name"] == "extender").unwrap()
+}
+
+fn arg<'a>(container: &'a Value, flag: &str) -> Option<&'a str> {
+    container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| a.as_str().unwrap().strip_prefix(&format!("--{flag}=")))
+}
+
+fn b64(text: &Value) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text.as_str().unwrap())
+        .unwrap()
+}
+
+/// The wiring between the webhook configuration, the Service, the
+/// extender's HTTPS listener and the mounted secret; returns the secret's
+/// name and the file paths the extender reads.
+fn assert_webhook_wired(chart: &Rendered) -> (String, String, String) {
+    let hook = &chart.one("MutatingWebhookConfiguration")["webhooks"][0];
+    assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
+    assert_eq!(hook["sideEffects"], "None");
+    let rules = &hook["rules"][0];
+    assert_eq!(rules["operations"], json!(["CREATE"]));
+    assert_eq!(rules["resources"], json!(["pods"]));
+    let excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"].clone();
+    assert!(
+        excluded
+            .as_array()
+            .unwrap()
+            .contains(&json!("tessera-system"))
+    );
+    let target = &hook["clientConfig"]["service"];
+    assert_eq!(target["path"], "/webhook");
+    assert_eq!(target["namespace"], "tessera-system");
+    let service = chart.one("Service");
+    assert_eq!(service["metadata"]["name"], target["name"]);
+    let port = &service["spec"]["ports"][0];
+    assert_eq!(port["port"], target["port"]);
+    let container = extender_container(chart);
+    let named = &container["ports"][0];
+    assert_eq!(named["name"], port["targetPort"]);
+    let listen = arg(container, "webhook-listen").unwrap();
+    assert_eq!(
+        listen,
+        format!("0.0.0.0:{}", named["containerPort"]),
+        "the webhook listens on the port the Service targets"
+    );
+    assert_eq!(container["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(
+        container["readinessProbe"]["httpGet"]["port"],
+        named["name"]
+    );
+    // The certificate files are in the mounted secret.
+    let mount = &container["volumeMounts"][0];
+    let dir = mount["mountPath"].as_str().unwrap();
+    let (cert, key) = (
+        arg(container, "tls-cert").unwrap(),
+        arg(container, "tls-key").unwrap(),
+    );
+    assert_eq!(cert, format!("{dir}/tls.crt"));
+    assert_eq!(key, format!("{dir}/tls.key"));
+    let volumes = chart.one("Deployment")["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
+    let secret = volume["secret"]["secretName"].as_str().unwrap().to_owned();
+    (secret, cert.to_owned(), key.to_owned())
+}
+
+/// On by default with a certificate the chart generates: the real
+/// `tessera-scheduler serve` loads the generated pair, and a client that
+/// trusts only the rendered caBundle verifies it under the Service's DNS
+/// name, the name the API server checks.
 #[test]
-fn the_helm_chart_refuses_the_webhook_until_tls_serving_lands() {
+fn the_webhook_is_on_by_default_with_a_generated_certificate_that_serves() {
+    let Some(report) = render(&json!({})) else {
+        return skip_no_helm();
+    };
+    let chart = rendered(&report.unwrap());
+    let (secret_name, _, _) = assert_webhook_wired(&chart);
+    let secret = chart.one("Secret");
+    assert_eq!(secret["metadata"]["name"], secret_name.as_str());
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let hook = &chart.one("MutatingWebhookConfiguration")["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
+
+    let dir = std::env::temp_dir().join(format!("tessera-chart-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tls.crt"), b64(&secret["data"]["tls.crt"])).unwrap();
+    std::fs::write(dir.join("tls.key"), b64(&secret["data"]["tls.key"])).unwrap();
+    let server = support::Server::start(&dir.join("tls.crt"), &dir.join("tls.key"), &[]);
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let ca = CertificateDer::from_pem_slice(&b64(&hook["clientConfig"]["caBundle"])).unwrap();
+    let service = &hook["clientConfig"]["service"];
+    let host = format!(
+        "{}.{}.svc",
+        service["name"].as_str().unwrap(),
+        service["namespace"].as_str().unwrap()
+    );
+    let mut tls = support::connect(support::client_config(ca), &server.webhook, &host);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": [{"name": "c", "image": "i",
+            "resources": {"limits": {"nvidia.com/gpumem": "4000"}}}]}});
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "operation": "CREATE", "namespace": "ml", "object": pod}});
+    let (status, body) =
+        support::exchange(&mut tls, "POST", "/webhook", review.to_string().as_bytes());
+    drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["uid"], "u-1");
+    assert_eq!(answer["response"]["allowed"], true);
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+}
+
+#[test]
+fn the_webhook_takes_an_operator_secret_or_cert_manager_or_can_be_off() {
+    // The operator's own secret, signed by the CA they give.
+    let values = json!({"webhook": {"tls": {"caBundle": "Q0E=", "secretName": "my-tls"}}});
+    let Some(report) = render(&values) else {
+        return skip_no_helm();
+    };
+    let chart = rendered(&report.unwrap());
+    let (secret, _, _) = assert_webhook_wired(&chart);
+    assert_eq!(secret, "my-tls");
+    assert!(
+        chart.of_kind("Secret").is_empty(),
+        "the operator's secret is not rendered"
+    );
+    let hook = &chart.one("MutatingWebhookConfiguration");
+    assert_eq!(hook["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
+    assert!(hook["metadata"].get("annotations").is_none());
+
+    // cert-manager issues the mounted secret for the Service's names and
+    // injects the CA.
+    let values = json!({"webhook": {"certManager": {"enabled": true}}});
+    let chart = rendered(&render(&values).unwrap().unwrap());
+    let (secret, _, _) = assert_webhook_wired(&chart);
+    assert!(chart.of_kind("Secret").is_empty());
+    let certificate = chart.one("Certificate");
+    assert_eq!(certificate["spec"]["secretName"], secret.as_str());
+    let hook = chart.one("MutatingWebhookConfiguration");
+    let service = &hook["webhooks"][0]["clientConfig"]["service"];
+    let host = format!(
+        "{}.{}.svc",
+        service["name"].as_str().unwrap(),
+        service["namespace"].as_str().unwrap()
+    );
+    assert!(
+        certificate["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(host))
+    );
+    assert_eq!(
+        hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!(
+            "tessera-system/{}",
+            certificate["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    assert!(
+        hook["webhooks"][0]["clientConfig"]
+            .get("caBundle")
+            .is_none()
+    );
+    assert_eq!(chart.one("Issuer")["spec"]["selfSigned"], json!({}));
+
+    // Both at once is refused, naming both.
+    let values =
+        json!({"webhook": {"certManager": {"enabled": true}, "tls": {"caBundle": "Q0E="}}});
+    let error = render(&values).unwrap().unwrap_err();
+    assert!(
+        error.contains("webhook.tls.caBundle and webhook.certManager.enabled are both set"),
+        "{error}"
+    );
+
+    // Off: no webhook objects, no HTTPS listener.
     for values in [
-        json!({"webhook": {"enabled": true}}),
-        json!({"webhook": {"enabled": true, "tls": {"caBundle": "Q0E="}}}),
-        json!({"webhook": {"enabled": true, "certManager": {"enabled": true}}}),
-        json!({"webhook": {"enabled": true}, "scheduler": {"enabled": false}}),
+        json!({"webhook": {"enabled": false}}),
+        json!({"scheduler": {"enabled": false}}),
     ] {
-        let Some(result) = render(&values) else {
-            println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
-            return;
-        };
-        let error = result.unwrap_err();
-        assert!(
-            error.contains("webhook.enabled=true is not supported yet")
-                && error.contains("(planned)"),
-            "{values}: {error}"
-        );
+        let chart = rendered(&render(&values).unwrap().unwrap());
+        for kind in [
+            "MutatingWebhookConfiguration",
+            "Service",
+            "Secret",
+            "Certificate",
+        ] {
+            assert!(chart.of_kind(kind).is_empty(), "{values}: {kind}");
+        }
+        if let Some(deployment) = chart.of_kind("Deployment").first() {
+            let containers = &deployment["spec"]["template"]["spec"]["containers"];
+            let extender = containers
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == "extender");
+            assert!(arg(extender.unwrap(), "webhook-listen").is_none());
+        }
     }
 }
 
@@ -767,6 +971,9 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
         json!({"agent": {"enabled": false}}),
         json!({"scheduler": {"enabled": false}}),
         json!({"scheduler": {"extender": {"bind": true, "ignorable": true}, "replicas": 2}}),
+        json!({"webhook": {"enabled": false}}),
+        json!({"webhook": {"tls": {"caBundle": "Q0E=", "secretName": "my-tls"}, "port": 8443,
+                           "failurePolicy": "Fail", "excludeNamespaces": []}}),
         json!({
             "image": {"registry": "registry.example.com/tessera/", "tag": "0.2.0-rc1", "pullPolicy": "Always"},
             "imagePullSecrets": [{"name": "regcred"}],
@@ -800,7 +1007,7 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
         assert!(errors.is_empty(), "values {values}: {errors:#?}");
     }
 
-    let rich = rendered(&render(&value_sets[4]).unwrap().unwrap());
+    let rich = rendered(&render(&value_sets[6]).unwrap().unwrap());
     let template = &rich.one("DaemonSet")["spec"]["template"];
     let annotations = &template["metadata"]["annotations"];
     assert_eq!(annotations["prometheus.io/scrape"], "true");

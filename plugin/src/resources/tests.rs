@@ -166,8 +166,24 @@ fn memory_both_ways_is_refused() {
 }
 
 #[test]
-fn share_parameters_without_gpu_are_refused_each() {
-    let errors = share(&[(GPU_CORES, "30"), (GPU_MEM, "4000")]).unwrap_err();
+fn memory_or_cores_without_a_gpu_count_ask_for_one_gpu() {
+    for fields in [
+        &[(GPU_MEM, "4000")][..],
+        &[(GPU_CORES, "30")],
+        &[(GPU_MEM_PERCENTAGE, "50"), (PRIORITY, "1")],
+    ] {
+        let got = share(fields).unwrap().unwrap();
+        assert_eq!(got.count, 1, "{fields:?}");
+    }
+    let got = share(&[(GPU_MEM, "4000"), (GPU_CORES, "30")])
+        .unwrap()
+        .unwrap();
+    assert_eq!((got.memory, got.cores), (Some(Memory::Mib(4000)), Some(30)));
+}
+
+#[test]
+fn share_parameters_with_zero_gpus_are_refused_each() {
+    let errors = share(&[(GPU, "0"), (GPU_CORES, "30"), (GPU_MEM, "4000")]).unwrap_err();
     let fields: Vec<_> = errors
         .iter()
         .map(|e| match e {
@@ -178,13 +194,15 @@ fn share_parameters_without_gpu_are_refused_each() {
     assert_eq!(fields, [GPU_MEM, GPU_CORES]);
     assert_eq!(
         errors[1].to_string(),
-        "container \"train\": nvidia.com/gpucores needs nvidia.com/gpu (the number of GPUs); accepted: nvidia.com/gpu of 1..=16 alongside it"
+        "container \"train\": nvidia.com/gpucores needs nvidia.com/gpu (the number of GPUs); accepted: nvidia.com/gpu of 1..=16 alongside it, or unset with nvidia.com/gpumem, nvidia.com/gpumem-percentage or nvidia.com/gpucores (one GPU)"
     );
-    let msg = one_error(&[(GPU, "0"), (PRIORITY, "0")]);
-    assert!(
-        msg.contains("nvidia.com/priority needs nvidia.com/gpu"),
-        "{msg}"
-    );
+    for fields in [&[(GPU, "0"), (PRIORITY, "0")][..], &[(PRIORITY, "0")]] {
+        let msg = one_error(fields);
+        assert!(
+            msg.contains("nvidia.com/priority needs nvidia.com/gpu"),
+            "{msg}"
+        );
+    }
 }
 
 #[test]
@@ -215,7 +233,7 @@ fn pod_collects_every_error_across_containers() {
         spec: PodSpec {
             containers: vec![
                 container("a", &[(GPU, "1"), (GPU_CORES, "200")]),
-                container("b", &[(GPU_MEM, "1")]),
+                container("b", &[(GPU, "0"), (GPU_MEM, "1")]),
                 container("c", &[(GPU, "1")]),
             ],
             init_containers: vec![container("setup", &[(GPU, "1")])],

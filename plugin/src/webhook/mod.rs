@@ -7,11 +7,13 @@
 //!   `spec.nodeName` (no scheduler would check the GPUs), another
 //!   scheduler's name;
 //! - otherwise patches `spec.schedulerName` to Tessera's scheduler and
-//!   writes the defaults into each GPU container's limits, so the stored pod
-//!   says what it gets: `gpumem-percentage: 100` when no memory is given,
-//!   and `gpucores` (100 for a whole-card request, 0 when only memory is
-//!   given). A GPU resource given only as a request is copied to the limits,
-//!   as Kubernetes requires limits for extended resources.
+//!   writes the defaults into each GPU container's limits (and requests,
+//!   when they name GPU resources), so the stored pod says what it gets:
+//!   `nvidia.com/gpu: 1` when only memory or cores are given,
+//!   `gpumem-percentage: 100` when no memory is given, and `gpucores` (100
+//!   for a whole-card request, 0 when only memory is given). A GPU
+//!   resource given only as a request is copied to the limits, as
+//!   Kubernetes requires limits for extended resources.
 //!
 //! Pods without GPU resources pass untouched.
 
@@ -210,13 +212,26 @@ fn check_policy(
     Ok(())
 }
 
-/// The resource values one GPU container should carry in its limits.
-fn wanted_limits(raw: Option<&Value>, share: &GpuShare) -> Vec<(&'static str, Value)> {
-    let requests = raw.and_then(|c| c.pointer("/resources/requests"));
+/// The GPU resource values one GPU container should carry, in both its
+/// limits and its requests: what it gives (the limit, else the request),
+/// `nvidia.com/gpu: 1` when it gives only memory or cores, and the memory
+/// and cores defaults.
+fn wanted_resources(raw: Option<&Value>, share: &GpuShare) -> Vec<(&'static str, Value)> {
+    let given = |map: &str, name: &str| raw?.pointer(&format!("/resources/{map}"))?.get(name);
     let mut wanted: Vec<(&'static str, Value)> = resources::ALL
         .iter()
-        .filter_map(|&name| Some((name, requests?.get(name)?.clone())))
+        .filter_map(|&name| {
+            let value = given("limits", name).or_else(|| given("requests", name))?;
+            let text = match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            Some((name, Value::from(text)))
+        })
         .collect();
+    if !wanted.iter().any(|(name, _)| *name == resources::GPU) {
+        wanted.push((resources::GPU, Value::from(share.count.to_string())));
+    }
     if share.memory.is_none() {
         let percent = resources::DEFAULT_MEM_PERCENT.to_string();
         wanted.push((resources::GPU_MEM_PERCENTAGE, Value::from(percent)));
@@ -228,38 +243,58 @@ fn wanted_limits(raw: Option<&Value>, share: &GpuShare) -> Vec<(&'static str, Va
     wanted
 }
 
-/// Patch operations that give container `index` its defaults.
+/// Patch operations that give container `index` its GPU resources.
+///
+/// Kubernetes requires a limit for every extended resource and a request,
+/// when present, equal to it; requests left out are defaulted from the
+/// limits. So every wanted value goes into the limits, and into the
+/// requests too when they already name a GPU resource (as they do in what
+/// the API server sends: it has defaulted them from the limits before
+/// admission), keeping the two equal. Values are written as quantity
+/// strings, as the API server stores them.
 fn container_defaults(index: usize, raw: Option<&Value>, share: &GpuShare) -> Vec<PatchOp> {
-    let limits = raw.and_then(|c| c.pointer("/resources/limits"));
-    let missing: Vec<(&'static str, Value)> = wanted_limits(raw, share)
-        .into_iter()
-        .filter(|(name, _)| limits.and_then(|l| l.get(*name)).is_none())
-        .collect();
-    if missing.is_empty() {
-        return Vec::new();
-    }
+    let wanted = wanted_resources(raw, share);
     let base = format!("/spec/containers/{index}/resources");
-    let has_resources = raw
-        .and_then(|c| c.get("resources"))
-        .is_some_and(Value::is_object);
-    let as_map = |pairs: Vec<(&str, Value)>| -> Map<String, Value> {
-        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    let as_object = |pairs: &[(&str, Value)]| -> Value {
+        Value::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect::<Map<String, Value>>(),
+        )
     };
-    if !has_resources {
-        let mut resources = Map::new();
-        resources.insert("limits".to_owned(), Value::Object(as_map(missing)));
-        return vec![PatchOp::add(base, Value::Object(resources))];
+    let resources = raw
+        .and_then(|c| c.get("resources"))
+        .filter(|r| r.is_object());
+    let Some(resources) = resources else {
+        let mut whole = Map::new();
+        whole.insert("limits".to_owned(), as_object(&wanted));
+        return vec![PatchOp::add(base, Value::Object(whole))];
+    };
+    let mut patch = Vec::new();
+    for map in ["limits", "requests"] {
+        let present = resources.get(map).and_then(Value::as_object);
+        let names_gpu = present.is_some_and(|m| resources::ALL.iter().any(|n| m.contains_key(*n)));
+        if map == "requests" && !names_gpu {
+            continue;
+        }
+        let missing: Vec<(&str, Value)> = wanted
+            .iter()
+            .filter(|(name, _)| present.is_none_or(|m| !m.contains_key(*name)))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        if present.is_none() {
+            patch.push(PatchOp::add(format!("{base}/{map}"), as_object(&missing)));
+            continue;
+        }
+        patch.extend(missing.into_iter().map(|(name, value)| {
+            PatchOp::add(format!("{base}/{map}/{}", escape_pointer(name)), value)
+        }));
     }
-    if !limits.is_some_and(Value::is_object) {
-        return vec![PatchOp::add(
-            format!("{base}/limits"),
-            Value::Object(as_map(missing)),
-        )];
-    }
-    missing
-        .into_iter()
-        .map(|(name, value)| PatchOp::add(format!("{base}/limits/{}", escape_pointer(name)), value))
-        .collect()
+    patch
 }
 
 /// RFC 6901 escaping of one pointer segment.

@@ -43,9 +43,15 @@ fn refused(object: &Value) -> WebhookError {
     admit_pod(object, &config()).unwrap_err()
 }
 
+/// A pod as the API server sends it: requests defaulted from limits.
+fn defaulted_pod(limits: Value) -> Value {
+    pod(json!([{"name": "train", "image": "i",
+                "resources": {"limits": limits.clone(), "requests": limits}}]))
+}
+
 #[test]
 fn design_example_gets_the_scheduler_and_no_other_change() {
-    let object = gpu_pod(
+    let object = defaulted_pod(
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4k", "nvidia.com/gpucores": "30"}),
     );
     let got = admit_pod(&object, &config()).unwrap();
@@ -61,7 +67,7 @@ fn design_example_gets_the_scheduler_and_no_other_change() {
 
 #[test]
 fn a_pod_already_complete_is_left_alone() {
-    let mut object = gpu_pod(
+    let mut object = defaulted_pod(
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}),
     );
     object["spec"]["schedulerName"] = json!("tessera-scheduler");
@@ -70,12 +76,14 @@ fn a_pod_already_complete_is_left_alone() {
 
 #[test]
 fn gpu_only_gets_whole_card_defaults() {
-    let out = admitted(&gpu_pod(json!({"nvidia.com/gpu": "1"})));
+    let out = admitted(&defaulted_pod(json!({"nvidia.com/gpu": "1"})));
     assert_eq!(out["spec"]["schedulerName"], "tessera-scheduler");
-    let limits = &out["spec"]["containers"][0]["resources"]["limits"];
-    assert_eq!(limits["nvidia.com/gpumem-percentage"], "100");
-    assert_eq!(limits["nvidia.com/gpucores"], "100");
-    assert_eq!(limits["nvidia.com/gpu"], "1");
+    let resources = &out["spec"]["containers"][0]["resources"];
+    for map in ["limits", "requests"] {
+        assert_eq!(resources[map]["nvidia.com/gpumem-percentage"], "100");
+        assert_eq!(resources[map]["nvidia.com/gpucores"], "100");
+        assert_eq!(resources[map]["nvidia.com/gpu"], "1");
+    }
 }
 
 #[test]
@@ -90,7 +98,7 @@ fn memory_only_gets_zero_cores_and_keeps_memory() {
 
 #[test]
 fn patch_paths_escape_the_slash_in_resource_names() {
-    let got = admit_pod(&gpu_pod(json!({"nvidia.com/gpu": "1"})), &config()).unwrap();
+    let got = admit_pod(&defaulted_pod(json!({"nvidia.com/gpu": "1"})), &config()).unwrap();
     let paths: Vec<&str> = got.patch.iter().map(|op| op.path.as_str()).collect();
     assert_eq!(
         paths,
@@ -98,6 +106,8 @@ fn patch_paths_escape_the_slash_in_resource_names() {
             "/spec/schedulerName",
             "/spec/containers/0/resources/limits/nvidia.com~1gpumem-percentage",
             "/spec/containers/0/resources/limits/nvidia.com~1gpucores",
+            "/spec/containers/0/resources/requests/nvidia.com~1gpumem-percentage",
+            "/spec/containers/0/resources/requests/nvidia.com~1gpucores",
         ]
     );
 }
@@ -202,12 +212,43 @@ fn invalid_values_and_annotations_are_all_listed() {
 }
 
 #[test]
-fn gpu_parameters_without_a_gpu_count_are_refused() {
-    let error = refused(&gpu_pod(json!({"nvidia.com/gpucores": "30"})));
+fn memory_or_cores_alone_get_one_gpu_in_limits_and_requests() {
+    let out = admitted(&defaulted_pod(json!({"nvidia.com/gpucores": "30"})));
+    let resources = &out["spec"]["containers"][0]["resources"];
+    for map in ["limits", "requests"] {
+        assert_eq!(resources[map]["nvidia.com/gpu"], "1", "{map}");
+        assert_eq!(resources[map]["nvidia.com/gpucores"], "30", "{map}");
+        assert_eq!(resources[map]["nvidia.com/gpumem-percentage"], "100");
+    }
+    // Limits alone (a manifest, before the API server defaults requests
+    // from them): the limits are completed, requests left to defaulting.
+    let out = admitted(&gpu_pod(json!({"nvidia.com/gpumem": "3000"})));
+    let resources = &out["spec"]["containers"][0]["resources"];
+    assert_eq!(resources["limits"]["nvidia.com/gpu"], "1");
+    assert_eq!(resources["limits"]["nvidia.com/gpucores"], "0");
+    assert!(resources.get("requests").is_none());
+}
+
+#[test]
+fn numbers_from_yaml_are_written_as_quantity_strings() {
+    let object = pod(json!([{"name": "train", "image": "i",
+        "resources": {"requests": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000}}}]));
+    let out = admitted(&object);
+    let limits = &out["spec"]["containers"][0]["resources"]["limits"];
+    assert_eq!(limits["nvidia.com/gpu"], "2");
+    assert_eq!(limits["nvidia.com/gpumem"], "4000");
+}
+
+#[test]
+fn zero_gpus_with_cores_are_refused() {
+    let error = refused(&gpu_pod(
+        json!({"nvidia.com/gpu": "0", "nvidia.com/gpucores": "30"}),
+    ));
     assert!(
         error
             .to_string()
-            .contains("nvidia.com/gpucores needs nvidia.com/gpu")
+            .contains("container \"train\": nvidia.com/gpucores needs nvidia.com/gpu"),
+        "{error}"
     );
 }
 
@@ -281,6 +322,7 @@ fn review_allows_with_a_base64_json_patch() {
         patch[0],
         json!({"op": "add", "path": "/spec/schedulerName", "value": "tessera-scheduler"})
     );
+    // schedulerName, then memory and cores defaults in the limits.
     assert_eq!(patch.as_array().unwrap().len(), 3);
 }
 
