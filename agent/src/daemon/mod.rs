@@ -8,9 +8,15 @@
 //! cut short by the agent itself), the listener closes, the process exits
 //! 0. Nothing is undone on exit: the limits stay in the control regions
 //! (invariant I4), and the next agent resumes them in its first period.
+//!
+//! With `[kubelet] enabled = true` the device plugin ([`plugin`]) runs
+//! beside the loop, on the same runtime and stop signal: it removes its
+//! socket on the way out, and `/readyz` fails while it is not registered
+//! with kubelet.
 
 pub mod ebpf;
 pub mod http;
+pub mod plugin;
 pub mod status;
 pub mod tick;
 pub mod view;
@@ -49,6 +55,11 @@ pub enum DaemonError {
     /// No signal handler could be installed.
     #[error("cannot install the SIGTERM/SIGINT handlers")]
     Signal(#[source] std::io::Error),
+    /// The Kubernetes API client could not be set up.
+    #[error(
+        "cannot reach the Kubernetes API for the device plugin (in-cluster service account or kubeconfig)"
+    )]
+    Kube(#[source] kube::Error),
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -101,6 +112,20 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         metrics.clone(),
         stopped(stop_rx.clone()),
     ));
+    let plugin = if config.kubelet.enabled {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(DaemonError::Kube)?;
+        status.require_device_plugin();
+        Some(tokio::spawn(plugin::run(
+            config.clone(),
+            client,
+            status.clone(),
+            stopped(stop_rx.clone()),
+        )))
+    } else {
+        None
+    };
     let control = tokio::spawn(control_loop(
         Arc::new(Mutex::new(agent)),
         status,
@@ -115,6 +140,13 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     tracing::info!(signal, "stopping");
     let _ = stop_tx.send(true);
     let _ = server.await;
+    if let Some(p) = plugin
+        && tokio::time::timeout(Duration::from_secs(5), p)
+            .await
+            .is_err()
+    {
+        tracing::error!("the device plugin did not stop within 5 s; exiting anyway");
+    }
     if tokio::time::timeout(Duration::from_secs(5), control)
         .await
         .is_err()
