@@ -571,3 +571,83 @@ fn hami_manifest_with_resources_only_gets_hami_defaults() {
         },
     );
 }
+
+#[test]
+fn two_agents_racing_for_the_same_pods_never_both_take_a_container() {
+    on_node(
+        "two_agents_racing_for_the_same_pods_never_both_take_a_container",
+        || {
+            runtime().block_on(async {
+                use std::sync::Arc;
+                use tessera_agent::gpu::Inventory;
+                use tessera_agent::kubelet::Allocator;
+                const N: usize = 20;
+                let pods: Vec<Value> = (0..N)
+                    .map(|i| single(&format!("race-{i:02}"), 200 + i, UUIDS[i % 3], 2000, 10, i))
+                    .collect();
+                let (api, kube) = FakeApi::start(pods);
+                let dir = tempfile::tempdir().unwrap();
+                let lib = dir.path().join("lib").join(env!("CARGO_PKG_VERSION"));
+                std::fs::create_dir_all(&lib).unwrap();
+                std::fs::write(lib.join("libtessera.so"), b"").unwrap();
+                std::fs::write(lib.join("ld.so.preload"), b"").unwrap();
+                let nvml = nvml();
+                let gpus = Arc::new(Inventory::collect(&*nvml).unwrap().gpus);
+                // Two agents (an old and a new one during a rolling update),
+                // each with its own claims and root: only the API server's
+                // resourceVersion check stands between them.
+                let agent = |root: &str| {
+                    Arc::new(Allocator::new(
+                        AllocateSetup {
+                            client: kube.clone(),
+                            node: NODE_NAME.into(),
+                            root: dir.path().join(root),
+                            preload_dir: dir.path().join("lib"),
+                            version: env!("CARGO_PKG_VERSION").into(),
+                            dev_dir: dir.path().into(),
+                        },
+                        "nvidia.com/gpu".into(),
+                        gpus.clone(),
+                        vec![Some(0), Some(1), Some(2)],
+                    ))
+                };
+                let (one, two) = (agent("one"), agent("two"));
+                let calls: Vec<_> = (0..N)
+                    .map(|i| {
+                        let a = if i % 2 == 0 { one.clone() } else { two.clone() };
+                        tokio::spawn(async move { a.allocate(&[format!("{}::0", UUIDS[0])]).await })
+                    })
+                    .collect();
+                for c in calls {
+                    c.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+                }
+                let names = |root: &str| -> HashSet<String> {
+                    std::fs::read_dir(dir.path().join(root))
+                        .unwrap()
+                        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                        .filter(|n| !n.starts_with('.'))
+                        .collect()
+                };
+                let (a, b) = (names("one"), names("two"));
+                println!(
+                    "figure: two agents, {N} pods: {} + {} regions, {} conflicts",
+                    a.len(),
+                    b.len(),
+                    api.counts().conflicts
+                );
+                assert!(
+                    a.is_disjoint(&b),
+                    "a container was taken twice: {:?}",
+                    a.intersection(&b).collect::<Vec<_>>()
+                );
+                assert_eq!(a.len() + b.len(), N);
+                for i in 0..N {
+                    assert_eq!(allocated(&api, &format!("ml/race-{i:02}")), vec!["main"]);
+                    let id = format!("{}_main", uid(200 + i));
+                    assert!(a.contains(&id) || b.contains(&id), "{id}");
+                }
+                assert!(api.unsupported().is_empty(), "{:?}", api.unsupported());
+            });
+        },
+    );
+}
