@@ -5,6 +5,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod allocate;
 pub mod apiserver;
 
 use std::path::{Path, PathBuf};
@@ -58,10 +59,15 @@ pub const SPLIT: u32 = 4;
 /// Runs `body` in a child process on a fresh simulated node (see the
 /// module documentation).
 pub fn on_node(name: &str, body: fn()) {
+    on_node_with(NODE, name, body);
+}
+
+/// [`on_node`] on the node described by `toml`.
+pub fn on_node_with(toml: &str, name: &str, body: fn()) {
     if std::env::var_os(CHILD).is_some() {
         return body();
     }
-    let node = Node::new(NODE);
+    let node = Node::new(toml);
     let out = node
         .command(&std::env::current_exe().unwrap())
         .env(CHILD, artifact("sim/libnvidia-ml.so.1"))
