@@ -202,3 +202,176 @@ pub fn grant(choice: &Choice, gpus: &[InventoryGpu]) -> Result<Grant, GrantError
         gpus: indices,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use serde_json::json as j;
+
+    use super::*;
+    use crate::gpu::{FakeBackend, FakeGpu, Inventory};
+    use crate::kubelet::pods::choose;
+
+    const G0: &str = "GPU-00000000-0000-0000-0000-000000000000";
+    const G1: &str = "GPU-00000000-0000-0000-0000-000000000001";
+
+    fn gpus() -> Vec<InventoryGpu> {
+        Inventory::collect(&FakeBackend::new(vec![
+            FakeGpu::new(0, "G", 10000),
+            FakeGpu::new(1, "G", 3001),
+        ]))
+        .unwrap()
+        .gpus
+    }
+
+    /// A pod whose container `c` has `limits` and the assignment `gpus`.
+    fn choice(limits: serde_json::Value, gpus: serde_json::Value, ann: &[(&str, &str)]) -> Choice {
+        let n = gpus.as_array().unwrap().len();
+        let mut limits = limits;
+        limits["nvidia.com/gpu"] = n.to_string().into();
+        let a = serde_json::json!({"version":1,"node":"n","boundAt":"2026-12-01T00:00:00Z",
+            "containers":[{"name":"c","gpus":gpus}]});
+        let mut annotations = serde_json::json!({"tessera.dev/assignment": a.to_string()});
+        for (k, v) in ann {
+            annotations[*k] = (*v).into();
+        }
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name":"p","namespace":"ns","uid":"u-1","annotations":annotations},
+            "spec": {"containers":[{"name":"c","resources":{"limits":limits}}]}
+        }))
+        .unwrap();
+        choose(&[pod], "n", "nvidia.com/gpu", n, &HashSet::new()).unwrap()
+    }
+
+    fn err(c: &Choice) -> String {
+        grant(c, &gpus()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn limits_come_from_the_assignment_then_the_spec_then_hami_defaults() {
+        // Percent of each GPU's own memory, floor; one SM target.
+        let g = grant(
+            &choice(
+                j!({}),
+                j!([{"uuid":G1,"memoryPercent":50,"coresPercent":30},{"uuid":G0,"memoryMiB":7,"coresPercent":30}]),
+                &[],
+            ),
+            &gpus(),
+        )
+        .unwrap();
+        assert_eq!(g.gpus, [1, 0]);
+        let limits: Vec<_> = g.meta.gpus.iter().map(|x| x.memory_limit_bytes).collect();
+        assert_eq!(limits, [Some(1500 << 20), Some(7 << 20)]);
+        assert_eq!(
+            (g.meta.sm_target, g.meta.priority, g.meta.mode),
+            (30, None, None)
+        );
+        assert_eq!(g.meta.pod_uid.as_deref(), Some("u-1"));
+        // Nothing in the assignment: the spec's gpumem, gpucores and
+        // priority 1 (HAMi's low).
+        let g = grant(
+            &choice(
+                j!({"nvidia.com/gpumem":"2000","nvidia.com/gpucores":"15","nvidia.com/priority":"1"}),
+                j!([{"uuid":G0}]),
+                &[("tessera.dev/compute-mode", "hard")],
+            ),
+            &gpus(),
+        )
+        .unwrap();
+        assert_eq!(g.meta.gpus[0].memory_limit_bytes, Some(2000 << 20));
+        assert_eq!((g.meta.sm_target, g.meta.priority), (15, Some(HAMI_LOW)));
+        assert_eq!(g.meta.mode, Some(Mode::Hard));
+        // Nothing anywhere: the whole GPU, no cap; gpucores 0 is no cap.
+        let g = grant(
+            &choice(
+                j!({"nvidia.com/gpucores":"0","nvidia.com/priority":"0"}),
+                j!([{"uuid":G1}]),
+                &[],
+            ),
+            &gpus(),
+        )
+        .unwrap();
+        assert_eq!(g.meta.gpus[0].memory_limit_bytes, Some(3001 << 20));
+        assert_eq!((g.meta.sm_target, g.meta.priority), (100, Some(HAMI_HIGH)));
+    }
+
+    #[test]
+    fn bad_or_greedy_values_are_refused_naming_pod_container_and_field() {
+        let cases: Vec<(Choice, &str)> = vec![
+            (
+                choice(
+                    j!({"nvidia.com/gpumem":"1000"}),
+                    j!([{"uuid":G0,"memoryMiB":1001}]),
+                    &[],
+                ),
+                "grants 1001 MiB on GPU GPU-00000000-0000-0000-0000-000000000000, more than the container asks for (1000 MiB)",
+            ),
+            (
+                choice(
+                    j!({"nvidia.com/gpumem-percentage":"10"}),
+                    j!([{"uuid":G0,"memoryPercent":20}]),
+                    &[],
+                ),
+                "more than the container asks for (1000 MiB)",
+            ),
+            (
+                choice(j!({}), j!([{"uuid":G1,"memoryMiB":4000}]), &[]),
+                "which has 3001 MiB",
+            ),
+            (
+                choice(
+                    j!({"nvidia.com/gpucores":"20"}),
+                    j!([{"uuid":G0,"coresPercent":21}]),
+                    &[],
+                ),
+                "coresPercent is 21, more than the container's nvidia.com/gpucores (20)",
+            ),
+            (
+                choice(
+                    j!({}),
+                    j!([{"uuid":G0,"coresPercent":20},{"uuid":G1,"coresPercent":30}]),
+                    &[],
+                ),
+                "differs between its GPUs",
+            ),
+            (
+                choice(j!({"nvidia.com/priority":"2"}), j!([{"uuid":G0}]), &[]),
+                "nvidia.com/priority is 2; accepted: 0 (high) or 1 (low)",
+            ),
+            (
+                choice(j!({"nvidia.com/gpumem":"4Gi"}), j!([{"uuid":G0}]), &[]),
+                "nvidia.com/gpumem: \"4Gi\" is not a whole number",
+            ),
+            (
+                choice(
+                    j!({"nvidia.com/gpumem-percentage":"0"}),
+                    j!([{"uuid":G0}]),
+                    &[],
+                ),
+                "gpumem-percentage is 0",
+            ),
+            (
+                choice(
+                    j!({}),
+                    j!([{"uuid":G0}]),
+                    &[("tessera.dev/compute-mode", "soft")],
+                ),
+                "tessera.dev/compute-mode is \"soft\"; accepted: hard or elastic",
+            ),
+            (
+                choice(
+                    j!({}),
+                    j!([{"uuid":"GPU-00000000-0000-0000-0000-0000000000ff"}]),
+                    &[],
+                ),
+                "assigned GPU GPU-00000000-0000-0000-0000-0000000000ff is not on this node",
+            ),
+        ];
+        for (c, says) in cases {
+            let e = err(&c);
+            assert!(e.starts_with("pod ns/p container c: "), "{e}");
+            assert!(e.contains(says), "{e}\nexpected: {says}");
+        }
+    }
+}
