@@ -32,6 +32,21 @@
 //! # The watchdog and the eBPF observer: see `watchdog::settings`.
 //! [watchdog]
 //! ebpf = "auto"
+//! # The device plugin (design §2 step 4): see [`KubeletFile`].
+//! [kubelet]
+//! enabled = false
+//! plugin_dir = "/var/lib/kubelet/device-plugins"
+//! pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+//! resource_name = "nvidia.com/gpu"
+//! split = 10
+//! placement = "binpack"   # or "spread"
+//! preload_dir = "/var/lib/tessera/lib"
+//! # Garbage collection of departed pods' region directories (seconds).
+//! gc_interval_s = 30
+//! gc_timeout_s = 5
+//! gc_grace_s = 120
+//! gc_settle_s = 60
+//! gc_confirm_s = 60
 //! ```
 //!
 //! Unknown fields are refused, so a misspelt setting is never silently
@@ -81,6 +96,69 @@ pub struct ConfigFile {
     pub policy: Option<PathBuf>,
     /// See [`Config::watchdog`].
     pub watchdog: Option<crate::watchdog::WatchdogFile>,
+    /// See [`Config::kubelet`].
+    pub kubelet: Option<KubeletFile>,
+}
+
+/// The `[kubelet]` section as written (the Helm chart renders these keys).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubeletFile {
+    /// Run the device plugin inside `tessera-agent run` (default false:
+    /// outside Kubernetes nothing changes).
+    pub enabled: Option<bool>,
+    /// Kubelet's device plugin directory (`kubelet.sock` and our socket).
+    pub plugin_dir: Option<PathBuf>,
+    /// Kubelet's PodResources socket.
+    pub pod_resources_socket: Option<PathBuf>,
+    /// The extended resource advertised.
+    pub resource_name: Option<String>,
+    /// vGPUs per GPU.
+    pub split: Option<u32>,
+    /// Placement of single-vGPU requests: `binpack` or `spread`.
+    pub placement: Option<crate::kubelet::Placement>,
+    /// Host directory of the preload libraries by version:
+    /// `<preload_dir>/<version>/libtessera.so` and `…/ld.so.preload`.
+    pub preload_dir: Option<PathBuf>,
+    /// Seconds between garbage-collection rounds of departed pods' region
+    /// directories (default 30).
+    pub gc_interval_s: Option<u64>,
+    /// Bound of one PodResources call (s, default 5).
+    pub gc_timeout_s: Option<u64>,
+    /// A region directory changed more recently is kept (s, default 120).
+    pub gc_grace_s: Option<u64>,
+    /// A kubelet restarted more recently is not believed about absences
+    /// (s, default 60).
+    pub gc_settle_s: Option<u64>,
+    /// How long a container must stay absent from kubelet's answers before
+    /// its directory goes (s, default 60; at least `gc_interval_s`).
+    pub gc_confirm_s: Option<u64>,
+}
+
+/// Kubelet's PodResources socket unless configured otherwise.
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+/// The preload libraries' host directory unless configured otherwise.
+pub const DEFAULT_PRELOAD_DIR: &str = "/var/lib/tessera/lib";
+/// The environment variable naming this node (the chart sets it from
+/// `spec.nodeName`).
+pub const NODE_NAME_ENV: &str = "NODE_NAME";
+
+/// The `[kubelet]` section, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletSettings {
+    /// Whether `run` serves the device plugin.
+    pub enabled: bool,
+    /// The plugin's own settings (directory, resource, split, placement).
+    pub plugin: crate::kubelet::KubeletConfig,
+    /// Kubelet's PodResources socket.
+    pub pod_resources_socket: PathBuf,
+    /// The preload libraries' host directory.
+    pub preload_dir: PathBuf,
+    /// This node's name (from `NODE_NAME`); always set when `enabled`.
+    pub node_name: Option<String>,
+    /// The garbage collection of departed pods' region directories (runs
+    /// when `enabled`).
+    pub gc: crate::kubelet::gc_task::GcConfig,
 }
 
 /// Settings given on the command line or in the environment (they win
@@ -111,6 +189,10 @@ pub struct ConfigArgs {
     /// built-in defaults); reloaded when it changes.
     #[arg(long, value_name = "FILE", env = "TESSERA_AGENT_POLICY")]
     pub policy: Option<PathBuf>,
+    /// This node's name (needed with `[kubelet] enabled = true`; the Helm
+    /// chart sets NODE_NAME from spec.nodeName).
+    #[arg(long, value_name = "NAME", env = NODE_NAME_ENV)]
+    pub node_name: Option<String>,
 }
 
 /// The daemon's settings, checked.
@@ -142,6 +224,8 @@ pub struct Config {
     /// The watchdog and the eBPF observer (`[watchdog]`, see
     /// [`crate::watchdog::settings`]).
     pub watchdog: crate::watchdog::WatchdogSettings,
+    /// The device plugin (`[kubelet]`).
+    pub kubelet: KubeletSettings,
 }
 
 /// Why the settings were refused.
@@ -360,7 +444,14 @@ impl Config {
                     field: name,
                     problem,
                 })?;
+        let kubelet = kubelet_settings(file.kubelet.unwrap_or_default(), args.node_name.clone())
+            .map_err(|(name, from_flag, problem)| ConfigError::Field {
+                origin: origin(from_flag, path),
+                field: name,
+                problem,
+            })?;
         Ok(Self {
+            kubelet,
             root,
             period: Duration::from_millis(period_ms),
             listen,
@@ -380,9 +471,190 @@ impl Config {
     }
 }
 
+/// Checks the `[kubelet]` section; an error is (field, from the
+/// environment, problem).
+fn kubelet_settings(
+    file: KubeletFile,
+    node_name: Option<String>,
+) -> Result<KubeletSettings, (&'static str, bool, String)> {
+    let d = crate::kubelet::KubeletConfig::default();
+    let enabled = file.enabled.unwrap_or(false);
+    let abs = |field: &'static str, p: Option<PathBuf>, default: &str| {
+        let p = p.unwrap_or_else(|| default.into());
+        if p.is_absolute() {
+            Ok(p)
+        } else {
+            Err((
+                field,
+                false,
+                format!("{} is relative; accepted: an absolute path", p.display()),
+            ))
+        }
+    };
+    let plugin = crate::kubelet::KubeletConfig {
+        plugin_dir: abs(
+            "kubelet.plugin_dir",
+            file.plugin_dir,
+            tessera_kubelet_api::deviceplugin::DEVICE_PLUGIN_PATH,
+        )?,
+        resource_name: file.resource_name.unwrap_or(d.resource_name.clone()),
+        split: file.split.unwrap_or(d.split),
+        placement: file.placement.unwrap_or(d.placement),
+        ..d
+    };
+    if let Err(crate::kubelet::KubeletError::Config { field, why }) = plugin.validate() {
+        let field = match field {
+            "resource_name" => "kubelet.resource_name",
+            "split" => "kubelet.split",
+            other => other,
+        };
+        return Err((field, false, why));
+    }
+    let pod_resources_socket = abs(
+        "kubelet.pod_resources_socket",
+        file.pod_resources_socket,
+        DEFAULT_POD_RESOURCES_SOCKET,
+    )?;
+    let preload_dir = abs("kubelet.preload_dir", file.preload_dir, DEFAULT_PRELOAD_DIR)?;
+    let node_name = node_name.filter(|n| !n.trim().is_empty());
+    if let Some(n) = &node_name
+        && (n.len() > 253 || n.chars().any(|c| c.is_control() || c == '/' || c == ','))
+    {
+        return Err((
+            "node_name",
+            true,
+            format!("{NODE_NAME_ENV}={n:?} is not a node name"),
+        ));
+    }
+    if enabled && node_name.is_none() {
+        return Err((
+            "kubelet.enabled",
+            false,
+            format!(
+                "is true but {NODE_NAME_ENV} is not set; the device plugin needs this node's name (the Helm chart sets {NODE_NAME_ENV} from spec.nodeName)"
+            ),
+        ));
+    }
+    let dg = crate::kubelet::gc_task::GcConfig::default();
+    let secs = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_secs);
+    let gc = crate::kubelet::gc_task::GcConfig {
+        pod_resources_socket: pod_resources_socket.clone(),
+        resource_name: plugin.resource_name.clone(),
+        interval: secs(file.gc_interval_s, dg.interval),
+        timeout: secs(file.gc_timeout_s, dg.timeout),
+        settings: crate::containers::gc::GcSettings {
+            grace: secs(file.gc_grace_s, dg.settings.grace),
+            settle: secs(file.gc_settle_s, dg.settings.settle),
+            confirm: secs(file.gc_confirm_s, dg.settings.confirm),
+        },
+    };
+    if let Err(e) = gc.validate() {
+        let field = match e.field {
+            "gc_interval_s" => "kubelet.gc_interval_s",
+            "gc_timeout_s" => "kubelet.gc_timeout_s",
+            "gc_confirm_s" => "kubelet.gc_confirm_s",
+            "gc_grace_s/gc_settle_s" => "kubelet.gc_grace_s/gc_settle_s",
+            other => other,
+        };
+        return Err((field, false, e.why));
+    }
+    Ok(KubeletSettings {
+        enabled,
+        plugin,
+        pod_resources_socket,
+        preload_dir,
+        node_name,
+        gc,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_garbage_collection_keys_are_read_and_checked() {
+        let args = ConfigArgs {
+            node_name: Some("gpu-7".into()),
+            ..ConfigArgs::default()
+        };
+        let c = merge(
+            "[kubelet]\nenabled = true\ngc_interval_s = 10\ngc_confirm_s = 20\ngc_grace_s = 5\n",
+            &args,
+        )
+        .unwrap()
+        .kubelet;
+        assert_eq!(c.gc.interval, Duration::from_secs(10));
+        assert_eq!(c.gc.settings.confirm, Duration::from_secs(20));
+        assert_eq!(c.gc.settings.grace, Duration::from_secs(5));
+        assert_eq!(c.gc.settings.settle, Duration::from_secs(60));
+        assert_eq!(c.gc.pod_resources_socket, c.pod_resources_socket);
+        for (text, field) in [
+            (
+                "gc_interval_s = 10\ngc_confirm_s = 5",
+                "kubelet.gc_confirm_s",
+            ),
+            ("gc_interval_s = 0", "kubelet.gc_interval_s"),
+            ("gc_timeout_s = 600", "kubelet.gc_timeout_s"),
+        ] {
+            let e = merge(&format!("[kubelet]\n{text}\n"), &args)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_kubelet_section_reads_the_shared_keys_and_needs_node_name() {
+        let text = r#"
+[kubelet]
+enabled = true
+plugin_dir = "/k/device-plugins"
+pod_resources_socket = "/k/pod-resources/kubelet.sock"
+resource_name = "nvidia.com/gpu"
+split = 4
+placement = "spread"
+preload_dir = "/t/lib"
+"#;
+        let args = ConfigArgs {
+            node_name: Some("gpu-7".into()),
+            ..ConfigArgs::default()
+        };
+        let c = merge(text, &args).unwrap().kubelet;
+        assert!(c.enabled);
+        assert_eq!(c.plugin.plugin_dir, Path::new("/k/device-plugins"));
+        assert_eq!(c.plugin.split, 4);
+        assert_eq!(c.plugin.placement, crate::kubelet::Placement::Spread);
+        assert_eq!(
+            c.pod_resources_socket,
+            Path::new("/k/pod-resources/kubelet.sock")
+        );
+        assert_eq!(c.preload_dir, Path::new("/t/lib"));
+        assert_eq!(c.node_name.as_deref(), Some("gpu-7"));
+        let e = merge(text, &ConfigArgs::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("NODE_NAME") && e.contains("kubelet.enabled"),
+            "{e}"
+        );
+        // Disabled (the default): no node name needed, defaults apply.
+        let c = merge("", &ConfigArgs::default()).unwrap().kubelet;
+        assert!(!c.enabled);
+        assert_eq!(c.preload_dir, Path::new(DEFAULT_PRELOAD_DIR));
+        assert_eq!(c.plugin.resource_name, "nvidia.com/gpu");
+        for (bad, field) in [
+            ("[kubelet]\nsplit = 0\n", "kubelet.split"),
+            ("[kubelet]\npreload_dir = \"lib\"\n", "kubelet.preload_dir"),
+            (
+                "[kubelet]\nresource_name = \"gpu\"\n",
+                "kubelet.resource_name",
+            ),
+            ("[kubelet]\nplacement = \"random\"\n", "placement"),
+            ("[kubelet]\nenable = true\n", "enable"),
+        ] {
+            let e = merge(bad, &ConfigArgs::default()).unwrap_err().to_string();
+            assert!(e.contains(field), "{bad}: {e}");
+        }
+    }
 
     fn merge(text: &str, args: &ConfigArgs) -> Result<Config, ConfigError> {
         let p = Path::new("/etc/tessera/agent.toml");

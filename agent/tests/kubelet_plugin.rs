@@ -8,197 +8,25 @@
 //! server on `kubelet.sock` in a temp directory, and a `DevicePlugin`
 //! client to our socket, as kubelet has), and Xids or GPU loss injected
 //! into the simulator. The simulator and the node description are the
-//! oracle; the figures printed are measured here.
+//! oracle; the figures printed are measured here. The fake kubelet and
+//! the node are shared with the Allocate tests (`kubelet_support`).
 #![allow(
     clippy::unwrap_used,
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+mod kubelet_support;
+
 use std::time::{Duration, Instant};
 
 use gpusim::Sim;
-use tessera_agent::gpu::NvmlBackend;
-use tessera_agent::kubelet::{self, KubeletConfig, Placement, socket};
+use kubelet_support::{
+    FakeKubelet, NUMA, SPLIT, UUIDS, config, nvml, on_node, plugin_client, runtime,
+};
+use tessera_agent::kubelet::{self, socket};
 use tessera_kubelet_api::deviceplugin::v1beta1 as dp;
 use tessera_kubelet_api::deviceplugin::{HEALTHY, UNHEALTHY};
-use tessera_testkit::sim::{Node, artifact};
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
-
-const CHILD: &str = "TESSERA_KUBELET_CHILD";
-
-/// GPUs 0 and 1 NVLinked on NUMA 0, GPU 2 alone on NUMA 1.
-const NODE: &str = r#"
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-numa_node = 0
-nvlink_peers = [1]
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-numa_node = 0
-nvlink_peers = [0]
-uuid = "GPU-0b0b0b0b-1111-2222-3333-444444444444"
-
-[[gpu]]
-model = "NVIDIA A100-PCIE-40GB"
-memory_mib = 40960
-sm_count = 108
-numa_node = 1
-uuid = "GPU-0c0c0c0c-1111-2222-3333-444444444444"
-"#;
-
-const UUIDS: [&str; 3] = [
-    "GPU-0a0a0a0a-1111-2222-3333-444444444444",
-    "GPU-0b0b0b0b-1111-2222-3333-444444444444",
-    "GPU-0c0c0c0c-1111-2222-3333-444444444444",
-];
-const NUMA: [i64; 3] = [0, 0, 1];
-const SPLIT: u32 = 4;
-
-/// Runs `body` in a child process on a fresh simulated node (see the
-/// module documentation).
-fn on_node(name: &str, body: fn()) {
-    if std::env::var_os(CHILD).is_some() {
-        return body();
-    }
-    let node = Node::new(NODE);
-    let out = node
-        .command(&std::env::current_exe().unwrap())
-        .env(CHILD, artifact("sim/libnvidia-ml.so.1"))
-        .env("RUST_LOG", "tessera_agent=debug")
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("test result: ok. 1 passed"),
-        "the child ran nothing:\n{stdout}"
-    );
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn nvml() -> Arc<NvmlBackend> {
-    Arc::new(NvmlBackend::load(&std::env::var_os(CHILD).unwrap()).unwrap())
-}
-
-fn config(dir: &Path) -> KubeletConfig {
-    KubeletConfig {
-        plugin_dir: dir.to_owned(),
-        endpoint: "tessera-test.sock".into(),
-        resource_name: "nvidia.com/gpu".into(),
-        split: SPLIT,
-        placement: Placement::Binpack,
-        xid_quarantine: Duration::from_millis(700),
-        watch_interval: Duration::from_millis(100),
-    }
-}
-
-/// A registration as the fake kubelet received it.
-struct Registered {
-    at: Instant,
-    request: dp::RegisterRequest,
-}
-
-struct FakeRegistration(mpsc::UnboundedSender<Registered>);
-
-#[tonic::async_trait]
-impl dp::registration_server::Registration for FakeRegistration {
-    async fn register(
-        &self,
-        request: Request<dp::RegisterRequest>,
-    ) -> Result<Response<dp::Empty>, Status> {
-        let _ = self.0.send(Registered {
-            at: Instant::now(),
-            request: request.into_inner(),
-        });
-        Ok(Response::new(dp::Empty {}))
-    }
-}
-
-/// A fake kubelet: the Registration service on `dir/kubelet.sock`.
-struct FakeKubelet {
-    created: Instant,
-    registrations: mpsc::UnboundedReceiver<Registered>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl FakeKubelet {
-    /// Starts like a new kubelet: every socket in `dir` is removed first.
-    fn start(dir: &Path) -> Self {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if socket::socket_id(&p).is_some() {
-                std::fs::remove_file(&p).unwrap();
-            }
-        }
-        let listener = tokio::net::UnixListener::bind(dir.join("kubelet.sock")).unwrap();
-        let created = Instant::now();
-        let (tx, registrations) = mpsc::unbounded_channel();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(dp::registration_server::RegistrationServer::new(
-                    FakeRegistration(tx),
-                ))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-        });
-        Self {
-            created,
-            registrations,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    /// The next registration, within `within`.
-    async fn registration(&mut self, within: Duration) -> Registered {
-        tokio::time::timeout(within, self.registrations.recv())
-            .await
-            .unwrap_or_else(|_| panic!("no registration within {within:?}"))
-            .unwrap()
-    }
-
-    /// Stops like a kubelet process ending (the socket file stays).
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap();
-    }
-}
-
-/// Kubelet's client to the plugin socket named by `r`.
-async fn plugin_client(
-    dir: &Path,
-    r: &Registered,
-) -> dp::device_plugin_client::DevicePluginClient<tonic::transport::Channel> {
-    let path: PathBuf = dir.join(&r.request.endpoint);
-    let ch = socket::channel(&path, Duration::from_secs(5))
-        .await
-        .unwrap();
-    dp::device_plugin_client::DevicePluginClient::new(ch)
-}
+use tokio::sync::oneshot;
 
 /// Health of every vGPU of GPU `gpu` in `list`.
 fn health_of(list: &dp::ListAndWatchResponse, gpu: usize) -> Vec<&str> {
@@ -261,9 +89,14 @@ fn registers_then_lists_vgpus_with_numa_and_prefers_nvlinked_gpus() {
                 let dir = tempfile::tempdir().unwrap();
                 let mut kubelet = FakeKubelet::start(dir.path());
                 let (stop, stopped) = oneshot::channel::<()>();
-                let plugin = tokio::spawn(kubelet::serve(config(dir.path()), nvml(), async {
-                    let _ = stopped.await;
-                }));
+                let plugin = tokio::spawn(kubelet::serve(
+                    config(dir.path()),
+                    nvml(),
+                    Default::default(),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ));
                 let r = kubelet.registration(Duration::from_secs(5)).await;
                 assert_eq!(r.request.version, "v1beta1");
                 assert_eq!(r.request.endpoint, "tessera-test.sock");
@@ -360,9 +193,14 @@ fn xid_and_gpu_loss_reach_list_and_watch_within_a_second_and_recover() {
                 let dir = tempfile::tempdir().unwrap();
                 let mut kubelet = FakeKubelet::start(dir.path());
                 let (_stop, stopped) = oneshot::channel::<()>();
-                tokio::spawn(kubelet::serve(config(dir.path()), nvml(), async {
-                    let _ = stopped.await;
-                }));
+                tokio::spawn(kubelet::serve(
+                    config(dir.path()),
+                    nvml(),
+                    Default::default(),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ));
                 let r = kubelet.registration(Duration::from_secs(5)).await;
                 let mut client = plugin_client(dir.path(), &r).await;
                 let mut s = client
@@ -434,7 +272,7 @@ fn kubelet_restart_leads_to_reregistration_within_a_second() {
             let dir = tempfile::tempdir().unwrap();
             let mut kubelet = FakeKubelet::start(dir.path());
             let (_stop, stopped) = oneshot::channel::<()>();
-            tokio::spawn(kubelet::serve(config(dir.path()), nvml(), async {
+            tokio::spawn(kubelet::serve(config(dir.path()), nvml(), Default::default(), async {
                 let _ = stopped.await;
             }));
             let first = kubelet.registration(Duration::from_secs(5)).await;
@@ -472,9 +310,14 @@ fn kubelet_absent_at_start_is_waited_for() {
         runtime().block_on(async {
             let dir = tempfile::tempdir().unwrap();
             let (_stop, stopped) = oneshot::channel::<()>();
-            tokio::spawn(kubelet::serve(config(dir.path()), nvml(), async {
-                let _ = stopped.await;
-            }));
+            tokio::spawn(kubelet::serve(
+                config(dir.path()),
+                nvml(),
+                Default::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            ));
             // No kubelet: the plugin serves anyway.
             tokio::time::sleep(Duration::from_millis(600)).await;
             let ours = dir.path().join("tessera-test.sock");

@@ -4,7 +4,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /healthz` | 200 while the process answers and the loop is not wedged, else 503 |
-//! | `GET /readyz` | 200 once NVML is initialised and the first period is done, else 503 with the reasons |
+//! | `GET /readyz` | 200 once NVML is initialised, the first period is done and (with the device plugin) it is registered with kubelet, else 503 with the reasons |
 //! | `GET /containers` | the last period's view of the containers (JSON) |
 //! | `GET /metrics` | Prometheus series of the last period (text format 0.0.4, [`crate::metrics`]) |
 

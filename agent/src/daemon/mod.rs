@@ -8,9 +8,15 @@
 //! cut short by the agent itself), the listener closes, the process exits
 //! 0. Nothing is undone on exit: the limits stay in the control regions
 //! (invariant I4), and the next agent resumes them in its first period.
+//!
+//! With `[kubelet] enabled = true` the device plugin ([`plugin`]) runs
+//! beside the loop, on the same runtime and stop signal: it removes its
+//! socket on the way out, and `/readyz` fails while it is not registered
+//! with kubelet.
 
 pub mod ebpf;
 pub mod http;
+pub mod plugin;
 pub mod status;
 pub mod tick;
 pub mod view;
@@ -49,6 +55,15 @@ pub enum DaemonError {
     /// No signal handler could be installed.
     #[error("cannot install the SIGTERM/SIGINT handlers")]
     Signal(#[source] std::io::Error),
+    /// The Kubernetes API client could not be set up.
+    #[error(
+        "cannot reach the Kubernetes API for the device plugin (in-cluster service account or kubeconfig)"
+    )]
+    Kube(#[source] kube::Error),
+    /// The garbage collection's settings are out of range (checked at
+    /// load; kept for a caller that builds them by hand).
+    #[error("the garbage collection of region directories cannot start")]
+    Gc(#[source] crate::kubelet::gc_task::GcConfigError),
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -101,6 +116,34 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         metrics.clone(),
         stopped(stop_rx.clone()),
     ));
+    let plugin = if config.kubelet.enabled {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(DaemonError::Kube)?;
+        status.require_device_plugin();
+        Some(tokio::spawn(plugin::run(
+            config.clone(),
+            client,
+            status.clone(),
+            stopped(stop_rx.clone()),
+        )))
+    } else {
+        None
+    };
+    // Region directories of departed pods go once kubelet's PodResources
+    // shows them gone (never a running container's: containers::gc).
+    let gc = if config.kubelet.enabled {
+        Some(
+            crate::kubelet::gc_task::spawn_gc(
+                config.kubelet.gc.clone(),
+                config.root.clone(),
+                stopped(stop_rx.clone()),
+            )
+            .map_err(DaemonError::Gc)?,
+        )
+    } else {
+        None
+    };
     let control = tokio::spawn(control_loop(
         Arc::new(Mutex::new(agent)),
         status,
@@ -115,6 +158,22 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     tracing::info!(signal, "stopping");
     let _ = stop_tx.send(true);
     let _ = server.await;
+    if let Some(p) = plugin
+        && tokio::time::timeout(Duration::from_secs(5), p)
+            .await
+            .is_err()
+    {
+        tracing::error!("the device plugin did not stop within 5 s; exiting anyway");
+    }
+    if let Some(g) = gc
+        && tokio::time::timeout(Duration::from_secs(5), g)
+            .await
+            .is_err()
+    {
+        tracing::error!(
+            "the garbage collection round in flight did not end within 5 s; exiting anyway"
+        );
+    }
     if tokio::time::timeout(Duration::from_secs(5), control)
         .await
         .is_err()

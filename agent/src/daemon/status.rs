@@ -24,6 +24,10 @@ pub struct Status {
     view: Mutex<Option<Arc<View>>>,
     /// Liveness fails after this long without a completed period.
     stall_after: Duration,
+    /// Whether the device plugin runs (then readiness waits for it).
+    plugin_required: AtomicBool,
+    /// Whether the device plugin is registered with kubelet now.
+    plugin_registered: AtomicBool,
 }
 
 /// A health answer.
@@ -46,6 +50,8 @@ impl Status {
             nvml_error: Mutex::new("not initialised yet".to_owned()),
             view: Mutex::new(None),
             stall_after,
+            plugin_required: AtomicBool::new(false),
+            plugin_registered: AtomicBool::new(false),
         }
     }
 
@@ -71,6 +77,16 @@ impl Status {
             *e = state.as_ref().err().cloned().unwrap_or_default();
         }
         self.nvml_ready.store(state.is_ok(), Ordering::Release);
+    }
+
+    /// The device plugin runs: `/readyz` fails until it is registered.
+    pub fn require_device_plugin(&self) {
+        self.plugin_required.store(true, Ordering::Release);
+    }
+
+    /// The device plugin is (`true`) or is not registered with kubelet.
+    pub fn set_device_plugin(&self, registered: bool) {
+        self.plugin_registered.store(registered, Ordering::Release);
     }
 
     /// Periods completed.
@@ -104,7 +120,8 @@ impl Status {
         }
     }
 
-    /// `/readyz`: NVML initialised and the first period done.
+    /// `/readyz`: NVML initialised, the first period done and, where the
+    /// device plugin runs, it registered with kubelet.
     pub fn ready(&self) -> Verdict {
         let mut why = Vec::new();
         if !self.nvml_ready.load(Ordering::Acquire) {
@@ -117,6 +134,11 @@ impl Status {
         }
         if self.ticks() == 0 {
             why.push("the first control period has not completed".to_owned());
+        }
+        if self.plugin_required.load(Ordering::Acquire)
+            && !self.plugin_registered.load(Ordering::Acquire)
+        {
+            why.push("the device plugin is not registered with kubelet".to_owned());
         }
         let health = self.health();
         if !health.ok {
@@ -160,6 +182,15 @@ mod tests {
         assert!(!s.ready().ok);
         s.tick_done(Arc::default());
         assert!(s.ready().ok, "{:?}", s.ready());
+        // With the device plugin: ready only while it is registered.
+        s.require_device_plugin();
+        let r = s.ready();
+        assert!(!r.ok && r.detail.contains("device plugin"), "{r:?}");
+        s.set_device_plugin(true);
+        assert!(s.ready().ok, "{:?}", s.ready());
+        s.set_device_plugin(false);
+        assert!(!s.ready().ok);
+        s.set_device_plugin(true);
         s.set_nvml(Err("gone".into()));
         assert!(s.ready().detail.contains("gone"));
     }

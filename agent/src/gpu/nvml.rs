@@ -51,6 +51,14 @@ impl NvmlBackend {
         &self.nvml
     }
 
+    /// GPU `index`'s minor number: its device node is `/dev/nvidia<minor>`
+    /// (the device plugin passes it to the containers given the GPU).
+    pub fn minor_number(&self, index: u32) -> Result<u32, GpuError> {
+        self.handle(index)?
+            .minor_number()
+            .map_err(device_error(index, "minor number"))
+    }
+
     fn handle(&self, index: u32) -> Result<nvml_wrapper::Device<'_>, GpuError> {
         self.nvml
             .device_by_index(index)

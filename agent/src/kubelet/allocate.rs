@@ -2,10 +2,10 @@
 //! mounts and which device nodes and environment it gives (design §2 step
 //! 4, §4.2).
 //!
-//! Not wired into the RPC yet: the container's region directory comes from
-//! the pod's assignment, which needs the Kubernetes API lookup (a later
-//! change). [`container_response`] is the one place that decides the
-//! answer once the region directory exists.
+//! [`gpus_response`] is the one place that decides the answer once the
+//! region directory exists ([`super::allocator`] calls it with the GPUs
+//! of the pod's assignment); [`container_response`] is the same for the
+//! GPUs named by vGPU IDs.
 //!
 //! Invariants:
 //! - limits never travel in the environment: the only variable is
@@ -37,6 +37,8 @@ pub const CONTAINER_LIBRARY_DIR: &str = "/usr/local/lib/tessera";
 pub const CONTAINER_LD_SO_PRELOAD: &str = "/etc/ld.so.preload";
 /// File name of the preload list in the versioned library directory.
 pub const LD_SO_PRELOAD_FILE: &str = "ld.so.preload";
+/// The preload library's file name in the versioned library directory.
+pub const LIBRARY_FILE: &str = "libtessera.so";
 /// Device nodes every GPU container needs besides its GPUs' (those
 /// present on the host are passed).
 pub const SHARED_DEVICES: [&str; 3] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"];
@@ -113,6 +115,24 @@ pub fn container_response(
         }
         chosen.push((i, id));
     }
+    let indices: Vec<usize> = chosen.iter().map(|(i, _)| *i).collect();
+    gpus_response(&indices, gpus, minors, paths, region_dir)
+}
+
+/// The answer for a container given the GPUs `chosen` (indices into
+/// `gpus`, distinct, in the container's order), with its region files in
+/// `region_dir` on the host. `minors[i]` is the `/dev/nvidia<N>` minor of
+/// `gpus[i]`.
+pub fn gpus_response(
+    chosen: &[usize],
+    gpus: &[InventoryGpu],
+    minors: &[Option<u32>],
+    paths: &HostPaths,
+    region_dir: &Path,
+) -> Result<dp::ContainerAllocateResponse, AllocateError> {
+    if chosen.is_empty() {
+        return Err(AllocateError::Empty);
+    }
     let mut devices: Vec<dp::DeviceSpec> = Vec::new();
     for name in SHARED_DEVICES {
         let host = paths.dev_dir.join(name);
@@ -120,7 +140,7 @@ pub fn container_response(
             devices.push(device(&host, &format!("/dev/{name}")));
         }
     }
-    for (i, _) in &chosen {
+    for i in chosen {
         let minor = minors
             .get(*i)
             .copied()
@@ -131,7 +151,7 @@ pub fn container_response(
         let name = format!("nvidia{minor}");
         devices.push(device(&paths.dev_dir.join(&name), &format!("/dev/{name}")));
     }
-    let visible: Vec<&str> = chosen.iter().map(|(i, _)| gpus[*i].uuid.as_str()).collect();
+    let visible: Vec<&str> = chosen.iter().map(|i| gpus[*i].uuid.as_str()).collect();
     let mount = |host: PathBuf, container: String, read_only| dp::Mount {
         container_path: container,
         host_path: host.to_string_lossy().into_owned(),

@@ -14,16 +14,22 @@
 //! On shutdown the server stops (open `ListAndWatch` streams end) and our
 //! socket is removed (only if it is still ours).
 //!
-//! Parts: [`allocate`] (the shape of an Allocate answer, not wired yet),
+//! Parts: [`allocator`] (Allocate end to end: [`pods`] picks the pod and
+//! container, [`grant`] its limits, [`allocate`] the answer's shape),
 //! [`vgpu`] (device IDs and list), [`health`] (NVML Xid events and
 //! GPU loss), [`preferred`] (GetPreferredAllocation), [`plugin`] (the
-//! service), [`registration`], [`socket`].
+//! service), [`registration`], [`socket`]; [`podresources`] (kubelet's
+//! PodResources client) and [`gc_task`] (the garbage collection of
+//! departed pods' region directories, `crate::containers::gc`).
 
 pub mod allocate;
+pub mod allocator;
 pub mod gc_task;
+pub mod grant;
 pub mod health;
 pub mod plugin;
 pub mod podresources;
+pub mod pods;
 pub mod preferred;
 pub mod registration;
 pub mod socket;
@@ -42,6 +48,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::gpu::{GpuError, Health, Inventory, NvmlBackend};
 
+pub use allocator::{AllocateSetup, Allocator};
 pub use health::HealthWatch;
 pub use plugin::Plugin;
 pub use preferred::Placement;
@@ -159,16 +166,44 @@ pub enum KubeletError {
     Health(#[source] std::io::Error),
 }
 
+/// What [`serve`] is wired to besides its settings.
+#[derive(Debug, Default)]
+pub struct Wiring {
+    /// `Allocate`'s API server, node and paths; `None`: every `Allocate`
+    /// is refused with the reason.
+    pub allocate: Option<AllocateSetup>,
+    /// Told `true` while the plugin is registered with the kubelet whose
+    /// socket is there now, `false` otherwise (the agent's `/readyz`).
+    pub registered: Option<watch::Sender<bool>>,
+}
+
 /// Runs the device plugin for the GPUs of `nvml` until `shutdown`
 /// completes; see the module documentation.
 pub async fn serve(
     config: KubeletConfig,
     nvml: Arc<NvmlBackend>,
+    wiring: Wiring,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), KubeletError> {
     config.validate()?;
     let inventory = Inventory::collect(&*nvml).map_err(KubeletError::Inventory)?;
     let count = inventory.gpus.len();
+    let minors: Vec<Option<u32>> = inventory
+        .gpus
+        .iter()
+        .map(|g| match nvml.minor_number(g.index) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(gpu = %g.uuid, error = %crate::error_chain::with_causes(&e), "no device minor number: Allocate refuses this GPU");
+                None
+            }
+        })
+        .collect();
+    let report = |on: bool| {
+        if let Some(r) = &wiring.registered {
+            r.send_replace(on);
+        }
+    };
     // Lost GPUs start unhealthy; the health thread publishes every change.
     let initial = inventory
         .gpus
@@ -179,6 +214,14 @@ pub async fn serve(
     let _health = HealthWatch::start(nvml, count, config.xid_quarantine, health_tx)
         .map_err(KubeletError::Health)?;
     let gpus = Arc::new(inventory.gpus);
+    let allocator = wiring.allocate.map(|setup| {
+        Arc::new(Allocator::new(
+            setup,
+            config.resource_name.clone(),
+            Arc::clone(&gpus),
+            minors,
+        ))
+    });
     let ours = config.our_socket();
     let kubelet = config.kubelet_socket();
     tracing::info!(
@@ -215,24 +258,32 @@ pub async fn serve(
                 placement: config.placement,
                 health: health_rx.clone(),
                 stop: watch::channel(false).1,
+                allocator: allocator.clone(),
             };
             server = Some(Server::start(&ours, plugin).map_err(KubeletError::Socket)?);
             registered = None;
+            report(false);
         }
         // Then register, once per kubelet socket.
         let Some(k) = socket::socket_id(&kubelet) else {
             if registered.take().is_some() {
                 tracing::warn!(socket = %kubelet.display(), "kubelet socket gone");
+                report(false);
             }
             continue;
         };
         if registered == Some(k) {
             continue;
         }
+        if registered.take().is_some() {
+            // A new kubelet: not registered with it yet.
+            report(false);
+        }
         match registration::register(&kubelet, &config.endpoint, &config.resource_name).await {
             Ok(()) => {
                 tracing::info!(kubelet = %kubelet.display(), resource = %config.resource_name, "registered with kubelet");
                 registered = Some(k);
+                report(true);
             }
             Err(e) => tracing::warn!(
                 error = %crate::error_chain::with_causes(&e),
@@ -240,6 +291,7 @@ pub async fn serve(
             ),
         }
     }
+    report(false);
     if let Some(s) = server.take() {
         s.stop(&ours).await;
     }

@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status};
 
 use crate::gpu::InventoryGpu;
 
+use super::allocator::Allocator;
 use super::preferred::{Placement, preferred};
 use super::vgpu;
 
@@ -34,6 +35,9 @@ pub struct Plugin {
     /// Becomes `true` when this server instance stops; open
     /// `ListAndWatch` streams end then.
     pub stop: watch::Receiver<bool>,
+    /// `Allocate`; `None` when the plugin runs without the Kubernetes API
+    /// (every `Allocate` is refused with the reason).
+    pub allocator: Option<Arc<Allocator>>,
 }
 
 type DeviceStream =
@@ -116,15 +120,32 @@ impl dp::device_plugin_server::DevicePlugin for Plugin {
         }))
     }
 
-    /// Not wired yet: the response needs the pod's assignment (issue 9,
-    /// later change). Kubelet shows this message in the pod's events.
+    /// One answer per container request, in order (kubelet sends one
+    /// and reads the first). A failure is a gRPC status whose message
+    /// kubelet shows in the pod's events.
     async fn allocate(
         &self,
-        _: Request<dp::AllocateRequest>,
+        request: Request<dp::AllocateRequest>,
     ) -> Result<Response<dp::AllocateResponse>, Status> {
-        Err(Status::unimplemented(
-            "tessera-agent: Allocate is not available in this build (the pod assignment lookup is not wired yet)",
-        ))
+        let Some(allocator) = &self.allocator else {
+            return Err(Status::failed_precondition(
+                "tessera-agent: Allocate is refused: the device plugin runs without the Kubernetes API, so no pod's assignment can be read",
+            ));
+        };
+        let mut container_responses = Vec::new();
+        for c in request.into_inner().container_requests {
+            match allocator.allocate(&c.devices_ids).await {
+                Ok(r) => container_responses.push(r),
+                Err(e) => {
+                    let message = format!("tessera-agent: {}", crate::error_chain::with_causes(&e));
+                    tracing::warn!(devices = ?c.devices_ids, error = %message, "allocate refused");
+                    return Err(Status::failed_precondition(message));
+                }
+            }
+        }
+        Ok(Response::new(dp::AllocateResponse {
+            container_responses,
+        }))
     }
 
     async fn pre_start_container(

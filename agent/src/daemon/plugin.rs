@@ -1,0 +1,73 @@
+//! The device plugin inside `tessera-agent run` (`[kubelet] enabled =
+//! true`): NVML is loaded (retried every `nvml_retry_ms` until it works),
+//! then [`crate::kubelet::serve`] runs until the daemon stops, its
+//! registration state feeding `/readyz`.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::status::Status;
+use crate::config::Config;
+use crate::gpu::NvmlBackend;
+use crate::kubelet::{AllocateSetup, Wiring};
+
+/// Where the device nodes are on the host.
+pub const DEV_DIR: &str = "/dev";
+
+/// Runs the device plugin until `stop` completes.
+pub async fn run(
+    config: Config,
+    client: kube::Client,
+    status: Arc<Status>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let k = &config.kubelet;
+    let Some(node) = k.node_name.clone() else {
+        // Config::merge refuses `enabled` without a node name.
+        tracing::error!("the device plugin has no node name; not started");
+        return;
+    };
+    let nvml = loop {
+        let lib = config.nvml_lib.clone();
+        match tokio::task::spawn_blocking(move || NvmlBackend::load(lib.as_os_str())).await {
+            Ok(Ok(n)) => break Arc::new(n),
+            Ok(Err(e)) => tracing::warn!(
+                error = %crate::error_chain::with_causes(&e),
+                retry_ms = config.nvml_retry.as_millis() as u64,
+                "device plugin: NVML unavailable"
+            ),
+            Err(e) => tracing::error!(error = %e, "device plugin: NVML load panicked"),
+        }
+        tokio::select! {
+            () = &mut stop => return,
+            () = tokio::time::sleep(config.nvml_retry) => {}
+        }
+    };
+    let (tx, mut rx) = watch::channel(false);
+    let feed = {
+        let status = status.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                status.set_device_plugin(*rx.borrow_and_update());
+            }
+        })
+    };
+    let wiring = Wiring {
+        allocate: Some(AllocateSetup {
+            client,
+            node,
+            root: config.root.clone(),
+            preload_dir: k.preload_dir.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            dev_dir: DEV_DIR.into(),
+        }),
+        registered: Some(tx),
+    };
+    if let Err(e) = crate::kubelet::serve(k.plugin.clone(), nvml, wiring, stop).await {
+        tracing::error!(error = %crate::error_chain::with_causes(&e), "the device plugin stopped");
+    }
+    status.set_device_plugin(false);
+    feed.abort();
+}
