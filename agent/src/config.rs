@@ -139,6 +139,9 @@ pub struct KubeletFile {
 pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// The preload libraries' host directory unless configured otherwise.
 pub const DEFAULT_PRELOAD_DIR: &str = "/var/lib/tessera/lib";
+/// The environment variable naming the installed preload version.
+pub const PRELOAD_VERSION_ENV: &str = "TESSERA_PRELOAD_VERSION";
+
 /// The environment variable naming this node (the chart sets it from
 /// `spec.nodeName`).
 pub const NODE_NAME_ENV: &str = "NODE_NAME";
@@ -154,6 +157,9 @@ pub struct KubeletSettings {
     pub pod_resources_socket: PathBuf,
     /// The preload libraries' host directory.
     pub preload_dir: PathBuf,
+    /// The version directory under `preload_dir` that Allocate mounts (a
+    /// plain directory name).
+    pub preload_version: String,
     /// This node's name (from `NODE_NAME`); always set when `enabled`.
     pub node_name: Option<String>,
     /// The garbage collection of departed pods' region directories (runs
@@ -193,6 +199,11 @@ pub struct ConfigArgs {
     /// chart sets NODE_NAME from spec.nodeName).
     #[arg(long, value_name = "NAME", env = NODE_NAME_ENV)]
     pub node_name: Option<String>,
+    /// The preload library version Allocate mounts from
+    /// `<preload_dir>/<version>/` (the Helm chart sets the version its
+    /// init step installed; default: this agent's own version).
+    #[arg(long, value_name = "VERSION", env = PRELOAD_VERSION_ENV)]
+    pub preload_version: Option<String>,
 }
 
 /// The daemon's settings, checked.
@@ -444,12 +455,16 @@ impl Config {
                     field: name,
                     problem,
                 })?;
-        let kubelet = kubelet_settings(file.kubelet.unwrap_or_default(), args.node_name.clone())
-            .map_err(|(name, from_flag, problem)| ConfigError::Field {
-                origin: origin(from_flag, path),
-                field: name,
-                problem,
-            })?;
+        let kubelet = kubelet_settings(
+            file.kubelet.unwrap_or_default(),
+            args.node_name.clone(),
+            args.preload_version.clone(),
+        )
+        .map_err(|(name, from_flag, problem)| ConfigError::Field {
+            origin: origin(from_flag, path),
+            field: name,
+            problem,
+        })?;
         Ok(Self {
             kubelet,
             root,
@@ -476,6 +491,7 @@ impl Config {
 fn kubelet_settings(
     file: KubeletFile,
     node_name: Option<String>,
+    preload_version: Option<String>,
 ) -> Result<KubeletSettings, (&'static str, bool, String)> {
     let d = crate::kubelet::KubeletConfig::default();
     let enabled = file.enabled.unwrap_or(false);
@@ -516,6 +532,21 @@ fn kubelet_settings(
         DEFAULT_POD_RESOURCES_SOCKET,
     )?;
     let preload_dir = abs("kubelet.preload_dir", file.preload_dir, DEFAULT_PRELOAD_DIR)?;
+    let preload_version = preload_version.unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._+-".contains(c);
+    if preload_version.is_empty()
+        || preload_version.len() > 128
+        || preload_version.starts_with('.')
+        || !preload_version.chars().all(plain)
+    {
+        return Err((
+            "preload_version",
+            true,
+            format!(
+                "{PRELOAD_VERSION_ENV}={preload_version:?} is not a version directory name; accepted: 1 to 128 of A-Z a-z 0-9 . _ + -, not starting with '.'"
+            ),
+        ));
+    }
     let node_name = node_name.filter(|n| !n.trim().is_empty());
     if let Some(n) = &node_name
         && (n.len() > 253 || n.chars().any(|c| c.is_control() || c == '/' || c == ','))
@@ -563,6 +594,7 @@ fn kubelet_settings(
         plugin,
         pod_resources_socket,
         preload_dir,
+        preload_version,
         node_name,
         gc,
     })

@@ -143,12 +143,18 @@ impl AgentChart {
 /// `tessera-agent config check --config FILE` with no TESSERA_* setting
 /// from the test's environment and NODE_NAME set as the chart sets it.
 fn config_check(file: &Path) -> Output {
+    config_check_with(file, &[])
+}
+
+/// `config check` with only `env` (and NODE_NAME) of the TESSERA_ variables.
+fn config_check_with(file: &Path, env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(agent_bin());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("TESSERA_") {
             c.env_remove(k);
         }
     }
+    c.envs(env.iter().copied());
     c.env("NODE_NAME", "gpu-node-1")
         .args(["config", "check", "--config"])
         .arg(file)
@@ -209,7 +215,7 @@ fn config_check_prints_the_effective_settings_or_names_the_bad_field() {
 fn value_sets() -> Vec<Value> {
     vec![
         json!({}),
-        json!({"agent": {
+        json!({"image": {"tag": "v0.2.0-rc.1"}, "agent": {
             "metricsPort": 9500,
             "periodMs": 50,
             "logLevel": "tessera_agent=debug",
@@ -306,16 +312,36 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
             .find(|e| e["name"] == "NODE_NAME")
             .unwrap();
         assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+        // The agent mounts the version the init step installed: both read
+        // TESSERA_PRELOAD_VERSION, with one value.
+        let version_of = |c: &Value| {
+            c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "TESSERA_PRELOAD_VERSION")
+                .unwrap_or_else(|| panic!("no TESSERA_PRELOAD_VERSION in {c}"))["value"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let version = version_of(agent);
+        assert_eq!(version, version_of(chart.init()), "{values}");
 
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("agent.toml");
         std::fs::write(&file, chart.data["agent.toml"].as_str().unwrap()).unwrap();
-        let out = config_check(&file);
+        let out = config_check_with(&file, &[("TESSERA_PRELOAD_VERSION", &version)]);
         assert!(
             out.status.success(),
             "tessera-agent refuses the chart's config (values {values}): {}\n{}",
             String::from_utf8_lossy(&out.stderr),
             chart.data["agent.toml"].as_str().unwrap()
+        );
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            shown.contains(&format!("preload_version: {version:?}")),
+            "the agent would mount another version than {version}: {shown}"
         );
         let policy = dir.path().join("policy.yaml");
         std::fs::write(&policy, chart.data["policy.yaml"].as_str().unwrap()).unwrap();

@@ -60,7 +60,7 @@ pub async fn run(
             node,
             root: config.root.clone(),
             preload_dir: k.preload_dir.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: k.preload_version.clone(),
             dev_dir: DEV_DIR.into(),
         }),
         registered: Some(tx),
