@@ -10,7 +10,15 @@
 //! | `binpack` | fullest first | utilisation after placement (best fit) |
 //! | `spread` | emptiest first | 1 − utilisation after placement |
 //! | `fgd` | least fragmentation growth | −ΔF_n(M) |
-//! | `tessera` | least fragmentation growth, then fullest | −ΔF_n(M), then utilisation after placement |
+//! | `tessera` | least fragmentation growth, then fullest | −ΔF_n(M) (to 10⁻⁶ milli-GPU), then least free GPU compute left on the node |
+//!
+//! Tessera's default is FGD with its ties broken by best fit at both
+//! levels: among GPUs of equal fragmentation growth the fullest, among nodes
+//! of equal growth the one left with the least free GPU compute. FGD alone
+//! leaves ties to the first node in order, which scatters small tasks over
+//! empty nodes whose fragmentation they grow alike; packing them keeps
+//! whole nodes free for the multi-GPU tasks. Measured on every openb trace
+//! (README): fewer unallocated GPUs than FGD and than best fit.
 //!
 //! Utilisation is the mean, over the dimensions the node tracks, of the
 //! committed share: GPU compute of its healthy GPUs, CPU, memory.
@@ -150,10 +158,14 @@ pub fn evaluate(
             };
             let placed = place(task, node, &mut choice)?;
             let growth = fragmentation(&placed.after, workload) - before;
-            let second = if policy == Policy::Tessera {
-                utilisation(&placed.after)
+            let (growth, second) = if policy == Policy::Tessera {
+                // Fragmentation is a sum of products of popularities and
+                // milli: equal growths may differ in the last bits, so
+                // compare them to a millionth of a milli-GPU.
+                let growth = (growth * 1e6).round() / 1e6;
+                (growth, -(placed.after.free_gpu_milli() as f64))
             } else {
-                0.0
+                (growth, 0.0)
             };
             Ok(Scored {
                 placed,

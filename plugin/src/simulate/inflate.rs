@@ -7,6 +7,8 @@
 //! Each run draws the same task sequence for a seed whatever the policy,
 //! so policies are compared on identical arrivals.
 
+use std::collections::HashMap;
+
 use crate::placement::rng::Rng;
 use crate::placement::{Node, Policy, Score, Task, Workload, evaluate};
 
@@ -120,6 +122,10 @@ pub fn run(
         capacity_milli,
     };
     let mut snapshot = None;
+    // Nodes alike in capacity and models, in the same state, score alike:
+    // (class, kind, CPU used, memory used, GPU compute used) -> score.
+    let kinds = node_kinds(&nodes);
+    let mut memo: HashMap<(usize, usize, u64, u64, Vec<u32>), Option<Score>> = HashMap::new();
     while result.requested_milli < capacity_milli {
         let pick = draws.below(tasks.len() as u64) as usize;
         let class = classes.of[pick];
@@ -136,7 +142,16 @@ pub fn run(
             let score = match cache[i][class] {
                 Some((v, score)) if v == version[i] => score,
                 _ => {
-                    let score = evaluate(policy, task, node, workload).ok().map(|s| s.score);
+                    let key = (
+                        class,
+                        kinds[i],
+                        node.cpu_milli.map_or(0, |p| p.used),
+                        node.memory_mib.map_or(0, |p| p.used),
+                        node.gpus.iter().map(|g| g.used_milli).collect(),
+                    );
+                    let score = *memo.entry(key).or_insert_with(|| {
+                        evaluate(policy, task, node, workload).ok().map(|s| s.score)
+                    });
                     cache[i][class] = Some((version[i], score));
                     score
                 }
@@ -171,6 +186,27 @@ pub fn run(
         }
     }
     (result, snapshot)
+}
+
+/// For each node, the index of its kind: nodes of one kind have the same
+/// CPU and memory capacity and the same GPU models and health in order.
+/// (Trace tasks carry no UUID rules and no GPU memory, so a node's kind
+/// and its committed CPU, memory and GPU compute decide every score.)
+fn node_kinds(nodes: &[Node]) -> Vec<usize> {
+    type Kind = (Option<u64>, Option<u64>, Vec<(String, bool)>);
+    let mut kinds: HashMap<Kind, usize> = HashMap::new();
+    nodes
+        .iter()
+        .map(|n| {
+            let kind = (
+                n.cpu_milli.map(|p| p.capacity),
+                n.memory_mib.map(|p| p.capacity),
+                n.gpus.iter().map(|g| (g.model.clone(), g.healthy)).collect(),
+            );
+            let next = kinds.len();
+            *kinds.entry(kind).or_insert(next)
+        })
+        .collect()
 }
 
 /// Whether any task asks for GPU (inflation ends only then).
