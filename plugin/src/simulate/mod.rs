@@ -105,3 +105,6 @@ pub fn simulate(options: &Options) -> Result<Outcome, SimulateError> {
         tasks: tasks.len(),
     })
 }
+
+#[cfg(test)]
+mod tests;
