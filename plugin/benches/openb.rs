@@ -21,7 +21,10 @@ fn main() -> ExitCode {
     );
     let nodes = dir.join("openb_node_list_gpu_node.csv");
     if !nodes.exists() {
-        println!("skipped: no openb trace at {} (set TESSERA_OPENB)", dir.display());
+        println!(
+            "skipped: no openb trace at {} (set TESSERA_OPENB)",
+            dir.display()
+        );
         return ExitCode::SUCCESS;
     }
     let runs: u64 = std::env::var("TESSERA_OPENB_RUNS")

@@ -14,8 +14,8 @@ use tessera_api::GpuNode;
 use tessera_scheduler::extender::{ClusterView, NodeView};
 use tessera_scheduler::manifest;
 use tessera_scheduler::placement::Policy;
-use tessera_scheduler::simulate;
 use tessera_scheduler::server::{self, AppState};
+use tessera_scheduler::simulate;
 use tessera_scheduler::webhook::{self, WebhookConfig};
 
 /// Tessera's kube-scheduler extender and admission webhook.
@@ -90,7 +90,10 @@ fn parse_policies(name: &str) -> Result<PolicyList, String> {
         .map(|p| PolicyList(vec![p]))
         .ok_or_else(|| {
             let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown policy {name:?}; accepted: {} or all", names.join(", "))
+            format!(
+                "unknown policy {name:?}; accepted: {} or all",
+                names.join(", ")
+            )
         })
 }
 

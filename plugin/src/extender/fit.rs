@@ -99,7 +99,12 @@ pub fn assignment(node: &NodeView, placed: &placement::Placed) -> Assignment {
     let containers = placed
         .containers
         .iter()
-        .map(|(c, idx)| (c.clone(), idx.iter().map(|&i| node.gpus[i].uuid.clone()).collect()))
+        .map(|(c, idx)| {
+            (
+                c.clone(),
+                idx.iter().map(|&i| node.gpus[i].uuid.clone()).collect(),
+            )
+        })
         .collect();
     let gpus_after = node
         .gpus

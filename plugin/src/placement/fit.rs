@@ -356,7 +356,7 @@ fn describe(memory: Memory) -> String {
 
 /// Compute in the extender's words: whole percent of SMs where exact.
 fn describe_compute(milli: u32) -> String {
-    if milli % 10 == 0 {
+    if milli.is_multiple_of(10) {
         format!("{}% SMs", milli / 10)
     } else {
         format!("{milli} milli-GPU")

@@ -26,7 +26,7 @@
 use std::cmp::Ordering;
 
 use super::fgd::{Workload, fragmentation};
-use super::fit::{Fullest, GpuAsk, GpuChoice, Emptiest, Node, Placed, Task, Unfit, place};
+use super::fit::{Emptiest, Fullest, GpuAsk, GpuChoice, Node, Placed, Task, Unfit, place};
 
 /// A scoring policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,18 +75,32 @@ impl Policy {
     }
 }
 
-/// A node's score; compared lexicographically, higher is better.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A node's score; compared lexicographically by `f64::total_cmp`,
+/// higher is better.
+#[derive(Debug, Clone, Copy)]
 pub struct Score(pub [f64; 2]);
 
-impl Score {
-    /// Total order (NaN never arises; it would sort lowest).
-    pub fn cmp(&self, other: &Self) -> Ordering {
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> Ordering {
         self.0[0]
             .total_cmp(&other.0[0])
             .then(self.0[1].total_cmp(&other.0[1]))
     }
 }
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Score {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Score {}
 
 /// A trial placement with its score.
 #[derive(Debug, Clone, PartialEq)]
@@ -207,7 +221,8 @@ impl GpuChoice for LeastFragment<'_> {
                 let better = match best {
                     None => true,
                     Some((_, bf, bfree)) => {
-                        f < bf - 1e-9 || (self.fullest_on_ties && (f - bf).abs() <= 1e-9 && free < bfree)
+                        f < bf - 1e-9
+                            || (self.fullest_on_ties && (f - bf).abs() <= 1e-9 && free < bfree)
                     }
                 };
                 if better {

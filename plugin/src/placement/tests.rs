@@ -68,7 +68,10 @@ fn cpu_shortage_is_busy_when_used_and_never_when_too_small() {
         used: 6000,
     });
     match place(&task(4000, 1, 500), &n, &mut Fullest) {
-        Err(Unfit::Busy(reason)) => assert!(reason.contains("4000 milli-CPU, 2000 of 8000 free"), "{reason}"),
+        Err(Unfit::Busy(reason)) => assert!(
+            reason.contains("4000 milli-CPU, 2000 of 8000 free"),
+            "{reason}"
+        ),
         other => panic!("{other:?}"),
     }
     assert!(matches!(
@@ -91,14 +94,20 @@ fn multi_gpu_tasks_take_distinct_idle_gpus_only() {
     assert_eq!(placed.after.gpus[0].used_milli, 1000);
     assert_eq!(placed.after.gpus[1].used_milli, 100);
     // Four whole GPUs: only three are idle.
-    assert!(matches!(place(&task(0, 4, 1000), &n, &mut Fullest), Err(Unfit::Busy(_))));
+    assert!(matches!(
+        place(&task(0, 4, 1000), &n, &mut Fullest),
+        Err(Unfit::Busy(_))
+    ));
     // A memory-only share (0 compute) still makes a GPU non-idle.
     let mut m = node("m", "T4", &[0]);
     m.gpus[0].memory_mib = 16_000;
     m.gpus[0].used_mib = 1;
     let mut whole = task(0, 1, 1000);
     whole.gpus[0].memory = Memory::Mib(100);
-    assert!(matches!(place(&whole, &m, &mut Fullest), Err(Unfit::Busy(_))));
+    assert!(matches!(
+        place(&whole, &m, &mut Fullest),
+        Err(Unfit::Busy(_))
+    ));
 }
 
 #[test]
@@ -115,10 +124,19 @@ fn gpu_spec_models_are_matched_exactly() {
 #[test]
 fn fullest_and_emptiest_pick_the_gpu_with_least_and_most_room() {
     let n = node("n", "T4", &[300, 700, 0]);
-    assert_eq!(gpus_of(&place(&task(0, 1, 300), &n, &mut Fullest).unwrap()), [1]);
-    assert_eq!(gpus_of(&place(&task(0, 1, 300), &n, &mut Emptiest).unwrap()), [2]);
+    assert_eq!(
+        gpus_of(&place(&task(0, 1, 300), &n, &mut Fullest).unwrap()),
+        [1]
+    );
+    assert_eq!(
+        gpus_of(&place(&task(0, 1, 300), &n, &mut Emptiest).unwrap()),
+        [2]
+    );
     // 800 fits only the idle GPU.
-    assert_eq!(gpus_of(&place(&task(0, 1, 800), &n, &mut Fullest).unwrap()), [2]);
+    assert_eq!(
+        gpus_of(&place(&task(0, 1, 800), &n, &mut Fullest).unwrap()),
+        [2]
+    );
 }
 
 /// Worked by hand: GPUs free 1000, 1000, 500, 200 (2700 in all).
@@ -175,7 +193,10 @@ fn fgd_keeps_room_for_the_workload_where_best_fit_does_not() {
     assert_eq!(pick(Policy::Spread), "wide");
     assert_eq!(pick(Policy::Fgd), "wide");
     assert_eq!(pick(Policy::Tessera), "wide");
-    let growth = evaluate(Policy::Fgd, &small, &tight, &workload).unwrap().score.0[0];
+    let growth = evaluate(Policy::Fgd, &small, &tight, &workload)
+        .unwrap()
+        .score
+        .0[0];
     assert!((growth + 450.0).abs() < 1e-9, "{growth}");
 }
 

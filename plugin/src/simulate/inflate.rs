@@ -82,6 +82,12 @@ impl Run {
     }
 }
 
+/// A node's version and its cached score for one class (None: unfit).
+type Cached = (u32, Option<Score>);
+
+/// (class, node kind, CPU used, memory used, GPU compute used per GPU).
+type StateKey = (usize, usize, u64, u64, Vec<u32>);
+
 /// The cluster when the requested GPU first reached `fraction` of capacity.
 pub type Snapshot = Vec<Node>;
 
@@ -104,12 +110,11 @@ pub fn run(
     let mut nodes = nodes.to_vec();
     let capacity_milli: u64 = nodes.iter().map(Node::free_gpu_milli).sum();
     let mut draws = Rng::new(seed);
-    let mut choices = Rng::new(seed ^ 0x5eed_0f_c401ce);
+    let mut choices = Rng::new(seed ^ 0x5eed_0fc4_01ce);
     // Per node: a version bumped on every change, and per task class the
     // cached (version, score) of its trial placement (None: unfit).
     let mut version = vec![0u32; nodes.len()];
-    let mut cache: Vec<Vec<Option<(u32, Option<Score>)>>> =
-        vec![vec![None; classes.tasks.len()]; nodes.len()];
+    let mut cache: Vec<Vec<Option<Cached>>> = vec![vec![None; classes.tasks.len()]; nodes.len()];
     let mut result = Run {
         policy,
         seed,
@@ -125,7 +130,7 @@ pub fn run(
     // Nodes alike in capacity and models, in the same state, score alike:
     // (class, kind, CPU used, memory used, GPU compute used) -> score.
     let kinds = node_kinds(&nodes);
-    let mut memo: HashMap<(usize, usize, u64, u64, Vec<u32>), Option<Score>> = HashMap::new();
+    let mut memo: HashMap<StateKey, Option<Score>> = HashMap::new();
     while result.requested_milli < capacity_milli {
         let pick = draws.below(tasks.len() as u64) as usize;
         let class = classes.of[pick];
@@ -201,7 +206,10 @@ fn node_kinds(nodes: &[Node]) -> Vec<usize> {
             let kind = (
                 n.cpu_milli.map(|p| p.capacity),
                 n.memory_mib.map(|p| p.capacity),
-                n.gpus.iter().map(|g| (g.model.clone(), g.healthy)).collect(),
+                n.gpus
+                    .iter()
+                    .map(|g| (g.model.clone(), g.healthy))
+                    .collect(),
             );
             let next = kinds.len();
             *kinds.entry(kind).or_insert(next)

@@ -19,20 +19,22 @@ use crate::placement::{Node, Task, WHOLE_GPU};
 
 /// The extender's view of the simulated nodes.
 pub fn view_of(nodes: &[Node]) -> ClusterView {
-    ClusterView::new(nodes.iter().map(|n| NodeView {
-        name: n.name.clone(),
-        gpus: n
-            .gpus
-            .iter()
-            .map(|g| GpuView {
-                uuid: g.uuid.clone(),
-                model: g.model.clone(),
-                memory_mib: u64::from(WHOLE_GPU),
-                used_mib: u64::from(g.used_milli.min(WHOLE_GPU)),
-                cores_used_percent: g.used_milli.div_ceil(10),
-                healthy: g.healthy,
-            })
-            .collect(),
+    ClusterView::new(nodes.iter().map(|n| {
+        NodeView {
+            name: n.name.clone(),
+            gpus: n
+                .gpus
+                .iter()
+                .map(|g| GpuView {
+                    uuid: g.uuid.clone(),
+                    model: g.model.clone(),
+                    memory_mib: u64::from(WHOLE_GPU),
+                    used_mib: u64::from(g.used_milli.min(WHOLE_GPU)),
+                    cores_used_percent: g.used_milli.div_ceil(10),
+                    healthy: g.healthy,
+                })
+                .collect(),
+        }
     }))
 }
 

@@ -91,8 +91,15 @@ pub fn simulate(options: &Options) -> Result<Outcome, SimulateError> {
     }
     let latency = if options.latency_pods > 0 {
         let seed = options.seeds.first().copied().unwrap_or(0);
-        let (_, half) =
-            inflate::run(&nodes, &tasks, &classes, &workload, Policy::Tessera, seed, Some(0.5));
+        let (_, half) = inflate::run(
+            &nodes,
+            &tasks,
+            &classes,
+            &workload,
+            Policy::Tessera,
+            seed,
+            Some(0.5),
+        );
         half.and_then(|half| latency::measure(&half, &tasks, options.latency_pods, seed))
     } else {
         None

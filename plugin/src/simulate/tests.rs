@@ -18,20 +18,33 @@ fn file(name: &str, text: &str) -> PathBuf {
     path
 }
 
-const NODES: &str = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,1,T4\nn1,64000,262144,1,T4\n";
+const NODES: &str =
+    "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,1,T4\nn1,64000,262144,1,T4\n";
 
 #[test]
 fn node_and_pod_lists_are_read_by_header_name() {
-    let nodes = read_nodes(&file("n.csv", "model,gpu,sn,memory_mib,cpu_milli\nV100M32,8,a,393216,96000\n")).unwrap();
+    let nodes = read_nodes(&file(
+        "n.csv",
+        "model,gpu,sn,memory_mib,cpu_milli\nV100M32,8,a,393216,96000\n",
+    ))
+    .unwrap();
     assert_eq!(nodes[0].name, "a");
     assert_eq!(nodes[0].gpus.len(), 8);
     assert_eq!(nodes[0].gpus[7].model, "V100M32");
     assert_eq!(nodes[0].cpu_milli.unwrap().capacity, 96000);
     // The multigpu20 form: no gpu_spec and no timing columns.
-    let pods = read_pods(&file("p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,6000,12288,1,460\np1,8000,30517,0,0\n")).unwrap();
+    let pods = read_pods(&file(
+        "p.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,6000,12288,1,460\np1,8000,30517,0,0\n",
+    ))
+    .unwrap();
     assert_eq!(pods[0].task.gpu_milli(), 460);
     assert!(pods[1].task.gpus.is_empty());
-    let spec = read_pods(&file("s.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1,1,2,1000,V100M16|V100M32\n")).unwrap();
+    let spec = read_pods(&file(
+        "s.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1,1,2,1000,V100M16|V100M32\n",
+    ))
+    .unwrap();
     assert_eq!(
         spec[0].task.models,
         crate::placement::Models::OneOf(vec!["V100M16".into(), "V100M32".into()])
@@ -43,7 +56,10 @@ fn pod_error(text: &str) -> String {
     let path = file("bad.csv", text);
     let e = read_pods(&path).unwrap_err();
     let message = e.to_string();
-    assert!(message.starts_with(&path.display().to_string()), "{message}");
+    assert!(
+        message.starts_with(&path.display().to_string()),
+        "{message}"
+    );
     message
 }
 
@@ -51,23 +67,46 @@ fn pod_error(text: &str) -> String {
 fn bad_inputs_name_file_line_and_column() {
     let h = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
     let m = pod_error(&format!("{h}p0,6000,12288,1,460\np1,6000,x12,1,460\n"));
-    assert!(m.ends_with("line 3, column \"memory_mib\": \"x12\" is not a whole number ≥ 0"), "{m}");
+    assert!(
+        m.ends_with("line 3, column \"memory_mib\": \"x12\" is not a whole number ≥ 0"),
+        "{m}"
+    );
     let m = pod_error(&format!("{h}p0,6000,12288,1,1460\n"));
-    assert!(m.contains("line 2, column \"gpu_milli\": 1460 is above the most accepted, 1000"), "{m}");
+    assert!(
+        m.contains("line 2, column \"gpu_milli\": 1460 is above the most accepted, 1000"),
+        "{m}"
+    );
     let m = pod_error(&format!("{h}p0,6000,12288,0,500\n"));
-    assert!(m.contains("column \"gpu_milli\": 500 with num_gpu 0"), "{m}");
+    assert!(
+        m.contains("column \"gpu_milli\": 500 with num_gpu 0"),
+        "{m}"
+    );
     let m = pod_error(&format!("{h}p0,6000,12288,2,0\n"));
     assert!(m.contains("column \"gpu_milli\": 0 with num_gpu 2"), "{m}");
     let m = pod_error(&format!("{h}p0,6000,12288,1\n"));
-    assert!(m.contains("line 2, column \"record\": 4 fields, header has 5"), "{m}");
+    assert!(
+        m.contains("line 2, column \"record\": 4 fields, header has 5"),
+        "{m}"
+    );
     let m = pod_error("name,cpu_milli,num_gpu,gpu_milli\np0,1,1,1\n");
     assert!(m.contains("line 1: missing column \"memory_mib\""), "{m}");
-    let m = pod_error(&format!("{h}"));
+    let m = pod_error(h);
     assert!(m.ends_with("no records after the header"), "{m}");
     let m = pod_error("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np,1,1,1,10,T4||A10\n");
-    assert!(m.contains("column \"gpu_spec\": \"T4||A10\" has an empty model name"), "{m}");
-    let e = read_nodes(&file("bn.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,\n")).unwrap_err();
-    assert!(e.to_string().contains("line 2, column \"model\": empty, but the node has 2 GPU(s)"), "{e}");
+    assert!(
+        m.contains("column \"gpu_spec\": \"T4||A10\" has an empty model name"),
+        "{m}"
+    );
+    let e = read_nodes(&file(
+        "bn.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,\n",
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("line 2, column \"model\": empty, but the node has 2 GPU(s)"),
+        "{e}"
+    );
     let e = read_nodes(&PathBuf::from("/nonexistent/nodes.csv")).unwrap_err();
     assert!(matches!(e, TraceError::Read { .. }), "{e}");
     assert_eq!(e.to_string(), "/nonexistent/nodes.csv: cannot read");
@@ -133,7 +172,11 @@ fn gpu_spec_is_honoured() {
 fn traces_without_gpu_tasks_or_gpus_are_refused() {
     let cpu_only = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,0,0\n";
     let e = simulate(&options(NODES, cpu_only, vec![Policy::Fgd])).unwrap_err();
-    assert!(e.to_string().ends_with("no task asks for GPU; workload inflation needs at least one"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("no task asks for GPU; workload inflation needs at least one"),
+        "{e}"
+    );
     let no_gpu = "sn,cpu_milli,memory_mib,gpu,model\nn0,4000,1024,0,\n";
     let pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,500\n";
     let e = simulate(&options(no_gpu, pods, vec![Policy::Fgd])).unwrap_err();
@@ -162,7 +205,11 @@ fn latency_pods_go_through_the_extender() {
         gpus: vec![gpu(used)],
     };
     let nodes = [node("room", 500), node("full", 600)];
-    let pods = read_pods(&file("lp.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,450\n")).unwrap();
+    let pods = read_pods(&file(
+        "lp.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,450\n",
+    ))
+    .unwrap();
     let result = filter(
         &ExtenderArgs {
             pod: latency::pod_json("p", &pods[0].task),

@@ -137,16 +137,18 @@ impl Table<'_> {
         }
     }
 
-    fn number(&self, line: usize, fields: &[&str], col: usize, max: u64) -> Result<u64, TraceError> {
+    fn number(
+        &self,
+        line: usize,
+        fields: &[&str],
+        col: usize,
+        max: u64,
+    ) -> Result<u64, TraceError> {
         let name = self.columns[col];
         let value = fields[col];
-        let n: u64 = value.parse().map_err(|_| {
-            self.error(
-                line,
-                name,
-                format!("{value:?} is not a whole number ≥ 0"),
-            )
-        })?;
+        let n: u64 = value
+            .parse()
+            .map_err(|_| self.error(line, name, format!("{value:?} is not a whole number ≥ 0")))?;
         if n > max {
             return Err(self.error(line, name, format!("{n} is above the most accepted, {max}")));
         }
@@ -182,7 +184,11 @@ pub fn read_nodes(path: &Path) -> Result<Vec<Node>, TraceError> {
         }
         let count = t.number(line, f, gpu, MAX_GPUS)?;
         if count > 0 && f[model].is_empty() {
-            return Err(t.error(line, "model", format!("empty, but the node has {count} GPU(s)")));
+            return Err(t.error(
+                line,
+                "model",
+                format!("empty, but the node has {count} GPU(s)"),
+            ));
         }
         let gpus = (0..count)
             .map(|i| Gpu {
@@ -252,7 +258,10 @@ pub fn read_pods(path: &Path) -> Result<Vec<TraceTask>, TraceError> {
                     return Err(t.error(
                         line,
                         "gpu_spec",
-                        format!("{:?} has an empty model name; accepted: models separated by |", f[s]),
+                        format!(
+                            "{:?} has an empty model name; accepted: models separated by |",
+                            f[s]
+                        ),
                     ));
                 }
                 Models::OneOf(names)
