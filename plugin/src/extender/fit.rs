@@ -10,7 +10,7 @@
 //! the result is deterministic. SM percent maps to milli-GPU as ×10.
 
 use crate::annotations::{GpuPolicy, Placement};
-use crate::placement::fit::{Emptiest, Fullest, GpuChoice};
+use crate::placement::fit::{Emptiest, Fullest};
 use crate::placement::{self, Gpu, GpuAsk, Models, Node, Task};
 use crate::resources::GpuShare;
 
@@ -62,15 +62,15 @@ pub fn task_of(shares: &[GpuShare], policy: &GpuPolicy) -> Task {
 /// treated as unhealthy: nothing can be placed on it.
 pub fn node_of(node: &NodeView) -> Node {
     Node {
-        name: node.name.clone(),
+        name: node.name.as_str().into(),
         cpu_milli: None,
         memory_mib: None,
         gpus: node
             .gpus
             .iter()
             .map(|g| Gpu {
-                uuid: g.uuid.clone(),
-                model: g.model.clone(),
+                uuid: g.uuid.as_str().into(),
+                model: g.model.as_str().into(),
                 memory_mib: g.memory_mib,
                 used_mib: g.used_mib,
                 used_milli: g.cores_used_percent.saturating_mul(10),
@@ -86,12 +86,27 @@ pub fn place(
     policy: &GpuPolicy,
     node: &NodeView,
 ) -> Result<Assignment, Unfit> {
-    let mut choice: Box<dyn GpuChoice> = match policy.placement {
-        Placement::Binpack => Box::new(Fullest),
-        Placement::Spread => Box::new(Emptiest),
-    };
-    let placed = placement::place(&task_of(shares, policy), &node_of(node), choice.as_mut())?;
-    Ok(assignment(node, &placed))
+    place_task(
+        &task_of(shares, policy),
+        policy.placement,
+        node,
+        &node_of(node),
+    )
+}
+
+/// Places a task already converted ([`task_of`]) on a node already
+/// converted ([`node_of`] of `view`).
+pub fn place_task(
+    task: &Task,
+    placement: Placement,
+    view: &NodeView,
+    node: &Node,
+) -> Result<Assignment, Unfit> {
+    let placed = match placement {
+        Placement::Binpack => placement::place(task, node, &mut Fullest),
+        Placement::Spread => placement::place(task, node, &mut Emptiest),
+    }?;
+    Ok(assignment(view, &placed))
 }
 
 /// The placement in the extender's terms.

@@ -9,6 +9,8 @@
 //! share, memory-only shares included. Which of the fitting GPUs an ask
 //! takes is the caller's [`GpuChoice`].
 
+use std::sync::Arc;
+
 use crate::annotations::Selector;
 use crate::resources::Memory;
 
@@ -18,10 +20,11 @@ pub const WHOLE_GPU: u32 = 1000;
 /// One GPU: what it has and what is committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gpu {
-    /// Identifier (a `GPU-…` UUID in the extender).
-    pub uuid: String,
+    /// Identifier (a `GPU-…` UUID in the extender); shared, so trial
+    /// placements copy nodes cheaply.
+    pub uuid: Arc<str>,
     /// Model name.
-    pub model: String,
+    pub model: Arc<str>,
     /// Total memory, MiB (0 where memory is not tracked: only asks of 0 MiB fit).
     pub memory_mib: u64,
     /// Memory committed, MiB.
@@ -77,7 +80,7 @@ impl Pool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
     /// Node name.
-    pub name: String,
+    pub name: Arc<str>,
     /// CPU, milli-cores.
     pub cpu_milli: Option<Pool>,
     /// Memory, MiB.
@@ -179,14 +182,22 @@ impl Task {
 /// Whether a GPU with this UUID and model passes the model and UUID rules.
 pub fn admits(models: &Models, uuids: &Selector, uuid: &str, model: &str) -> bool {
     let model_ok = match models {
+        Models::Matching(selector)
+            if selector.include.is_empty() && selector.exclude.is_empty() =>
+        {
+            true
+        }
         Models::Matching(selector) => {
             let model = model.to_ascii_lowercase();
             let hit = |m: &String| model.contains(&m.to_ascii_lowercase());
             (selector.include.is_empty() || selector.include.iter().any(hit))
                 && !selector.exclude.iter().any(hit)
         }
-        Models::OneOf(names) => names.is_empty() || names.iter().any(|n| n == model),
+        Models::OneOf(names) => names.is_empty() || names.iter().any(|n| n.as_str() == model),
     };
+    if !model_ok {
+        return false;
+    }
     let uuid_hit = |u: &String| u.eq_ignore_ascii_case(uuid);
     model_ok
         && (uuids.include.is_empty() || uuids.include.iter().any(uuid_hit))

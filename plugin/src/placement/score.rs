@@ -207,7 +207,7 @@ impl GpuChoice for LeastFragment<'_> {
             for (k, &i) in left.iter().enumerate() {
                 let g = &trial.gpus[i];
                 // GPUs alike in what matters give the same result.
-                let key = (g.used_milli, g.used_mib, g.model.as_str());
+                let key = (g.used_milli, g.used_mib, &*g.model);
                 if seen.contains(&key) {
                     continue;
                 }

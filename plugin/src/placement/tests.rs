@@ -8,7 +8,7 @@ use crate::resources::Memory;
 
 fn gpu(n: usize, model: &str, used_milli: u32) -> Gpu {
     Gpu {
-        uuid: format!("g{n}"),
+        uuid: format!("g{n}").into(),
         model: model.into(),
         memory_mib: 0,
         used_mib: 0,

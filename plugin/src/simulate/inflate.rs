@@ -208,7 +208,7 @@ fn node_kinds(nodes: &[Node]) -> Vec<usize> {
                 n.memory_mib.map(|p| p.capacity),
                 n.gpus
                     .iter()
-                    .map(|g| (g.model.clone(), g.healthy))
+                    .map(|g| (g.model.to_string(), g.healthy))
                     .collect(),
             );
             let next = kinds.len();

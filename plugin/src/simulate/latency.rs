@@ -21,13 +21,13 @@ use crate::placement::{Node, Task, WHOLE_GPU};
 pub fn view_of(nodes: &[Node]) -> ClusterView {
     ClusterView::new(nodes.iter().map(|n| {
         NodeView {
-            name: n.name.clone(),
+            name: n.name.to_string(),
             gpus: n
                 .gpus
                 .iter()
                 .map(|g| GpuView {
-                    uuid: g.uuid.clone(),
-                    model: g.model.clone(),
+                    uuid: g.uuid.to_string(),
+                    model: g.model.to_string(),
                     memory_mib: u64::from(WHOLE_GPU),
                     used_mib: u64::from(g.used_milli.min(WHOLE_GPU)),
                     cores_used_percent: g.used_milli.div_ceil(10),
@@ -65,7 +65,7 @@ pub fn measure(nodes: &[Node], tasks: &[Task], pods: usize, seed: u64) -> Option
         return None;
     }
     let view = view_of(nodes);
-    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.to_string()).collect();
     let mut rng = Rng::new(seed);
     let mut samples = Vec::with_capacity(pods);
     for i in 0..pods {

@@ -191,7 +191,7 @@ fn latency_pods_go_through_the_extender() {
     use crate::extender::{ExtenderArgs, filter};
     use crate::placement::{Gpu, Node};
     let gpu = |used| Gpu {
-        uuid: format!("GPU-{used}"),
+        uuid: format!("GPU-{used}").into(),
         model: "T4".into(),
         memory_mib: 0,
         used_mib: 0,

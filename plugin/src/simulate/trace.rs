@@ -192,8 +192,8 @@ pub fn read_nodes(path: &Path) -> Result<Vec<Node>, TraceError> {
         }
         let gpus = (0..count)
             .map(|i| Gpu {
-                uuid: format!("{}/gpu{i}", f[sn]),
-                model: f[model].to_owned(),
+                uuid: format!("{}/gpu{i}", f[sn]).into(),
+                model: f[model].into(),
                 memory_mib: 0,
                 used_mib: 0,
                 used_milli: 0,
@@ -201,7 +201,7 @@ pub fn read_nodes(path: &Path) -> Result<Vec<Node>, TraceError> {
             })
             .collect();
         nodes.push(Node {
-            name: f[sn].to_owned(),
+            name: f[sn].into(),
             cpu_milli: Some(Pool {
                 capacity: t.number(line, f, cpu, MAX_AMOUNT)?,
                 used: 0,
