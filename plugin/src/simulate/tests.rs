@@ -28,9 +28,9 @@ fn node_and_pod_lists_are_read_by_header_name() {
         "model,gpu,sn,memory_mib,cpu_milli\nV100M32,8,a,393216,96000\n",
     ))
     .unwrap();
-    assert_eq!(nodes[0].name, "a");
+    assert_eq!(&*nodes[0].name, "a");
     assert_eq!(nodes[0].gpus.len(), 8);
-    assert_eq!(nodes[0].gpus[7].model, "V100M32");
+    assert_eq!(&*nodes[0].gpus[7].model, "V100M32");
     assert_eq!(nodes[0].cpu_milli.unwrap().capacity, 96000);
     // The multigpu20 form: no gpu_spec and no timing columns.
     let pods = read_pods(&file(
