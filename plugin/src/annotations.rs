@@ -88,7 +88,7 @@ pub enum Placement {
 }
 
 /// Include/exclude lists; empty include means "any".
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Selector {
     /// Items of which one must match; empty = all match.
     pub include: Vec<String>,
@@ -112,13 +112,12 @@ pub struct GpuPolicy {
 impl GpuPolicy {
     /// Whether a GPU with this UUID and model may take the pod's shares.
     pub fn admits(&self, uuid: &str, model: &str) -> bool {
-        let model = model.to_ascii_lowercase();
-        let model_hit = |m: &String| model.contains(&m.to_ascii_lowercase());
-        let uuid_hit = |u: &String| u.eq_ignore_ascii_case(uuid);
-        (self.models.include.is_empty() || self.models.include.iter().any(model_hit))
-            && !self.models.exclude.iter().any(model_hit)
-            && (self.uuids.include.is_empty() || self.uuids.include.iter().any(uuid_hit))
-            && !self.uuids.exclude.iter().any(uuid_hit)
+        crate::placement::fit::admits(
+            &crate::placement::fit::Models::Matching(self.models.clone()),
+            &self.uuids,
+            uuid,
+            model,
+        )
     }
 }
 

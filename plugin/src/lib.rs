@@ -7,6 +7,8 @@
 //! - [`webhook`] decides admission and builds the JSON patch;
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
 //!   of GPU telemetry;
+//! - [`placement`] is the fit and scoring both the extender and the
+//!   placement simulator ([`simulate`]) run;
 //! - [`manifest`] finds pods in manifest files for `check-pod`;
 //! - [`server`] routes HTTP requests to the above for `serve`;
 //! - [`error_chain`] writes an error and its causes as one line.
@@ -20,9 +22,11 @@ pub mod annotations;
 pub mod error_chain;
 pub mod extender;
 pub mod manifest;
+pub mod placement;
 pub mod pod;
 pub mod quantity;
 pub mod request;
 pub mod resources;
 pub mod server;
+pub mod simulate;
 pub mod webhook;

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use tessera_api::GpuNode;
 use tessera_scheduler::extender::{ClusterView, NodeView};
 use tessera_scheduler::manifest;
+use tessera_scheduler::placement::Policy;
 use tessera_scheduler::server::{self, AppState};
+use tessera_scheduler::simulate;
 use tessera_scheduler::webhook::{self, WebhookConfig};
 
 /// Tessera's kube-scheduler extender and admission webhook.
@@ -41,6 +43,60 @@ enum Command {
     /// with the certificate of --tls-cert/--tls-key, re-read when they
     /// change.
     Serve(ServeArgs),
+    /// Replay an Alibaba openb trace by workload inflation and compare
+    /// placement policies.
+    ///
+    /// Tasks are drawn from PODS with replacement (seeded) and submitted
+    /// one by one to the cluster of NODES until the GPU they request
+    /// reaches the cluster's GPU capacity (Weng et al., ATC '23). Prints,
+    /// per policy, the share of requested GPU allocated and the GPUs left
+    /// unallocated at that point (capacity minus allocated, in GPUs), then
+    /// the extender's filter + prioritize latency per pod on the cluster
+    /// half full.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Node list CSV (`sn,cpu_milli,memory_mib,gpu,model`).
+    #[arg(long)]
+    nodes: PathBuf,
+    /// Pod list CSV (`name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]`).
+    #[arg(long)]
+    pods: PathBuf,
+    /// Policy: random, binpack, spread, fgd, tessera, or all.
+    #[arg(long, default_value = "all", value_parser = parse_policies)]
+    policy: PolicyList,
+    /// Seed of the first run's task sequence.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs per policy, with seeds SEED, SEED+1, …; figures are means.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    runs: u64,
+    /// Pods timed through filter + prioritize (0 skips the measurement).
+    #[arg(long, default_value_t = 1000)]
+    latency_pods: usize,
+    /// Print one JSON object per policy (and one for the latency).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone)]
+struct PolicyList(Vec<Policy>);
+
+fn parse_policies(name: &str) -> Result<PolicyList, String> {
+    if name == "all" {
+        return Ok(PolicyList(Policy::ALL.to_vec()));
+    }
+    Policy::from_name(name)
+        .map(|p| PolicyList(vec![p]))
+        .ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!(
+                "unknown policy {name:?}; accepted: {} or all",
+                names.join(", ")
+            )
+        })
 }
 
 #[derive(Debug, Args)]
@@ -119,7 +175,52 @@ fn main() -> anyhow::Result<ExitCode> {
             serve(&args)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Simulate(args) => {
+            simulate(&args)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
+    let options = simulate::Options {
+        nodes: args.nodes.clone(),
+        pods: args.pods.clone(),
+        policies: args.policy.0.clone(),
+        seeds: (0..args.runs).map(|i| args.seed.wrapping_add(i)).collect(),
+        latency_pods: args.latency_pods,
+    };
+    let outcome = simulate::simulate(&options)?;
+    if args.json {
+        for report in &outcome.policies {
+            println!("{}", report.to_json());
+        }
+        if let Some(latency) = &outcome.latency {
+            println!("{}", latency.to_json());
+        }
+        return Ok(());
+    }
+    println!(
+        "{}: {} nodes, {} GPUs; {}: {} tasks; {} run(s) per policy from seed {}",
+        args.nodes.display(),
+        outcome.nodes,
+        outcome.gpus,
+        args.pods.display(),
+        outcome.tasks,
+        args.runs,
+        args.seed
+    );
+    println!("{}", simulate::report::HEADER);
+    for report in &outcome.policies {
+        println!("{}", report.to_line());
+    }
+    if let Some(l) = &outcome.latency {
+        println!(
+            "filter+prioritize per pod ({} pods, {} nodes, cluster half full): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            l.pods, l.nodes, l.p50_ms, l.p99_ms, l.max_ms
+        );
+    }
+    Ok(())
 }
 
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {

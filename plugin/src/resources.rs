@@ -111,7 +111,7 @@ pub enum ResourceError {
 }
 
 /// How much memory each GPU of a share gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Memory {
     /// A fixed amount, MiB.
     Mib(u64),

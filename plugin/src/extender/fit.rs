@@ -1,18 +1,22 @@
-//! Trial placement of a pod's GPU shares on one node.
+//! Trial placement of a pod's GPU shares on one node: the extender's view
+//! translated to [`crate::placement`], which decides.
 //!
 //! Containers are placed in pod order; each takes `count` distinct GPUs
-//! that are healthy, admitted by the pod's `tessera.dev/gpu-*` selectors,
-//! and have the share's memory and SM percent still free, counting what
-//! earlier containers of the same pod took. Binpack tries the fullest
-//! fitting GPUs first, spread the emptiest; ties go to the lower UUID so the
-//! result is deterministic.
-
-use std::cmp::Reverse;
+//! that are healthy (and report memory), admitted by the pod's
+//! `tessera.dev/gpu-*` selectors, and have the share's memory and SM
+//! percent still free, counting what earlier containers of the same pod
+//! took; a 100 % SM share only takes an idle GPU. Binpack tries the fullest
+//! fitting GPUs first, spread the emptiest; ties go to the lower UUID so
+//! the result is deterministic. SM percent maps to milli-GPU as ×10.
 
 use crate::annotations::{GpuPolicy, Placement};
-use crate::resources::{GpuShare, Memory};
+use crate::placement::fit::{Emptiest, Fullest};
+use crate::placement::{self, Gpu, GpuAsk, Models, Node, Task};
+use crate::resources::GpuShare;
 
 use super::view::{GpuView, NodeView};
+
+pub use crate::placement::Unfit;
 
 /// Where each container's shares would go.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,13 +38,46 @@ impl Assignment {
     }
 }
 
-/// Why a pod does not fit a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unfit {
-    /// Not now, but it would on the same node without other pods' shares.
-    Busy(String),
-    /// Not even on the empty node: too few matching GPUs, or too small.
-    Never(String),
+/// The pod's shares as a placement task (CPU and memory are left to
+/// kube-scheduler's own filters).
+pub fn task_of(shares: &[GpuShare], policy: &GpuPolicy) -> Task {
+    Task {
+        cpu_milli: 0,
+        memory_mib: 0,
+        gpus: shares
+            .iter()
+            .map(|s| GpuAsk {
+                container: s.container.clone(),
+                count: s.count,
+                memory: s.effective_memory(),
+                milli: u32::from(s.effective_cores()) * 10,
+            })
+            .collect(),
+        models: Models::Matching(policy.models.clone()),
+        uuids: policy.uuids.clone(),
+    }
+}
+
+/// The node's GPUs as placement sees them. A GPU reporting no memory is
+/// treated as unhealthy: nothing can be placed on it.
+pub fn node_of(node: &NodeView) -> Node {
+    Node {
+        name: node.name.as_str().into(),
+        cpu_milli: None,
+        memory_mib: None,
+        gpus: node
+            .gpus
+            .iter()
+            .map(|g| Gpu {
+                uuid: g.uuid.as_str().into(),
+                model: g.model.as_str().into(),
+                memory_mib: g.memory_mib,
+                used_mib: g.used_mib,
+                used_milli: g.cores_used_percent.saturating_mul(10),
+                healthy: g.healthy && g.memory_mib > 0,
+            })
+            .collect(),
+    }
 }
 
 /// Places `shares` on `node`, or says why not.
@@ -49,90 +86,53 @@ pub fn place(
     policy: &GpuPolicy,
     node: &NodeView,
 ) -> Result<Assignment, Unfit> {
-    match try_place(shares, policy, node.gpus.clone()) {
-        Ok(assignment) => Ok(assignment),
-        Err(reason) => {
-            let empty = node
-                .gpus
-                .iter()
-                .map(|g| GpuView {
-                    used_mib: 0,
-                    cores_used_percent: 0,
-                    ..g.clone()
-                })
-                .collect();
-            match try_place(shares, policy, empty) {
-                Ok(_) => Err(Unfit::Busy(reason)),
-                Err(never) => Err(Unfit::Never(never)),
-            }
-        }
-    }
+    place_task(
+        &task_of(shares, policy),
+        policy.placement,
+        node,
+        &node_of(node),
+    )
 }
 
-fn try_place(
-    shares: &[GpuShare],
-    policy: &GpuPolicy,
-    mut gpus: Vec<GpuView>,
-) -> Result<Assignment, String> {
-    let mut containers = Vec::with_capacity(shares.len());
-    for share in shares {
-        let memory = share.effective_memory();
-        let cores = u32::from(share.effective_cores());
-        let usable =
-            |g: &GpuView| g.healthy && g.memory_mib > 0 && policy.admits(&g.uuid, &g.model);
-        let mut fitting: Vec<usize> = (0..gpus.len())
-            .filter(|&i| {
-                let g = &gpus[i];
-                usable(g) && g.free_mib() >= memory.mib_on(g.memory_mib) && g.free_cores() >= cores
-            })
-            .collect();
-        let wanted = usize::try_from(share.count).unwrap_or(usize::MAX);
-        if fitting.len() < wanted {
-            let usable_count = gpus.iter().filter(|g| usable(g)).count();
-            return Err(format!(
-                "container {:?} needs {} GPU(s) with {} and {cores}% SMs free; {} of {} usable GPUs have room ({} unhealthy or outside the pod's tessera.dev/gpu-* selectors)",
-                share.container,
-                share.count,
-                describe(memory),
-                fitting.len(),
-                usable_count,
-                gpus.len() - usable_count,
-            ));
-        }
-        let room = |g: &GpuView| {
+/// Places a task already converted ([`task_of`]) on a node already
+/// converted ([`node_of`] of `view`).
+pub fn place_task(
+    task: &Task,
+    placement: Placement,
+    view: &NodeView,
+    node: &Node,
+) -> Result<Assignment, Unfit> {
+    let placed = match placement {
+        Placement::Binpack => placement::place(task, node, &mut Fullest),
+        Placement::Spread => placement::place(task, node, &mut Emptiest),
+    }?;
+    Ok(assignment(view, &placed))
+}
+
+/// The placement in the extender's terms.
+pub fn assignment(node: &NodeView, placed: &placement::Placed) -> Assignment {
+    let containers = placed
+        .containers
+        .iter()
+        .map(|(c, idx)| {
             (
-                g.free_mib().saturating_sub(memory.mib_on(g.memory_mib)),
-                g.free_cores().saturating_sub(cores),
+                c.clone(),
+                idx.iter().map(|&i| node.gpus[i].uuid.clone()).collect(),
             )
-        };
-        match policy.placement {
-            Placement::Binpack => fitting.sort_by(|&a, &b| {
-                (room(&gpus[a]), &gpus[a].uuid).cmp(&(room(&gpus[b]), &gpus[b].uuid))
-            }),
-            Placement::Spread => fitting.sort_by(|&a, &b| {
-                (Reverse(room(&gpus[a])), &gpus[a].uuid)
-                    .cmp(&(Reverse(room(&gpus[b])), &gpus[b].uuid))
-            }),
-        }
-        fitting.truncate(wanted);
-        let mut uuids = Vec::with_capacity(wanted);
-        for i in fitting {
-            let g = &mut gpus[i];
-            g.used_mib += memory.mib_on(g.memory_mib);
-            g.cores_used_percent += cores;
-            uuids.push(g.uuid.clone());
-        }
-        containers.push((share.container.clone(), uuids));
-    }
-    Ok(Assignment {
+        })
+        .collect();
+    let gpus_after = node
+        .gpus
+        .iter()
+        .zip(&placed.after.gpus)
+        .map(|(view, after)| GpuView {
+            used_mib: after.used_mib,
+            cores_used_percent: after.used_milli / 10,
+            ..view.clone()
+        })
+        .collect();
+    Assignment {
         containers,
-        gpus_after: gpus,
-    })
-}
-
-fn describe(memory: Memory) -> String {
-    match memory {
-        Memory::Mib(mib) => format!("{mib} MiB"),
-        Memory::Percent(p) => format!("{p}% of memory"),
+        gpus_after,
     }
 }

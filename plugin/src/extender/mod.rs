@@ -80,16 +80,17 @@ pub fn filter(args: &ExtenderArgs, view: &ClusterView) -> ExtenderFilterResult {
         // No GPU asked for: every node passes, with or without telemetry.
         return with_passing(args, names, result);
     }
+    let task = fit::task_of(&request.shares, &request.policy);
     let mut passing = Vec::new();
     for name in names {
-        let Some(node) = view.node(&name) else {
+        let Some((node, placed)) = view.entry(&name) else {
             result.failed_and_unresolvable_nodes.insert(
                 name,
                 "no tessera GPU telemetry for this node (no GpuNode status)".to_owned(),
             );
             continue;
         };
-        match place(&request.shares, &request.policy, node) {
+        match fit::place_task(&task, request.policy.placement, node, placed) {
             Ok(_) => passing.push(name),
             Err(Unfit::Busy(reason)) => {
                 result.failed_nodes.insert(name, reason);
@@ -139,12 +140,14 @@ fn subset_of_nodes(nodes: Option<&Value>, passing: &[String]) -> Value {
 /// it cannot read scores 0 everywhere.
 pub fn prioritize(args: &ExtenderArgs, view: &ClusterView) -> Vec<HostPriority> {
     let request = pod_request(&args.pod).ok();
+    let task = request.as_ref().map(|r| fit::task_of(&r.shares, &r.policy));
     args.candidate_names()
         .into_iter()
         .map(|host| {
             let score = request
                 .as_ref()
-                .and_then(|r| node_score(r, view, &host))
+                .zip(task.as_ref())
+                .and_then(|(r, task)| node_score(r, task, view, &host))
                 .unwrap_or(MIN_PRIORITY);
             HostPriority { host, score }
         })
@@ -153,12 +156,17 @@ pub fn prioritize(args: &ExtenderArgs, view: &ClusterView) -> Vec<HostPriority> 
 
 /// The node's score for the request; `None` for a pod without GPU shares,
 /// a node without telemetry, or one the pod does not fit.
-fn node_score(request: &PodRequest, view: &ClusterView, host: &str) -> Option<i64> {
+fn node_score(
+    request: &PodRequest,
+    task: &crate::placement::Task,
+    view: &ClusterView,
+    host: &str,
+) -> Option<i64> {
     if request.shares.is_empty() {
         return None;
     }
-    let node = view.node(host)?;
-    let assignment = place(&request.shares, &request.policy, node).ok()?;
+    let (node, placed) = view.entry(host)?;
+    let assignment = fit::place_task(task, request.policy.placement, node, placed).ok()?;
     Some(score(&assignment, request.policy.placement))
 }
 

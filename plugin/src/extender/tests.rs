@@ -390,3 +390,24 @@ fn a_gpu_node_becomes_a_view_committing_its_shares_and_live_use() {
     .unwrap();
     assert!(NodeView::from_gpu_node(&bare).gpus.is_empty());
 }
+
+/// A 100 % SM share asks for a whole card: a GPU holding a memory-only
+/// share (0 % SMs) is not idle, so only the untouched GPU qualifies, and a
+/// node with none untouched is busy.
+#[test]
+fn whole_gpu_shares_take_only_idle_gpus() {
+    let view = ClusterView::new([
+        node("shared", vec![gpu(0, A100, 81920, 1000, 0)]),
+        node("idle", vec![gpu(1, A100, 81920, 0, 0)]),
+    ]);
+    let whole = pod(
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "100"}),
+        json!({}),
+    );
+    let result = filter(&args(whole, &["shared", "idle"]), &view);
+    assert_eq!(result.node_names, Some(vec!["idle".into()]));
+    assert!(
+        result.failed_nodes["shared"].contains("0 of 1 usable GPUs have room"),
+        "{result:?}"
+    );
+}

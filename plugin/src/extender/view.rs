@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tessera_api::GpuNode;
+
+use super::fit::node_of;
+use crate::placement::Node;
 use tessera_api::gpunode::Health;
 
 /// One GPU as the scheduler sees it.
@@ -108,7 +111,9 @@ impl NodeView {
 /// Every node with GPU telemetry, by name.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterView {
-    nodes: BTreeMap<String, NodeView>,
+    /// Each node's view with its placement form, converted once
+    /// ([`super::fit::node_of`]) so requests do not repeat it.
+    nodes: BTreeMap<String, (NodeView, Node)>,
 }
 
 impl ClusterView {
@@ -116,13 +121,24 @@ impl ClusterView {
     /// earlier one.
     pub fn new(nodes: impl IntoIterator<Item = NodeView>) -> Self {
         Self {
-            nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),
+            nodes: nodes
+                .into_iter()
+                .map(|n| {
+                    let placed = node_of(&n);
+                    (n.name.clone(), (n, placed))
+                })
+                .collect(),
         }
     }
 
     /// The node of this name, if it has telemetry.
     pub fn node(&self, name: &str) -> Option<&NodeView> {
-        self.nodes.get(name)
+        self.nodes.get(name).map(|(view, _)| view)
+    }
+
+    /// The node of this name with its placement form.
+    pub fn entry(&self, name: &str) -> Option<(&NodeView, &Node)> {
+        self.nodes.get(name).map(|(view, node)| (view, node))
     }
 
     /// Number of nodes in the view.

@@ -1,0 +1,375 @@
+//! Trial placement of one task on one node.
+//!
+//! A task fits a node when the node has its CPU and memory free (where the
+//! node's view tracks them) and every GPU ask can be placed on `count`
+//! distinct GPUs that are healthy, admitted by the task's model and UUID
+//! rules, and have the ask's memory and compute still free, counting what
+//! earlier asks of the same task took. An ask for a whole GPU
+//! ([`WHOLE_GPU`] milli) is only placed on an idle GPU: one without any
+//! share, memory-only shares included. Which of the fitting GPUs an ask
+//! takes is the caller's [`GpuChoice`].
+
+use std::sync::Arc;
+
+use crate::annotations::Selector;
+use crate::resources::Memory;
+
+/// Compute of one whole GPU, in milli-GPU (1000 = all its SMs).
+pub const WHOLE_GPU: u32 = 1000;
+
+/// One GPU: what it has and what is committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpu {
+    /// Identifier (a `GPU-…` UUID in the extender); shared, so trial
+    /// placements copy nodes cheaply.
+    pub uuid: Arc<str>,
+    /// Model name.
+    pub model: Arc<str>,
+    /// Total memory, MiB (0 where memory is not tracked: only asks of 0 MiB fit).
+    pub memory_mib: u64,
+    /// Memory committed, MiB.
+    pub used_mib: u64,
+    /// Compute committed, milli-GPU; more than [`WHOLE_GPU`] reads as full.
+    pub used_milli: u32,
+    /// False for a device that must not take new shares.
+    pub healthy: bool,
+}
+
+impl Gpu {
+    /// Memory not yet committed, MiB.
+    pub fn free_mib(&self) -> u64 {
+        self.memory_mib.saturating_sub(self.used_mib)
+    }
+
+    /// Compute not yet committed, milli-GPU.
+    pub fn free_milli(&self) -> u32 {
+        WHOLE_GPU.saturating_sub(self.used_milli)
+    }
+
+    /// Whether no share holds any of it.
+    pub fn is_idle(&self) -> bool {
+        self.used_mib == 0 && self.used_milli == 0
+    }
+
+    /// Whether one GPU of `ask` fits here now (health and selectors aside).
+    pub fn has_room_for(&self, ask: &GpuAsk) -> bool {
+        self.free_milli() >= ask.milli
+            && self.free_mib() >= ask.memory.mib_on(self.memory_mib)
+            && (ask.milli < WHOLE_GPU || self.is_idle())
+    }
+}
+
+/// A node-level resource: capacity and what is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pool {
+    /// Capacity.
+    pub capacity: u64,
+    /// Committed.
+    pub used: u64,
+}
+
+impl Pool {
+    /// Not yet committed.
+    pub fn free(&self) -> u64 {
+        self.capacity.saturating_sub(self.used)
+    }
+}
+
+/// One node. CPU and memory are `None` where the caller does not track them
+/// (the extender leaves them to kube-scheduler's own filters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Node name.
+    pub name: Arc<str>,
+    /// CPU, milli-cores.
+    pub cpu_milli: Option<Pool>,
+    /// Memory, MiB.
+    pub memory_mib: Option<Pool>,
+    /// Its GPUs.
+    pub gpus: Vec<Gpu>,
+}
+
+impl Node {
+    /// Healthy GPU compute not committed, milli-GPU.
+    pub fn free_gpu_milli(&self) -> u64 {
+        self.gpus
+            .iter()
+            .filter(|g| g.healthy)
+            .map(|g| u64::from(g.free_milli()))
+            .sum()
+    }
+
+    /// The node with nothing committed.
+    pub fn emptied(&self) -> Self {
+        let empty = |p: Option<Pool>| p.map(|p| Pool { used: 0, ..p });
+        Self {
+            name: self.name.clone(),
+            cpu_milli: empty(self.cpu_milli),
+            memory_mib: empty(self.memory_mib),
+            gpus: self
+                .gpus
+                .iter()
+                .map(|g| Gpu {
+                    used_mib: 0,
+                    used_milli: 0,
+                    ..g.clone()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One container's GPU request: `count` distinct GPUs, each with `memory`
+/// and `milli` compute.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GpuAsk {
+    /// Container (or task) name, for reasons and results.
+    pub container: String,
+    /// Number of distinct GPUs, at least 1.
+    pub count: u32,
+    /// Memory on each.
+    pub memory: Memory,
+    /// Compute on each, milli-GPU (1..=1000; 1000 = a whole, idle GPU).
+    pub milli: u32,
+}
+
+/// Which GPU models a task accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Models {
+    /// Include/exclude lists matched as case-insensitive substrings (the
+    /// `tessera.dev/gpu-model*` annotations).
+    Matching(Selector),
+    /// Exactly one of these names (a trace's `gpu_spec`); empty = any.
+    OneOf(Vec<String>),
+}
+
+impl Default for Models {
+    fn default() -> Self {
+        Models::OneOf(Vec::new())
+    }
+}
+
+/// What a task asks of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub struct Task {
+    /// CPU, milli-cores (checked only where the node tracks CPU).
+    pub cpu_milli: u64,
+    /// Memory, MiB (checked only where the node tracks memory).
+    pub memory_mib: u64,
+    /// GPU asks, placed in order; empty for a CPU-only task.
+    pub gpus: Vec<GpuAsk>,
+    /// Accepted models.
+    pub models: Models,
+    /// Accepted GPU UUIDs.
+    pub uuids: Selector,
+}
+
+impl Task {
+    /// GPU compute the task asks for in all, milli-GPU.
+    pub fn gpu_milli(&self) -> u64 {
+        self.gpus
+            .iter()
+            .map(|a| u64::from(a.count) * u64::from(a.milli))
+            .sum()
+    }
+
+    /// Whether this GPU may take the task's shares at all.
+    pub fn admits(&self, gpu: &Gpu) -> bool {
+        gpu.healthy && admits(&self.models, &self.uuids, &gpu.uuid, &gpu.model)
+    }
+}
+
+/// Whether a GPU with this UUID and model passes the model and UUID rules.
+pub fn admits(models: &Models, uuids: &Selector, uuid: &str, model: &str) -> bool {
+    let model_ok = match models {
+        Models::Matching(selector)
+            if selector.include.is_empty() && selector.exclude.is_empty() =>
+        {
+            true
+        }
+        Models::Matching(selector) => {
+            let model = model.to_ascii_lowercase();
+            let hit = |m: &String| model.contains(&m.to_ascii_lowercase());
+            (selector.include.is_empty() || selector.include.iter().any(hit))
+                && !selector.exclude.iter().any(hit)
+        }
+        Models::OneOf(names) => names.is_empty() || names.iter().any(|n| n.as_str() == model),
+    };
+    if !model_ok {
+        return false;
+    }
+    let uuid_hit = |u: &String| u.eq_ignore_ascii_case(uuid);
+    model_ok
+        && (uuids.include.is_empty() || uuids.include.iter().any(uuid_hit))
+        && !uuids.exclude.iter().any(uuid_hit)
+}
+
+/// Where a task's GPU asks went, and the node after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// (container, indices into the node's GPUs) in ask order.
+    pub containers: Vec<(String, Vec<usize>)>,
+    /// The node with the task's resources committed.
+    pub after: Node,
+}
+
+/// Why a task does not fit a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unfit {
+    /// Not now, but it would on the same node without other tasks.
+    Busy(String),
+    /// Not even on the empty node.
+    Never(String),
+}
+
+/// Picks which of the fitting GPUs an ask takes.
+pub trait GpuChoice {
+    /// Returns `ask.count` distinct indices from `fitting` (which holds at
+    /// least that many), given the node as it stands before this ask.
+    fn choose(&mut self, node: &Node, ask: &GpuAsk, fitting: &[usize]) -> Vec<usize>;
+}
+
+/// Fullest fitting GPUs first (least room left after), then lower UUID.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fullest;
+
+/// Emptiest fitting GPUs first (most room left after), then lower UUID.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Emptiest;
+
+fn room(g: &Gpu, ask: &GpuAsk) -> (u64, u32) {
+    (
+        g.free_mib().saturating_sub(ask.memory.mib_on(g.memory_mib)),
+        g.free_milli().saturating_sub(ask.milli),
+    )
+}
+
+impl GpuChoice for Fullest {
+    fn choose(&mut self, node: &Node, ask: &GpuAsk, fitting: &[usize]) -> Vec<usize> {
+        let mut order = fitting.to_vec();
+        let g = &node.gpus;
+        order.sort_by(|&a, &b| (room(&g[a], ask), &g[a].uuid).cmp(&(room(&g[b], ask), &g[b].uuid)));
+        order.truncate(ask.count as usize);
+        order
+    }
+}
+
+impl GpuChoice for Emptiest {
+    fn choose(&mut self, node: &Node, ask: &GpuAsk, fitting: &[usize]) -> Vec<usize> {
+        let mut order = fitting.to_vec();
+        let g = &node.gpus;
+        order.sort_by(|&a, &b| {
+            (std::cmp::Reverse(room(&g[a], ask)), &g[a].uuid)
+                .cmp(&(std::cmp::Reverse(room(&g[b], ask)), &g[b].uuid))
+        });
+        order.truncate(ask.count as usize);
+        order
+    }
+}
+
+/// Places `task` on `node` with `choice` picking GPUs, or says why not
+/// ([`Unfit::Busy`] when the emptied node would take it).
+pub fn place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Placed, Unfit> {
+    match try_place(task, node, choice) {
+        Ok(placed) => Ok(placed),
+        Err(reason) => match try_place(task, &node.emptied(), choice) {
+            Ok(_) => Err(Unfit::Busy(reason)),
+            Err(never) => Err(Unfit::Never(never)),
+        },
+    }
+}
+
+/// Whether `task` fits `node` now, without building the placement: the
+/// node-level check and, per ask, enough GPUs with room. Exact for tasks
+/// with one GPU ask (every trace task); for several asks it ignores that
+/// earlier asks take room from later ones.
+pub fn fits_quickly(task: &Task, node: &Node) -> bool {
+    node_level_room(task, node).is_ok()
+        && task.gpus.iter().all(|ask| {
+            node.gpus
+                .iter()
+                .filter(|g| task.admits(g) && g.has_room_for(ask))
+                .count()
+                >= ask.count as usize
+        })
+}
+
+fn node_level_room(task: &Task, node: &Node) -> Result<(), String> {
+    if let Some(cpu) = node.cpu_milli
+        && cpu.free() < task.cpu_milli
+    {
+        return Err(format!(
+            "needs {} milli-CPU, {} of {} free",
+            task.cpu_milli,
+            cpu.free(),
+            cpu.capacity
+        ));
+    }
+    if let Some(memory) = node.memory_mib
+        && memory.free() < task.memory_mib
+    {
+        return Err(format!(
+            "needs {} MiB of memory, {} of {} MiB free",
+            task.memory_mib,
+            memory.free(),
+            memory.capacity
+        ));
+    }
+    Ok(())
+}
+
+fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Placed, String> {
+    node_level_room(task, node)?;
+    let mut after = node.clone();
+    let mut containers = Vec::with_capacity(task.gpus.len());
+    for ask in &task.gpus {
+        let fitting: Vec<usize> = (0..after.gpus.len())
+            .filter(|&i| task.admits(&after.gpus[i]) && after.gpus[i].has_room_for(ask))
+            .collect();
+        let wanted = ask.count as usize;
+        if fitting.len() < wanted {
+            let usable = after.gpus.iter().filter(|g| task.admits(g)).count();
+            return Err(format!(
+                "container {:?} needs {} GPU(s) with {} and {} free; {} of {} usable GPUs have room ({} unhealthy or outside the pod's tessera.dev/gpu-* selectors)",
+                ask.container,
+                ask.count,
+                describe(ask.memory),
+                describe_compute(ask.milli),
+                fitting.len(),
+                usable,
+                after.gpus.len() - usable,
+            ));
+        }
+        let chosen = choice.choose(&after, ask, &fitting);
+        debug_assert_eq!(chosen.len(), wanted);
+        for &i in &chosen {
+            let g = &mut after.gpus[i];
+            g.used_mib += ask.memory.mib_on(g.memory_mib);
+            g.used_milli += ask.milli;
+        }
+        containers.push((ask.container.clone(), chosen));
+    }
+    if let Some(cpu) = &mut after.cpu_milli {
+        cpu.used += task.cpu_milli;
+    }
+    if let Some(memory) = &mut after.memory_mib {
+        memory.used += task.memory_mib;
+    }
+    Ok(Placed { containers, after })
+}
+
+fn describe(memory: Memory) -> String {
+    match memory {
+        Memory::Mib(mib) => format!("{mib} MiB"),
+        Memory::Percent(p) => format!("{p}% of memory"),
+    }
+}
+
+/// Compute in the extender's words: whole percent of SMs where exact.
+fn describe_compute(milli: u32) -> String {
+    if milli.is_multiple_of(10) {
+        format!("{}% SMs", milli / 10)
+    } else {
+        format!("{milli} milli-GPU")
+    }
+}

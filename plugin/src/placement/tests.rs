@@ -1,0 +1,235 @@
+//! Fit and scoring on hand-built nodes whose right answer is worked out
+//! by hand in each test.
+
+use super::fit::{Emptiest, Fullest};
+use super::*;
+use crate::annotations::Selector;
+use crate::resources::Memory;
+
+fn gpu(n: usize, model: &str, used_milli: u32) -> Gpu {
+    Gpu {
+        uuid: format!("g{n}").into(),
+        model: model.into(),
+        memory_mib: 0,
+        used_mib: 0,
+        used_milli,
+        healthy: true,
+    }
+}
+
+/// A node with 64 cores and 256 GiB and GPUs committed as given.
+fn node(name: &str, model: &str, used: &[u32]) -> Node {
+    Node {
+        name: name.into(),
+        cpu_milli: Some(Pool {
+            capacity: 64_000,
+            used: 0,
+        }),
+        memory_mib: Some(Pool {
+            capacity: 262_144,
+            used: 0,
+        }),
+        gpus: used
+            .iter()
+            .enumerate()
+            .map(|(i, &u)| gpu(i, model, u))
+            .collect(),
+    }
+}
+
+fn task(cpu: u64, count: u32, milli: u32) -> Task {
+    Task {
+        cpu_milli: cpu,
+        memory_mib: 1024,
+        gpus: if count == 0 {
+            vec![]
+        } else {
+            vec![GpuAsk {
+                container: "c".into(),
+                count,
+                memory: Memory::Mib(0),
+                milli,
+            }]
+        },
+        models: Models::default(),
+        uuids: Selector::default(),
+    }
+}
+
+fn gpus_of(placed: &Placed) -> &[usize] {
+    &placed.containers[0].1
+}
+
+#[test]
+fn cpu_shortage_is_busy_when_used_and_never_when_too_small() {
+    let mut n = node("n", "T4", &[0, 0]);
+    n.cpu_milli = Some(Pool {
+        capacity: 8000,
+        used: 6000,
+    });
+    match place(&task(4000, 1, 500), &n, &mut Fullest) {
+        Err(Unfit::Busy(reason)) => assert!(
+            reason.contains("4000 milli-CPU, 2000 of 8000 free"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        place(&task(9000, 1, 500), &n, &mut Fullest),
+        Err(Unfit::Never(_))
+    ));
+    let placed = place(&task(2000, 1, 500), &n, &mut Fullest).unwrap();
+    assert_eq!(placed.after.cpu_milli.unwrap().used, 8000);
+    assert_eq!(placed.after.memory_mib.unwrap().used, 1024);
+}
+
+#[test]
+fn multi_gpu_tasks_take_distinct_idle_gpus_only() {
+    // GPU 1 holds a 10 % share: a 2 x whole-GPU task must take 0 and 2.
+    let n = node("n", "V100M16", &[0, 100, 0, 0]);
+    let placed = place(&task(0, 2, 1000), &n, &mut Fullest).unwrap();
+    let mut got = gpus_of(&placed).to_vec();
+    got.sort();
+    assert_eq!(got, [0, 2]);
+    assert_eq!(placed.after.gpus[0].used_milli, 1000);
+    assert_eq!(placed.after.gpus[1].used_milli, 100);
+    // Four whole GPUs: only three are idle.
+    assert!(matches!(
+        place(&task(0, 4, 1000), &n, &mut Fullest),
+        Err(Unfit::Busy(_))
+    ));
+    // A memory-only share (0 compute) still makes a GPU non-idle.
+    let mut m = node("m", "T4", &[0]);
+    m.gpus[0].memory_mib = 16_000;
+    m.gpus[0].used_mib = 1;
+    let mut whole = task(0, 1, 1000);
+    whole.gpus[0].memory = Memory::Mib(100);
+    assert!(matches!(
+        place(&whole, &m, &mut Fullest),
+        Err(Unfit::Busy(_))
+    ));
+}
+
+#[test]
+fn gpu_spec_models_are_matched_exactly() {
+    let n = node("n", "A100", &[0]);
+    let mut t = task(0, 1, 500);
+    t.models = Models::OneOf(vec!["A10".into(), "T4".into()]);
+    // "A10" is a substring of "A100" but not the same model.
+    assert!(matches!(place(&t, &n, &mut Fullest), Err(Unfit::Never(_))));
+    t.models = Models::OneOf(vec!["T4".into(), "A100".into()]);
+    assert!(place(&t, &n, &mut Fullest).is_ok());
+}
+
+#[test]
+fn fullest_and_emptiest_pick_the_gpu_with_least_and_most_room() {
+    let n = node("n", "T4", &[300, 700, 0]);
+    assert_eq!(
+        gpus_of(&place(&task(0, 1, 300), &n, &mut Fullest).unwrap()),
+        [1]
+    );
+    assert_eq!(
+        gpus_of(&place(&task(0, 1, 300), &n, &mut Emptiest).unwrap()),
+        [2]
+    );
+    // 800 fits only the idle GPU.
+    assert_eq!(
+        gpus_of(&place(&task(0, 1, 800), &n, &mut Fullest).unwrap()),
+        [2]
+    );
+}
+
+/// Worked by hand: GPUs free 1000, 1000, 500, 200 (2700 in all).
+/// - A (1 x 1000, p 0.4) fits on an idle GPU; the 500 and 200 cannot take
+///   it: F = 700.
+/// - B (1 x 400, p 0.3) fits; only the 200 cannot take it: F = 200.
+/// - C (4 x 1000, p 0.2) needs four idle GPUs, there are two: F = 2700.
+/// - D (no GPU, p 0.1): every free GPU is a fragment: F = 2700.
+///
+/// F_n(M) = 0.4*700 + 0.3*200 + 0.2*2700 + 0.1*2700 = 1150.
+#[test]
+fn fragmentation_matches_the_hand_computed_example() {
+    let n = node("n", "G2", &[0, 0, 500, 800]);
+    let a = task(1000, 1, 1000);
+    let b = task(1000, 1, 400);
+    let c = task(1000, 4, 1000);
+    let d = task(1000, 0, 0);
+    assert_eq!(class_fragment(&n, &a), 700);
+    assert_eq!(class_fragment(&n, &b), 200);
+    assert_eq!(class_fragment(&n, &c), 2700);
+    assert_eq!(class_fragment(&n, &d), 2700);
+    let tasks = [&a, &a, &a, &a, &b, &b, &b, &c, &c, &d];
+    let workload = Workload::from_tasks(tasks);
+    assert_eq!(workload.classes().len(), 4);
+    assert!((fragmentation(&n, &workload) - 1150.0).abs() < 1e-9);
+    // A CPU-starved node cannot take B: all its free GPU is B's fragment.
+    let mut starved = n.clone();
+    starved.cpu_milli = Some(Pool {
+        capacity: 64_000,
+        used: 63_500,
+    });
+    assert_eq!(class_fragment(&starved, &b), 2700);
+}
+
+/// Nodes "wide" (one GPU, 600 free) and "tight" (one GPU, 550 free); a
+/// 100-milli task arrives; the workload is all 500-milli tasks.
+/// - Best fit takes "tight" (450 left < 500 left).
+/// - FGD: on "wide" 500 are left and still fit a 500 task: growth 0; on
+///   "tight" 450 are left, which no 500 task can use: growth 0 -> 450.
+///   FGD takes "wide", keeping room for the workload.
+#[test]
+fn fgd_keeps_room_for_the_workload_where_best_fit_does_not() {
+    let wide = node("wide", "T4", &[400]);
+    let tight = node("tight", "T4", &[450]);
+    let small = task(1000, 1, 100);
+    let common = task(1000, 1, 500);
+    let workload = Workload::from_tasks([&common]);
+    let pick = |policy| {
+        let w = evaluate(policy, &small, &wide, &workload).unwrap().score;
+        let t = evaluate(policy, &small, &tight, &workload).unwrap().score;
+        if w.cmp(&t).is_gt() { "wide" } else { "tight" }
+    };
+    assert_eq!(pick(Policy::Binpack), "tight");
+    assert_eq!(pick(Policy::Spread), "wide");
+    assert_eq!(pick(Policy::Fgd), "wide");
+    assert_eq!(pick(Policy::Tessera), "wide");
+    let growth = evaluate(Policy::Fgd, &small, &tight, &workload)
+        .unwrap()
+        .score
+        .0[0];
+    assert!((growth + 450.0).abs() < 1e-9, "{growth}");
+}
+
+/// Two empty 8-GPU nodes and one with 7 GPUs taken: a 1 x 1000 task grows
+/// fragmentation alike on the 8-GPU nodes when the workload has no
+/// multi-GPU class. FGD leaves the tie to the first node; Tessera packs
+/// it onto the node left with the least free GPU.
+#[test]
+fn tessera_breaks_fragmentation_ties_by_best_fit() {
+    let empty = node("empty", "G2", &[0; 8]);
+    let busy = node("busy", "G2", &[1000, 1000, 1000, 1000, 1000, 1000, 1000, 0]);
+    let whole = task(1000, 1, 1000);
+    let workload = Workload::from_tasks([&whole]);
+    let e = evaluate(Policy::Tessera, &whole, &empty, &workload).unwrap();
+    let b = evaluate(Policy::Tessera, &whole, &busy, &workload).unwrap();
+    assert_eq!(e.score.0[0], b.score.0[0], "equal growth (0)");
+    assert!(b.score.cmp(&e.score).is_gt());
+    let fe = evaluate(Policy::Fgd, &whole, &empty, &workload).unwrap();
+    let fb = evaluate(Policy::Fgd, &whole, &busy, &workload).unwrap();
+    assert!(fe.score.cmp(&fb.score).is_eq());
+}
+
+/// Within a node, FGD takes the GPU whose remainder the workload can use.
+/// GPUs free 600 and 1000; a 400 task; workload: 1 x 1000 tasks.
+/// On the 600 GPU: 200 left, both idle-GPU counts stay 1: fragment 200
+/// (from 600 before) -> growth -400. On the idle GPU: 600 + 600 left,
+/// no idle GPU: all 1200 fragments -> growth +600.
+#[test]
+fn fgd_chooses_the_gpu_that_keeps_an_idle_one() {
+    let n = node("n", "T4", &[400, 0]);
+    let t = task(1000, 1, 400);
+    let w = Workload::from_tasks([&task(1000, 1, 1000)]);
+    let placed = evaluate(Policy::Fgd, &t, &n, &w).unwrap();
+    assert_eq!(placed.placed.containers[0].1, [0]);
+    assert!((placed.score.0[0] - 400.0).abs() < 1e-9);
+}
