@@ -17,6 +17,12 @@ pub const UUID_INCLUDE: &str = "tessera.dev/gpu-uuid-include";
 /// UUIDs a GPU must be none of.
 pub const UUID_EXCLUDE: &str = "tessera.dev/gpu-uuid-exclude";
 
+/// The scheduler's assignment, written at bind (never by the pod; see
+/// [`crate::assignment`]).
+pub const ASSIGNMENT: &str = "tessera.dev/assignment";
+/// The containers the node agent has allocated (written by the agent
+/// only; see [`crate::assignment`]).
+pub const ALLOCATED: &str = "tessera.dev/allocated";
 /// Every pod annotation key a pod may set.
 pub const KNOWN: [&str; 6] = [
     COMPUTE_MODE,

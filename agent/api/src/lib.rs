@@ -10,11 +10,15 @@
 //! - [`resources`]: the extended resource names pods ask for (HAMi's, so
 //!   HAMi manifests run unchanged);
 //! - [`annotations`]: the `tessera.dev/` pod annotation keys;
+//! - [`assignment`]: the scheduler's per-container GPU assignment
+//!   (`tessera.dev/assignment`) and the agent's allocation progress
+//!   (`tessera.dev/allocated`);
 //! - [`uuid`]: GPU UUIDs as NVML prints them.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod annotations;
+pub mod assignment;
 pub mod crd;
 pub mod gpunode;
 pub mod resources;
