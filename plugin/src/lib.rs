@@ -8,18 +8,22 @@
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
 //!   of GPU telemetry;
 //! - [`manifest`] finds pods in manifest files for `check-pod`;
+//! - [`bind`] binds pods through the API server (assignment annotation,
+//!   reservation table, Binding), and [`metrics`] is what `/metrics` serves;
 //! - [`server`] routes HTTP requests to the above for `serve`;
 //! - [`error_chain`] writes an error and its causes as one line.
 //!
-//! Nothing here talks to the API server yet: the GpuNode watcher that
-//! builds the view and the bind verb are planned.
+//! Only [`bind`] talks to the API server; the GpuNode watcher that builds
+//! the view is planned.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod annotations;
+pub mod bind;
 pub mod error_chain;
 pub mod extender;
 pub mod manifest;
+pub mod metrics;
 pub mod pod;
 pub mod quantity;
 pub mod request;
