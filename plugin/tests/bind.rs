@@ -82,6 +82,10 @@ struct State {
     conflicts: u32,
     /// Pods whose next patch is refused with 409 once.
     conflict_once: std::collections::BTreeSet<String>,
+    /// Bindings to refuse (500), by `namespace/name`.
+    refuse_binding: std::collections::BTreeSet<String>,
+    /// Patches to refuse (403) that set an assignment, by `namespace/name`.
+    refuse_patch: std::collections::BTreeSet<String>,
     /// (method, path, body) of every request.
     log: Vec<(String, String, Value)>,
     unsupported: Vec<String>,
@@ -188,6 +192,11 @@ impl FakeApi {
             }
             (&Method::PATCH, ["api", "v1", "namespaces", ns, "pods", name]) => {
                 let key = format!("{ns}/{name}");
+                if s.refuse_patch.contains(&key)
+                    && !body["metadata"]["annotations"][ASSIGNMENT].is_null()
+                {
+                    return status(StatusCode::FORBIDDEN, "Forbidden", "pods is forbidden");
+                }
                 let once = s.conflict_once.remove(&key);
                 if once || s.conflicts > 0 {
                     if !once {
@@ -223,6 +232,13 @@ impl FakeApi {
             }
             (&Method::POST, ["api", "v1", "namespaces", ns, "pods", name, "binding"]) => {
                 s.rv += 1;
+                if s.refuse_binding.contains(&format!("{ns}/{name}")) {
+                    return status(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "InternalError",
+                        "etcd timed out",
+                    );
+                }
                 let Some(p) = s.pods.get_mut(&format!("{ns}/{name}")) else {
                     return status(StatusCode::NOT_FOUND, "NotFound", "pod not found");
                 };
@@ -319,7 +335,7 @@ async fn a_conflict_rereads_the_pod_and_retries() {
 }
 
 #[tokio::test]
-async fn a_pod_that_no_longer_fits_is_refused_writes_nothing_and_frees_its_reservation() {
+async fn a_pod_that_no_longer_fits_is_refused_and_writes_nothing() {
     let (api, client) = FakeApi::start(vec![
         pod("a", 6000, 10),
         pod("big", 6000, 10),
@@ -338,9 +354,43 @@ async fn a_pod_that_no_longer_fits_is_refused_writes_nothing_and_frees_its_reser
         .collect();
     assert_eq!(after, ["GET"], "nothing written for the refused pod");
     assert!(assignment_of(&api.pod("big")).is_none());
-    // What the refused pod tried to take is free again: exactly the rest fits.
+    // The refused pod holds nothing: exactly the rest still fits.
     binder.bind(&args("rest"), &view).await.unwrap();
     assert!(assignment_of(&api.pod("rest")).is_some());
+}
+
+/// A bind whose Binding or whose write the API server refuses leaves
+/// nothing behind: the assignment is removed again, and what it had
+/// reserved is free for the next pod (which takes exactly that room).
+#[tokio::test]
+async fn a_refused_binding_or_write_removes_the_assignment_and_frees_the_room() {
+    let (api, client) = FakeApi::start(vec![
+        pod("x", 6000, 60),
+        pod("w", 6000, 60),
+        pod("y", 6000, 60),
+    ]);
+    {
+        let mut s = api.0.lock().unwrap();
+        s.refuse_binding.insert("ml/x".into());
+        s.refuse_patch.insert("ml/w".into());
+    }
+    let binder = Binder::new(client, Reservations::default());
+    let view = view(1, 10_000);
+    let e = binder.bind(&args("x"), &view).await.unwrap_err();
+    assert!(matches!(e, BindError::Binding { .. }), "{e}");
+    assert!(
+        e.full_message().contains("etcd timed out"),
+        "{}",
+        e.full_message()
+    );
+    let x = api.pod("x");
+    assert!(assignment_of(&x).is_none(), "assignment removed: {x}");
+    assert!(x["spec"]["nodeName"].is_null());
+    let e = binder.bind(&args("w"), &view).await.unwrap_err();
+    assert!(matches!(e, BindError::Patch { .. }), "{e}");
+    assert!(assignment_of(&api.pod("w")).is_none());
+    binder.bind(&args("y"), &view).await.unwrap();
+    assert!(assignment_of(&api.pod("y")).is_some());
 }
 
 #[tokio::test]

@@ -386,36 +386,11 @@ impl Reservations {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::tests_support::{node, request as asking};
     use super::*;
-    use crate::annotations::GpuPolicy;
-    use crate::extender::GpuView;
-    use crate::resources::{GpuShare, Memory};
-
-    fn node() -> NodeView {
-        NodeView {
-            name: "n".into(),
-            gpus: vec![GpuView {
-                uuid: "GPU-a".into(),
-                model: "m".into(),
-                memory_mib: 1000,
-                used_mib: 0,
-                cores_used_percent: 0,
-                healthy: true,
-            }],
-        }
-    }
 
     fn request(mib: u64) -> PodRequest {
-        PodRequest {
-            shares: vec![GpuShare {
-                container: "c".into(),
-                count: 1,
-                memory: Some(Memory::Mib(mib)),
-                cores: Some(10),
-                priority: None,
-            }],
-            policy: GpuPolicy::default(),
-        }
+        asking(mib, 10)
     }
 
     #[test]
@@ -456,5 +431,84 @@ mod tests {
         t.reserve("a", &node(), &request(1)).unwrap().confirm();
         t.reserve("b", &node(), &request(1)).unwrap().confirm();
         assert!(t.reserve("c", &node(), &request(1)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod race {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::tests_support::{node, request};
+    use super::*;
+
+    /// Threads racing for one GPU: the reservations granted, tallied by
+    /// the test from what each asked (not read from the table), never
+    /// exceed the card, in any of many rounds.
+    #[test]
+    fn racing_threads_never_get_more_than_the_card() {
+        let node = node();
+        for round in 0..40 {
+            let table = Reservations::new(u32::MAX);
+            let granted = std::sync::atomic::AtomicU64::new(0);
+            let start = std::sync::Barrier::new(8);
+            std::thread::scope(|s| {
+                for t in 0..8 {
+                    let (table, granted, start, node) = (&table, &granted, &start, &node);
+                    s.spawn(move || {
+                        start.wait();
+                        for i in 0..400 {
+                            if let Ok(r) = table.reserve(&format!("{t}-{i}"), node, &request(7, 0))
+                            {
+                                r.confirm();
+                                granted.fetch_add(7, Ordering::SeqCst);
+                            }
+                        }
+                    });
+                }
+            });
+            let granted = granted.load(Ordering::SeqCst);
+            assert!(
+                granted <= 1000,
+                "round {round}: {granted} MiB granted of 1000"
+            );
+            assert!(
+                granted > 1000 - 7,
+                "round {round}: only {granted} MiB granted"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use crate::annotations::GpuPolicy;
+    use crate::extender::{GpuView, NodeView};
+    use crate::request::PodRequest;
+    use crate::resources::{GpuShare, Memory};
+
+    pub fn node() -> NodeView {
+        NodeView {
+            name: "n".into(),
+            gpus: vec![GpuView {
+                uuid: "GPU-a".into(),
+                model: "m".into(),
+                memory_mib: 1000,
+                used_mib: 0,
+                cores_used_percent: 0,
+                healthy: true,
+            }],
+        }
+    }
+
+    pub fn request(mib: u64, cores: u8) -> PodRequest {
+        PodRequest {
+            shares: vec![GpuShare {
+                container: "c".into(),
+                count: 1,
+                memory: Some(Memory::Mib(mib)),
+                cores: Some(cores),
+                priority: None,
+            }],
+            policy: GpuPolicy::default(),
+        }
     }
 }
