@@ -138,7 +138,8 @@ impl Reservation<'_> {
         self.armed = false;
         for uuid in &self.gpus {
             if let Some(book) = self.table.book(uuid) {
-                if let Some(e) = lock(&book).holders.get_mut(&self.pod) {
+                let mut book = lock(&book);
+                if let Some(e) = book.holders.get_mut(&self.pod) {
                     e.pending = false;
                 }
             }
