@@ -503,6 +503,12 @@ async fn metrics_pass_promtool_and_count_binds() {
         let answer: Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(answer["Error"] == "", name == "p", "{answer}");
     }
+    let filter =
+        serde_json::to_vec(&json!({"Pod": pod("f", 4000, 30), "NodeNames": [NODE]})).unwrap();
+    let r = dispatch(Routes::All, "POST", "/filter", &filter, &state).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = dispatch(Routes::All, "POST", "/filter", b"not json", &state).await;
+    assert_eq!(r.status, StatusCode::OK);
     let r = dispatch(Routes::All, "GET", "/metrics", b"", &state).await;
     assert_eq!(r.status, StatusCode::OK);
     let text = String::from_utf8(r.body).unwrap();
@@ -511,6 +517,9 @@ async fn metrics_pass_promtool_and_count_binds() {
         "tessera_scheduler_decisions_total{outcome=\"refused\",verb=\"bind\"} 1",
         "tessera_scheduler_failures_total{reason=\"no_fit\",verb=\"bind\"} 1",
         "tessera_scheduler_verb_seconds_count{verb=\"bind\"} 2",
+        "tessera_scheduler_verb_seconds_count{verb=\"filter\"} 2",
+        "tessera_scheduler_decisions_total{outcome=\"schedulable\",verb=\"filter\"} 1",
+        "tessera_scheduler_decisions_total{outcome=\"error\",verb=\"filter\"} 1",
     ] {
         assert!(text.contains(line), "{line} missing in\n{text}");
     }

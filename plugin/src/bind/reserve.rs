@@ -214,7 +214,9 @@ impl Reservations {
 
     /// Places `request` on `node` and reserves what it takes, as one pod
     /// `pod` (its UID). A reservation the same pod held before on these
-    /// GPUs is replaced.
+    /// GPUs is replaced; one it held on other GPUs (a stale assignment
+    /// from a bind that did not finish) stays until the next rebuild,
+    /// which counts too much for a while, never too little.
     ///
     /// # Errors
     /// [`ReserveError::NoFit`] with the placement's reason, or
