@@ -10,18 +10,22 @@
 //! - [`placement`] is the fit and scoring both the extender and the
 //!   placement simulator ([`simulate`]) run;
 //! - [`manifest`] finds pods in manifest files for `check-pod`;
+//! - [`bind`] binds pods through the API server (assignment annotation,
+//!   reservation table, Binding), and [`metrics`] is what `/metrics` serves;
 //! - [`server`] routes HTTP requests to the above for `serve`;
 //! - [`error_chain`] writes an error and its causes as one line.
 //!
-//! Nothing here talks to the API server yet: the GpuNode watcher that
-//! builds the view and the bind verb are planned.
+//! Only [`bind`] talks to the API server; the GpuNode watcher that builds
+//! the view is planned.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod annotations;
+pub mod bind;
 pub mod error_chain;
 pub mod extender;
 pub mod manifest;
+pub mod metrics;
 pub mod placement;
 pub mod pod;
 pub mod quantity;

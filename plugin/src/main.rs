@@ -37,8 +37,8 @@ enum Command {
     /// Serve the extender verbs over HTTP and the webhook over HTTPS.
     ///
     /// --listen (plain HTTP, for kube-scheduler on localhost in the same
-    /// pod): POST /filter, /prioritize, /bind (answers that binding is
-    /// planned), /webhook (AdmissionReview), GET /healthz. --webhook-listen
+    /// pod): POST /filter, /prioritize, /bind (with --bind; refused
+    /// without), /webhook (AdmissionReview), GET /healthz, /metrics. --webhook-listen
     /// (HTTPS, for the API server): POST /webhook and GET /healthz only,
     /// with the certificate of --tls-cert/--tls-key, re-read when they
     /// change.
@@ -123,6 +123,18 @@ struct ServeArgs {
     /// Largest request body, in bytes (larger answer 413).
     #[arg(long, env = "TESSERA_MAX_BODY", value_name = "BYTES", default_value_t = server::MAX_BODY as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_body: u64,
+    /// Bind pods through the API server (in-cluster config or
+    /// KUBECONFIG): /bind writes the assignment and creates the Binding.
+    /// Pods already holding assignments are counted at start and every
+    /// --refresh-interval.
+    #[arg(long, env = "TESSERA_BIND")]
+    bind: bool,
+    /// Seconds between recounts of the pods holding assignments.
+    #[arg(long, env = "TESSERA_REFRESH_INTERVAL", value_name = "SECONDS", default_value = "30", value_parser = server::parse_timeout)]
+    refresh_interval: std::time::Duration,
+    /// Shares one GPU may carry (HAMi's deviceSplitCount).
+    #[arg(long, env = "TESSERA_MAX_SHARES_PER_GPU", default_value_t = tessera_scheduler::bind::reserve::DEFAULT_MAX_SHARES, value_parser = clap::value_parser!(u32).range(1..))]
+    max_shares_per_gpu: u32,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -243,17 +255,45 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             ClusterView::new(nodes.iter().map(NodeView::from_gpu_node))
         }
     };
-    let state = Arc::new(AppState {
-        view,
-        webhook: WebhookConfig {
-            scheduler_name: args.scheduler_name.clone(),
-        },
-    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        let binder = match args.bind {
+            false => None,
+            true => {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to the API server for --bind")?;
+                let binder = tessera_scheduler::bind::Binder::new(
+                    client,
+                    tessera_scheduler::bind::reserve::Reservations::new(args.max_shares_per_gpu),
+                );
+                let counted = binder.refresh(&view).await?;
+                tracing::info!(pods = counted, "pods holding GPU assignments counted");
+                Some(binder)
+            }
+        };
+        let state = Arc::new(AppState {
+            view,
+            webhook: WebhookConfig {
+                scheduler_name: args.scheduler_name.clone(),
+            },
+            binder,
+            ..AppState::default()
+        });
+        if let Some(binder) = state.binder.clone() {
+            let (state, every) = (state.clone(), args.refresh_interval);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    if let Err(e) = binder.refresh(&state.view).await {
+                        tracing::warn!(error = %tessera_scheduler::error_chain::with_causes(&e), "recounting assignments failed; keeping the table");
+                    }
+                }
+            });
+        }
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;

@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | `POST /filter` | ExtenderArgs | ExtenderFilterResult; an unreadable body also answers 200 with `Error` set, so the scheduler reports it |
 //! | `POST /prioritize` | ExtenderArgs | HostPriorityList; 400 for an unreadable body |
-//! | `POST /bind` | ExtenderBindingArgs | ExtenderBindingResult with `Error`: binding is planned |
+//! | `POST /bind` | ExtenderBindingArgs | ExtenderBindingResult ([`crate::bind`]); `Error` set when no API client is configured |
+//! | `GET /metrics` | – | Prometheus text ([`crate::metrics`]); plain listener only |
 //! | `POST /webhook` | AdmissionReview | AdmissionReview |
 //! | `GET /healthz` | – | `ok` |
 //!
@@ -48,9 +49,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::bind::Binder;
 use crate::extender::{
-    self, ClusterView, ExtenderArgs, ExtenderBindingResult, ExtenderFilterResult,
+    self, ClusterView, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult,
+    ExtenderFilterResult,
 };
+use crate::metrics::Metrics;
 use crate::webhook::{self, AdmissionReview, WebhookConfig};
 
 /// Default largest request body (a full NodeList can be large).
@@ -86,6 +90,10 @@ pub struct AppState {
     pub view: ClusterView,
     /// Webhook settings.
     pub webhook: WebhookConfig,
+    /// Binds pods through the API server; `None`: `/bind` refuses.
+    pub binder: Option<Binder>,
+    /// What `/metrics` serves.
+    pub metrics: Metrics,
 }
 
 /// Failures of the server itself (never of a request): its settings and
@@ -189,7 +197,7 @@ pub fn route(method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
             Err(error) => bad_request("ExtenderArgs", &error),
         },
         ("POST", "/bind") => Reply::json(&ExtenderBindingResult {
-            error: "the tessera extender does not bind yet (planned); remove bindVerb from the scheduler configuration".to_owned(),
+            error: "this tessera extender has no API client to bind with (serve without --bind); remove bindVerb from the scheduler configuration or start it with --bind".to_owned(),
         }),
         ("POST", "/webhook") => match serde_json::from_slice::<AdmissionReview>(body) {
             Ok(review) => match webhook::review(&review, &state.webhook) {
@@ -198,11 +206,93 @@ pub fn route(method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
             },
             Err(error) => bad_request("AdmissionReview", &error),
         },
-        (_, "/healthz" | "/filter" | "/prioritize" | "/bind" | "/webhook") => {
+        (_, "/healthz" | "/filter" | "/prioritize" | "/bind" | "/webhook" | "/metrics") => {
             Reply::text(StatusCode::METHOD_NOT_ALLOWED, &format!("{method} is not accepted on {path}"))
         }
         _ => Reply::text(StatusCode::NOT_FOUND, &format!("no route {path}")),
     }
+}
+
+/// [`Routes::route`], plus the routes that wait on the API server or read
+/// the metrics (plain listener only), with each verb's latency and outcome
+/// recorded.
+pub async fn dispatch(
+    routes: Routes,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    state: &AppState,
+) -> Reply {
+    let started = std::time::Instant::now();
+    let reply = match (routes, method, path) {
+        (Routes::All, "POST", "/bind") => bind(body, state).await,
+        (Routes::All, "GET", "/metrics") => Reply {
+            status: StatusCode::OK,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: state
+                .metrics
+                .render(state.binder.as_ref().map(Binder::table))
+                .into_bytes(),
+        },
+        _ => routes.route(method, path, body, state),
+    };
+    if let (Routes::All, "POST", verb @ ("/filter" | "/prioritize" | "/bind")) =
+        (routes, method, path)
+    {
+        let verb = verb.trim_start_matches('/');
+        state
+            .metrics
+            .verb_seconds
+            .with_label_values(&[verb])
+            .observe(started.elapsed().as_secs_f64());
+        if verb == "filter" {
+            let outcome = match serde_json::from_slice::<ExtenderFilterResult>(&reply.body) {
+                Ok(r) if !r.error.is_empty() => {
+                    state
+                        .metrics
+                        .failures
+                        .with_label_values(&[verb, "unreadable_pod"])
+                        .inc();
+                    "error"
+                }
+                Ok(r) if r.node_names.as_ref().is_some_and(|n| !n.is_empty()) => "schedulable",
+                _ => "unschedulable",
+            };
+            state
+                .metrics
+                .decisions
+                .with_label_values(&[verb, outcome])
+                .inc();
+        }
+    }
+    reply
+}
+
+async fn bind(body: &[u8], state: &AppState) -> Reply {
+    let args = match serde_json::from_slice::<ExtenderBindingArgs>(body) {
+        Ok(args) => args,
+        Err(error) => return bad_request("ExtenderBindingArgs", &error),
+    };
+    let Some(binder) = &state.binder else {
+        return route("POST", "/bind", body, state);
+    };
+    let result = binder.bind(&args, &state.view).await;
+    let m = &state.metrics;
+    Reply::json(&match result {
+        Ok(_) => {
+            m.decisions.with_label_values(&["bind", "bound"]).inc();
+            ExtenderBindingResult::default()
+        }
+        Err(error) => {
+            m.decisions.with_label_values(&["bind", "refused"]).inc();
+            m.failures
+                .with_label_values(&["bind", error.reason()])
+                .inc();
+            ExtenderBindingResult {
+                error: error.full_message(),
+            }
+        }
+    })
 }
 
 fn bad_request(what: &str, error: &serde_json::Error) -> Reply {
@@ -236,12 +326,14 @@ async fn handle(
     } else {
         let collect = Limited::new(body, max).collect();
         match tokio::time::timeout(limits.body_read_timeout, collect).await {
-            Ok(Ok(collected)) => Ok(routes.route(
+            Ok(Ok(collected)) => Ok(dispatch(
+                routes,
                 parts.method.as_str(),
                 parts.uri.path(),
                 &collected.to_bytes(),
                 &state,
-            )),
+            )
+            .await),
             Ok(Err(error)) => Err(too_large(&format!(" or unreadable: {error}"))),
             Err(_) => Err(Reply::text(
                 StatusCode::REQUEST_TIMEOUT,

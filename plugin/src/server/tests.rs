@@ -18,6 +18,7 @@ fn state() -> AppState {
             }],
         }]),
         webhook: WebhookConfig::default(),
+        ..AppState::default()
     }
 }
 
@@ -70,13 +71,13 @@ fn prioritize_route_answers_a_host_priority_list() {
 }
 
 #[test]
-fn bind_route_says_binding_is_planned() {
+fn bind_route_without_an_api_client_says_so() {
     let reply = route("POST", "/bind", b"{}", &state());
     assert!(
         json_of(&reply)["Error"]
             .as_str()
             .unwrap()
-            .contains("does not bind yet")
+            .contains("no API client to bind with")
     );
 }
 
