@@ -209,10 +209,7 @@ impl Seen {
             "details": {"name": NODE, "group": "tessera.dev", "kind": "gpunodes"},
             "code": code,
         });
-        self.respond(
-            StatusCode::from_u16(code).expect("status code"),
-            status,
-        );
+        self.respond(StatusCode::from_u16(code).expect("status code"), status);
     }
 }
 
@@ -221,7 +218,12 @@ impl Fake {
         let (req, reply) = self.handle.next_request().await.expect("a request");
         let at = self.t0.elapsed();
         let (parts, body) = req.into_parts();
-        let body = body.collect().await.expect("request body").to_bytes().to_vec();
+        let body = body
+            .collect()
+            .await
+            .expect("request body")
+            .to_bytes()
+            .to_vec();
         Seen {
             at,
             method: parts.method,
@@ -322,7 +324,7 @@ async fn creates_the_object_then_applies_its_status() {
         && d.sm_count == 132
         && d.numa_node == Some(0)
         && d.health == Health::Healthy));
-    assert_eq!(s.devices[0].nvlink_peers, [s.devices[1].uuid.clone()]);
+    assert_eq!(s.devices[0].nvlink_peers, [s.devices[1].uuid]);
     assert_eq!(s.allocations.len(), 1);
     let a = &s.allocations[0];
     assert_eq!(
@@ -433,7 +435,9 @@ async fn api_errors_are_retried_with_backoff_and_a_deleted_object_is_recreated()
         .await
         .fail(500, "InternalError");
     // 1 s later: read again, create, apply -> 500.
-    fake.expect(Method::GET, &get, 1).await.fail(404, "NotFound");
+    fake.expect(Method::GET, &get, 1)
+        .await
+        .fail(404, "NotFound");
     fake.expect(Method::POST, PATH, 1)
         .await
         .echo(StatusCode::CREATED);
@@ -450,7 +454,9 @@ async fn api_errors_are_retried_with_backoff_and_a_deleted_object_is_recreated()
         .await
         .fail(404, "NotFound");
     // Failures start over at 1 s after a success; the object is made again.
-    fake.expect(Method::GET, &get, 64).await.fail(404, "NotFound");
+    fake.expect(Method::GET, &get, 64)
+        .await
+        .fail(404, "NotFound");
     fake.expect(Method::POST, PATH, 64)
         .await
         .echo(StatusCode::CREATED);

@@ -163,11 +163,15 @@ pub fn status(
         let processes = view
             .containers
             .iter()
-            .filter(|c| c.gpus.iter().any(|g| parse(&g.uuid).as_ref() == Some(&d.uuid)))
+            .filter(|c| {
+                c.gpus
+                    .iter()
+                    .any(|g| parse(&g.uuid).as_ref() == Some(&d.uuid))
+            })
             .map(|c| c.processes.len() as u32)
             .sum();
         usage.push(DeviceUsage {
-            device: d.uuid.clone(),
+            device: d.uuid,
             memory_used_mib: memory,
             sm_util_percent: sm,
             processes: Some(processes),
@@ -198,7 +202,11 @@ fn summary(devices: &[Device], allocations: &[Allocation], usage: &[DeviceUsage]
     let pods: BTreeSet<(&str, &str)> = allocations
         .iter()
         .map(|a| {
-            let pod = if a.pod.is_empty() { &a.container } else { &a.pod };
+            let pod = if a.pod.is_empty() {
+                &a.container
+            } else {
+                &a.pod
+            };
             (a.namespace.as_str(), pod.as_str())
         })
         .collect();
@@ -372,7 +380,13 @@ mod tests {
                     Mode::Hard,
                     &[(A, None), (B, Some(1024 * MIB))],
                 ),
-                container("c3", Some(("x", "y", "z", "u")), 10, Mode::Hard, &[(ELSEWHERE, None)]),
+                container(
+                    "c3",
+                    Some(("x", "y", "z", "u")),
+                    10,
+                    Mode::Hard,
+                    &[(ELSEWHERE, None)],
+                ),
             ],
             ..View::default()
         }
@@ -426,7 +440,16 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (A.to_owned(), "", "", "job7", None, 40960, 50, Some(ComputeMode::Hard)),
+                (
+                    A.to_owned(),
+                    "",
+                    "",
+                    "job7",
+                    None,
+                    40960,
+                    50,
+                    Some(ComputeMode::Hard)
+                ),
                 (
                     A.to_owned(),
                     "ml",
@@ -437,7 +460,16 @@ mod tests {
                     30,
                     Some(ComputeMode::Elastic)
                 ),
-                (B.to_owned(), "", "", "job7", None, 1024, 50, Some(ComputeMode::Hard)),
+                (
+                    B.to_owned(),
+                    "",
+                    "",
+                    "job7",
+                    None,
+                    1024,
+                    50,
+                    Some(ComputeMode::Hard)
+                ),
             ]
         );
         // Usage: A only (B gave nothing); 5000 MiB -> 5120 (nearest 256),
@@ -480,19 +512,29 @@ mod tests {
         // 42 and 43 % the one between 40 and 45.
         let first = at(5247, 42.0, None);
         assert_eq!(
-            (first.usage[0].memory_used_mib, first.usage[0].sm_util_percent),
+            (
+                first.usage[0].memory_used_mib,
+                first.usage[0].sm_util_percent
+            ),
             (5120, 40)
         );
         let mut prev = first.clone();
         for (mib, sm) in [(5249, 43.0), (5247, 42.0), (5375, 44.9), (4865, 35.1)] {
             let next = at(mib, sm, Some(&prev));
-            assert!(same_content(&prev, &next), "{mib} MiB {sm} %: {:?}", next.usage);
+            assert!(
+                same_content(&prev, &next),
+                "{mib} MiB {sm} %: {:?}",
+                next.usage
+            );
             prev = next;
         }
         // One step away moves it.
         let moved = at(5376, 45.0, Some(&prev));
         assert_eq!(
-            (moved.usage[0].memory_used_mib, moved.usage[0].sm_util_percent),
+            (
+                moved.usage[0].memory_used_mib,
+                moved.usage[0].sm_util_percent
+            ),
             (5376, 45)
         );
         assert!(!same_content(&prev, &moved));

@@ -301,7 +301,16 @@ mod tests {
         for ok in ["gpu-node-1", "a", "node.example.com", "10.0.0.1"] {
             assert!(check_node_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Node1", "-a", "a-", "a..b", "a_b", "a/b", &"a".repeat(254)] {
+        for bad in [
+            "",
+            "Node1",
+            "-a",
+            "a-",
+            "a..b",
+            "a_b",
+            "a/b",
+            &"a".repeat(254),
+        ] {
             let e = check_node_name(bad).unwrap_err().to_string();
             assert!(e.contains("not a valid GpuNode name"), "{bad}: {e}");
         }
