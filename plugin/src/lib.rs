@@ -9,10 +9,12 @@
 //!   of GPU telemetry;
 //! - [`manifest`] finds pods in manifest files for `check-pod`;
 //! - [`server`] routes HTTP requests to the above for `serve`;
+//! - [`telemetry`] keeps a reflector cache of the `GpuNode`s and leaves
+//!   nodes with stale telemetry out of GPU placements;
 //! - [`error_chain`] writes an error and its causes as one line.
 //!
-//! Nothing here talks to the API server yet: the GpuNode watcher that
-//! builds the view and the bind verb are planned.
+//! Only [`telemetry`]'s cache talks to the API server (a watch of
+//! `GpuNode`s); the bind verb is planned.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -25,4 +27,5 @@ pub mod quantity;
 pub mod request;
 pub mod resources;
 pub mod server;
+pub mod telemetry;
 pub mod webhook;
