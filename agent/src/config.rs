@@ -47,6 +47,13 @@
 //! gc_grace_s = 120
 //! gc_settle_s = 60
 //! gc_confirm_s = 60
+//! # The node's GpuNode status for the scheduler (with the device plugin):
+//! # written at most once per interval and only on change, and at least
+//! # once per heartbeat.
+//! [telemetry]
+//! enabled = true
+//! interval_ms = 10000
+//! heartbeat_ms = 60000
 //! ```
 //!
 //! Unknown fields are refused, so a misspelt setting is never silently
@@ -96,6 +103,8 @@ pub struct ConfigFile {
     pub policy: Option<PathBuf>,
     /// See [`Config::watchdog`].
     pub watchdog: Option<crate::watchdog::WatchdogFile>,
+    /// See [`Config::telemetry`].
+    pub telemetry: Option<crate::telemetry::TelemetryFile>,
     /// See [`Config::kubelet`].
     pub kubelet: Option<KubeletFile>,
 }
@@ -235,6 +244,10 @@ pub struct Config {
     /// The watchdog and the eBPF observer (`[watchdog]`, see
     /// [`crate::watchdog::settings`]).
     pub watchdog: crate::watchdog::WatchdogSettings,
+    /// The node's `GpuNode` status writer (`[telemetry]`: `enabled`,
+    /// `interval_ms`, `heartbeat_ms`); it runs with the device plugin, in
+    /// Kubernetes only.
+    pub telemetry: crate::telemetry::Settings,
     /// The device plugin (`[kubelet]`).
     pub kubelet: KubeletSettings,
 }
@@ -455,6 +468,16 @@ impl Config {
                     field: name,
                     problem,
                 })?;
+        let telemetry = crate::telemetry::Settings::new(&file.telemetry.unwrap_or_default())
+            .map_err(|e| ConfigError::Field {
+                origin: origin(false, path),
+                field: match e.key {
+                    "interval_ms" => "telemetry.interval_ms",
+                    "heartbeat_ms" => "telemetry.heartbeat_ms",
+                    _ => "telemetry",
+                },
+                problem: e.problem,
+            })?;
         let kubelet = kubelet_settings(
             file.kubelet.unwrap_or_default(),
             args.node_name.clone(),
@@ -482,6 +505,7 @@ impl Config {
             policy,
             policy_explicit,
             watchdog,
+            telemetry,
         })
     }
 }

@@ -25,6 +25,8 @@
 //! - [`watchdog`]: ground truth (NVML, cgroups, eBPF) against each
 //!   container's limits and usage region, and the policy's action.
 //!
+//! - [`telemetry`]: the node's `GpuNode` (inventory, shares, live use)
+//!   written to the API server for the scheduler.
 //! - [`kubelet`]: the device plugin (vGPUs registered with kubelet,
 //!   health from NVML, preferred allocation); Allocate comes later.
 
@@ -43,4 +45,5 @@ pub mod metrics;
 pub mod mountinfo;
 pub mod policy;
 pub mod region;
+pub mod telemetry;
 pub mod watchdog;

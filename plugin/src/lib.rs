@@ -13,10 +13,12 @@
 //! - [`bind`] binds pods through the API server (assignment annotation,
 //!   reservation table, Binding), and [`metrics`] is what `/metrics` serves;
 //! - [`server`] routes HTTP requests to the above for `serve`;
+//! - [`telemetry`] keeps a reflector cache of the `GpuNode`s and leaves
+//!   nodes with stale telemetry out of GPU placements;
 //! - [`error_chain`] writes an error and its causes as one line.
 //!
-//! Only [`bind`] talks to the API server; the GpuNode watcher that builds
-//! the view is planned.
+//! [`bind`] and [`telemetry`]'s cache (a watch of `GpuNode`s) talk to the
+//! API server.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -33,4 +35,5 @@ pub mod request;
 pub mod resources;
 pub mod server;
 pub mod simulate;
+pub mod telemetry;
 pub mod webhook;

@@ -18,6 +18,7 @@ pub mod ebpf;
 pub mod http;
 pub mod plugin;
 pub mod status;
+pub mod telemetry;
 pub mod tick;
 pub mod view;
 
@@ -116,19 +117,26 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         metrics.clone(),
         stopped(stop_rx.clone()),
     ));
-    let plugin = if config.kubelet.enabled {
+    let (plugin, telemetry) = if config.kubelet.enabled {
         let client = kube::Client::try_default()
             .await
             .map_err(DaemonError::Kube)?;
         status.require_device_plugin();
-        Some(tokio::spawn(plugin::run(
+        let plugin = tokio::spawn(plugin::run(
+            config.clone(),
+            client.clone(),
+            status.clone(),
+            stopped(stop_rx.clone()),
+        ));
+        let telemetry = tokio::spawn(telemetry::run(
             config.clone(),
             client,
             status.clone(),
             stopped(stop_rx.clone()),
-        )))
+        ));
+        (Some(plugin), Some(telemetry))
     } else {
-        None
+        (None, None)
     };
     // Region directories of departed pods go once kubelet's PodResources
     // shows them gone (never a running container's: containers::gc).
@@ -164,6 +172,13 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             .is_err()
     {
         tracing::error!("the device plugin did not stop within 5 s; exiting anyway");
+    }
+    if let Some(t) = telemetry
+        && tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .is_err()
+    {
+        tracing::error!("the telemetry write in flight did not end within 5 s; exiting anyway");
     }
     if let Some(g) = gc
         && tokio::time::timeout(Duration::from_secs(5), g)

@@ -157,6 +157,12 @@ impl Status {
         }
     }
 
+    /// The last period's view (none before the first period), shared: the
+    /// lock is held only to clone the `Arc`.
+    pub fn latest_view(&self) -> Option<Arc<View>> {
+        self.view.lock().ok().and_then(|v| v.clone())
+    }
+
     /// The last period's view as JSON (null before the first period).
     pub fn view(&self) -> serde_json::Value {
         let view = self.view.lock().ok().and_then(|v| v.clone());

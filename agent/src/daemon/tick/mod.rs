@@ -82,6 +82,9 @@ struct PerContainer {
     uuids: Vec<[u8; 16]>,
     /// What the node policy decided for it (its explicit values included).
     policy: crate::policy::Effective,
+    /// The controllers' launch limits, by GPU in the order of `uuids`
+    /// (none: not decided this period).
+    decided: Vec<Option<RateDecision>>,
 }
 
 /// What the loop keeps per managed container (a cache of the host state).
@@ -250,27 +253,30 @@ impl Agent {
             .collect();
         let ids: Vec<ContainerId> = ready.iter().map(|c| c.id.clone()).collect();
         self.watchdog.retain(&ids);
-        let per: Vec<PerContainer> = ready
+        let mut per: Vec<PerContainer> = ready
             .iter()
             .map(|c| PerContainer {
                 uuids: c.meta.uuids(),
                 policy: self.policy.effective(&c.meta),
+                decided: Vec::new(),
             })
             .collect();
         let decisions = self.decide(&ready, &per, &observed, &sm);
+        for (p, d) in per.iter_mut().zip(decisions) {
+            p.decided = d;
+        }
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
         let views = ready
             .iter()
             .zip(&per)
-            .zip(&decisions)
             .zip(observed.into_iter().map(|mut o| {
                 let kept = (o.usage_raw.take(), o.usage.clone());
                 (o, kept)
             }))
-            .map(|(((c, per), decided), o)| {
-                let mut v = self.publish(c, per, o.0, &memory, &sm, decided, lock.as_ref());
+            .map(|((c, per), o)| {
+                let mut v = self.publish(c, per, o.0, &memory, &sm, lock.as_ref());
                 self.enforce(c, &mut v, o.1, &nvml, seen.get(&c.id));
                 v
             })

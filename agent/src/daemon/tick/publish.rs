@@ -14,14 +14,13 @@ impl Agent {
         o: Observed,
         memory: &HashMap<[u8; 16], GpuUsage>,
         sm: &HashMap<[u8; 16], SmSamples>,
-        decisions: &[Option<RateDecision>],
         lock: Option<&WriterLock>,
     ) -> ContainerView {
         let decided = |uuid: &[u8; 16]| {
             per.uuids
                 .iter()
                 .position(|u| u == uuid)
-                .and_then(|i| decisions.get(i)?.as_ref())
+                .and_then(|i| per.decided.get(i)?.as_ref())
         };
         let Observed {
             usage,
