@@ -18,8 +18,8 @@ use tessera_api::GpuUuid;
 use thiserror::Error;
 
 pub use tessera_api::annotations::{
-    COMPUTE_MODE, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE, PLACEMENT, PREFIX, UUID_EXCLUDE,
-    UUID_INCLUDE,
+    ALLOCATED, ASSIGNMENT, COMPUTE_MODE, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE, PLACEMENT, PREFIX,
+    UUID_EXCLUDE, UUID_INCLUDE,
 };
 /// How a container's compute limit behaves (the type the `GpuNode` status
 /// reports too).
@@ -36,6 +36,15 @@ pub enum AnnotationError {
     Unknown {
         /// The key as written.
         key: String,
+    },
+    /// A key only Tessera writes (the assignment at bind, the allocation
+    /// record at Allocate), set on the pod by its author.
+    #[error(
+        "annotation {key} is written by Tessera (the scheduler at bind, the node agent at Allocate), never by the pod: it names the pod's GPUs and limits; accepted: remove it"
+    )]
+    Reserved {
+        /// The key.
+        key: &'static str,
     },
     /// A value outside the key's choices.
     #[error("annotation {key} is {value:?}; accepted: {accepted}")]
@@ -128,7 +137,9 @@ impl GpuPolicy {
 pub fn parse(annotations: &BTreeMap<String, String>) -> Result<GpuPolicy, Vec<AnnotationError>> {
     let mut errors = Vec::new();
     for key in annotations.keys() {
-        if key.starts_with(PREFIX) && !KNOWN.contains(&key.as_str()) {
+        if let Some(reserved) = [ASSIGNMENT, ALLOCATED].into_iter().find(|r| r == key) {
+            errors.push(AnnotationError::Reserved { key: reserved });
+        } else if key.starts_with(PREFIX) && !KNOWN.contains(&key.as_str()) {
             errors.push(AnnotationError::Unknown { key: key.clone() });
         }
     }

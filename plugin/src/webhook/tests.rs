@@ -366,3 +366,24 @@ fn review_without_request_is_an_error() {
         Err(WebhookError::NoRequest)
     ));
 }
+
+/// A tenant that writes its own assignment (GPUs and limits) or allocation
+/// record into the pod it creates is refused, naming the key: only the
+/// scheduler's bind and the node agent write those.
+#[test]
+fn a_pod_carrying_tessera_s_own_records_is_refused() {
+    for key in [ASSIGNMENT_KEY, ALLOCATED_KEY] {
+        let mut object = defaulted_pod(json!({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "10"}));
+        object["metadata"]["annotations"] = json!({
+            key: r#"{"version":1,"node":"n","boundAt":"2026-12-01T00:00:00Z","containers":[{"name":"train","gpus":[{"uuid":"GPU-12345678-9abc-def0-0123-456789abcdef","coresPercent":100}]}]}"#
+        });
+        let e = refused(&object).to_string();
+        assert!(
+            e.contains(key) && e.contains("never by the pod"),
+            "{key}: {e}"
+        );
+    }
+}
+
+const ASSIGNMENT_KEY: &str = tessera_api::annotations::ASSIGNMENT;
+const ALLOCATED_KEY: &str = tessera_api::annotations::ALLOCATED;
