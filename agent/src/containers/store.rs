@@ -418,16 +418,23 @@ impl Store {
 
     /// Container `id` as it is on disk.
     pub fn load(&self, id: &ContainerId) -> Result<Container, StoreError> {
-        self.load_with(id, None)
+        self.load_with(id, None, None)
     }
 
     fn load_with(
         &self,
         id: &ContainerId,
         cache: Option<&mut MetaCache>,
+        listed: Option<std::fs::FileType>,
     ) -> Result<Container, StoreError> {
         let dir = self.dir(id);
-        match std::fs::symlink_metadata(&dir) {
+        // A listing already knows the entry's type (from the directory
+        // entry, no stat): one path walk less per container per period.
+        let kind = match listed {
+            Some(t) => Ok(t),
+            None => std::fs::symlink_metadata(&dir).map(|m| m.file_type()),
+        };
+        match kind {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::Missing {
                     id: id.clone(),
@@ -435,13 +442,13 @@ impl Store {
                 });
             }
             Err(e) => return Err(io("stat", &dir)(e)),
-            Ok(m) if m.file_type().is_symlink() => {
+            Ok(t) if t.is_symlink() => {
                 return Err(StoreError::NotDir {
                     path: dir,
                     kind: "symbolic link",
                 });
             }
-            Ok(m) if !m.is_dir() => {
+            Ok(t) if !t.is_dir() => {
                 return Err(StoreError::NotDir {
                     path: dir,
                     kind: "file",
@@ -556,7 +563,7 @@ impl Store {
                     continue;
                 }
             };
-            match self.load_with(&id, cache.as_deref_mut()) {
+            match self.load_with(&id, cache.as_deref_mut(), entry.file_type().ok()) {
                 Ok(c) => out.containers.push(c),
                 Err(e) => out.skipped.push(Skipped {
                     name,
