@@ -472,10 +472,7 @@ fn the_helm_chart_renders_and_lints() {
     assert_eq!(args[0], "serve");
     // Live telemetry: the GpuNode watch, not a node file, with the
     // staleness limit of the values.
-    assert!(
-        args.iter().all(|a| !a.starts_with("--nodes")),
-        "{args:?}"
-    );
+    assert!(args.iter().all(|a| !a.starts_with("--nodes")), "{args:?}");
     assert!(args.contains(&"--telemetry-max-age-s=150"), "{args:?}");
     let config = scheduler_config(&chart);
     assert_eq!(config["kind"], "KubeSchedulerConfiguration");
