@@ -330,7 +330,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                     if !live {
                         tokio::time::sleep(every).await;
                     }
-                    let now = state.view.now().into_owned();
+                    let now = state.view.now();
                     if let Err(e) = binder.refresh(&now.view).await {
                         tracing::warn!(error = %tessera_scheduler::error_chain::with_causes(&e), "recounting assignments failed; keeping the table");
                     }
