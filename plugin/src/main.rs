@@ -14,8 +14,9 @@ use tessera_api::GpuNode;
 use tessera_scheduler::extender::{ClusterView, NodeView};
 use tessera_scheduler::manifest;
 use tessera_scheduler::placement::Policy;
-use tessera_scheduler::server::{self, AppState};
+use tessera_scheduler::server::{self, AppState, Telemetry};
 use tessera_scheduler::simulate;
+use tessera_scheduler::telemetry::{Cache, Staleness};
 use tessera_scheduler::webhook::{self, WebhookConfig};
 
 /// Tessera's kube-scheduler extender and admission webhook.
@@ -106,10 +107,16 @@ struct ServeArgs {
     listen: SocketAddr,
     /// GPU telemetry: `GpuNode` objects as `kubectl get gpunodes -o json`
     /// prints them (a list with `items`, or a JSON array of objects), read
-    /// once at start. Without it no node has telemetry and every GPU pod
-    /// fails filter; the GpuNode watcher that replaces this file is planned.
+    /// once at start (offline use and tests). Without it the GpuNode
+    /// objects are watched through the API server (in-cluster config or
+    /// KUBECONFIG); with neither, no node has telemetry and every GPU pod
+    /// fails filter.
     #[arg(long, env = "TESSERA_NODES")]
     nodes: Option<PathBuf>,
+    /// Seconds a GpuNode status may be old before its node takes no new GPU
+    /// pods (10 to 86400).
+    #[arg(long, env = "TESSERA_TELEMETRY_MAX_AGE_S", value_name = "SECONDS", default_value_t = tessera_scheduler::telemetry::DEFAULT_MAX_AGE.as_secs(), value_parser = parse_max_age)]
+    telemetry_max_age_s: u64,
     /// Scheduler name the webhook hands GPU pods to.
     #[arg(long, env = "TESSERA_SCHEDULER_NAME", default_value = webhook::DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
@@ -235,31 +242,58 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn parse_max_age(text: &str) -> Result<u64, String> {
+    let s: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of seconds"))?;
+    Staleness::new(s).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// The telemetry `serve` judges against: the node file, else the GpuNode
+/// watch when an API client can be configured, else nothing.
+async fn telemetry(args: &ServeArgs) -> anyhow::Result<Telemetry> {
+    let staleness = Staleness::new(args.telemetry_max_age_s)?;
+    if let Some(path) = &args.nodes {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let nodes = read_gpu_nodes(&text).with_context(|| {
+            format!(
+                "{} is not a GpuNode list (`kubectl get gpunodes -o json`)",
+                path.display()
+            )
+        })?;
+        return Ok(ClusterView::new(nodes.iter().map(NodeView::from_gpu_node)).into());
+    }
+    match kube::Client::try_default().await {
+        Ok(client) => {
+            let (cache, _task) = Cache::spawn(client, std::future::pending());
+            tracing::info!(
+                max_age_s = args.telemetry_max_age_s,
+                "watching GpuNode telemetry"
+            );
+            Ok(Telemetry::Live { cache, staleness })
+        }
+        Err(error) => {
+            tracing::warn!(error = %tessera_scheduler::error_chain::with_causes(&error), "no --nodes and no API client (in-cluster config or KUBECONFIG): no node has GPU telemetry");
+            Ok(Telemetry::default())
+        }
+    }
+}
+
 fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let view = match &args.nodes {
-        None => ClusterView::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let nodes = read_gpu_nodes(&text).with_context(|| {
-                format!(
-                    "{} is not a GpuNode list (`kubectl get gpunodes -o json`)",
-                    path.display()
-                )
-            })?;
-            ClusterView::new(nodes.iter().map(NodeView::from_gpu_node))
-        }
-    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
+        let view = telemetry(args).await?;
         let binder = match args.bind {
             false => None,
             true => {
@@ -270,8 +304,12 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                     client,
                     tessera_scheduler::bind::reserve::Reservations::new(args.max_shares_per_gpu),
                 );
-                let counted = binder.refresh(&view).await?;
-                tracing::info!(pods = counted, "pods holding GPU assignments counted");
+                // The live cache is read in the background: counted once
+                // it is ready, by the recount task below.
+                if let Telemetry::Static(snap) = &view {
+                    let counted = binder.refresh(&snap.view).await?;
+                    tracing::info!(pods = counted, "pods holding GPU assignments counted");
+                }
                 Some(binder)
             }
         };
@@ -286,10 +324,18 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         if let Some(binder) = state.binder.clone() {
             let (state, every) = (state.clone(), args.refresh_interval);
             tokio::spawn(async move {
+                let live = matches!(state.view, Telemetry::Live { .. });
+                state.view.ready().await;
                 loop {
-                    tokio::time::sleep(every).await;
-                    if let Err(e) = binder.refresh(&state.view).await {
+                    if !live {
+                        tokio::time::sleep(every).await;
+                    }
+                    let now = state.view.now();
+                    if let Err(e) = binder.refresh(&now.view).await {
                         tracing::warn!(error = %tessera_scheduler::error_chain::with_causes(&e), "recounting assignments failed; keeping the table");
+                    }
+                    if live {
+                        tokio::time::sleep(every).await;
                     }
                 }
             });
@@ -302,9 +348,9 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         match &webhook {
             Some((tls, _)) => {
                 let addr = tls.local_addr().context("reading the bound webhook address")?;
-                tracing::info!(listen = %local, webhook = %addr, nodes = state.view.len(), "serving");
+                tracing::info!(listen = %local, webhook = %addr, nodes = state.view.now().view.len(), "serving");
             }
-            None => tracing::info!(listen = %local, nodes = state.view.len(), "serving"),
+            None => tracing::info!(listen = %local, nodes = state.view.now().view.len(), "serving"),
         }
         let limits = server::Limits {
             header_read_timeout: args.header_read_timeout,

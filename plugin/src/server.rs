@@ -55,6 +55,7 @@ use crate::extender::{
     ExtenderFilterResult,
 };
 use crate::metrics::Metrics;
+use crate::telemetry::{Cache, Snapshot, Staleness};
 use crate::webhook::{self, AdmissionReview, WebhookConfig};
 
 /// Default largest request body (a full NodeList can be large).
@@ -83,11 +84,74 @@ impl Default for Limits {
     }
 }
 
+/// Where the GPU telemetry the routes judge against comes from: the one
+/// home of "the current view" ([`AppState::current`] adds the
+/// reservations).
+#[derive(Clone)]
+pub enum Telemetry {
+    /// A fixed view (`--nodes FILE`, tests); nothing in it is stale.
+    Static(Snapshot),
+    /// The `GpuNode` reflector cache, sorted into fresh and stale at each
+    /// request.
+    Live {
+        /// The cache.
+        cache: Cache,
+        /// How old a status may be.
+        staleness: Staleness,
+    },
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::Static(Snapshot::default())
+    }
+}
+
+impl From<ClusterView> for Telemetry {
+    fn from(view: ClusterView) -> Self {
+        Self::Static(Snapshot {
+            view,
+            ..Snapshot::default()
+        })
+    }
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Static(s) => f.debug_tuple("Static").field(&s.view.len()).finish(),
+            Self::Live { staleness, .. } => f
+                .debug_struct("Live")
+                .field("max_age", &staleness.max_age())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl Telemetry {
+    /// The telemetry now (no reservations counted).
+    pub fn now(&self) -> std::borrow::Cow<'_, Snapshot> {
+        match self {
+            Self::Static(s) => std::borrow::Cow::Borrowed(s),
+            Self::Live { cache, staleness } => std::borrow::Cow::Owned(
+                cache.snapshot(*staleness, k8s_openapi::jiff::Timestamp::now()),
+            ),
+        }
+    }
+
+    /// Waits until the telemetry has been read once (a static view at once).
+    pub async fn ready(&self) {
+        if let Self::Live { cache, .. } = self {
+            cache.ready().await;
+        }
+    }
+}
+
 /// What the routes answer from.
 #[derive(Debug, Clone, Default)]
 pub struct AppState {
     /// GPU telemetry the extender judges against.
-    pub view: ClusterView,
+    pub view: Telemetry,
     /// Webhook settings.
     pub webhook: WebhookConfig,
     /// Binds pods through the API server; `None`: `/bind` refuses.
@@ -156,6 +220,28 @@ impl Reply {
     }
 }
 
+impl AppState {
+    /// The view one filter or prioritize request is judged against: the
+    /// telemetry now, with what the binder has reserved and the telemetry
+    /// does not show yet counted on each GPU
+    /// ([`crate::bind::reserve::Reservations::apply`]), so a node bind
+    /// would refuse fails filter with a reason instead.
+    pub fn current(&self) -> std::borrow::Cow<'_, Snapshot> {
+        let now = self.view.now();
+        let Some(reserved) = self
+            .binder
+            .as_ref()
+            .and_then(|b| b.table().apply(&now.view))
+        else {
+            return now;
+        };
+        std::borrow::Cow::Owned(Snapshot {
+            view: reserved,
+            stale: now.stale.clone(),
+        })
+    }
+}
+
 /// Which routes a listener answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Routes {
@@ -186,14 +272,14 @@ pub fn route(method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
     match (method, path) {
         ("GET", "/healthz") => Reply::text(StatusCode::OK, "ok"),
         ("POST", "/filter") => Reply::json(&match serde_json::from_slice::<ExtenderArgs>(body) {
-            Ok(args) => extender::filter(&args, &state.view),
+            Ok(args) => state.current().filter(&args),
             Err(error) => ExtenderFilterResult {
                 error: format!("request body is not ExtenderArgs JSON: {error}"),
                 ..ExtenderFilterResult::default()
             },
         }),
         ("POST", "/prioritize") => match serde_json::from_slice::<ExtenderArgs>(body) {
-            Ok(args) => Reply::json(&extender::prioritize(&args, &state.view)),
+            Ok(args) => Reply::json(&extender::prioritize(&args, &state.current().view)),
             Err(error) => bad_request("ExtenderArgs", &error),
         },
         ("POST", "/bind") => Reply::json(&ExtenderBindingResult {
@@ -276,7 +362,9 @@ async fn bind(body: &[u8], state: &AppState) -> Reply {
     let Some(binder) = &state.binder else {
         return route("POST", "/bind", body, state);
     };
-    let result = binder.bind(&args, &state.view).await;
+    // The binder counts its own table; it gets the telemetry alone.
+    let telemetry = state.view.now();
+    let result = binder.bind(&args, &telemetry.view).await;
     let m = &state.metrics;
     Reply::json(&match result {
         Ok(_) => {

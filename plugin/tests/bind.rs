@@ -490,7 +490,7 @@ async fn two_hundred_concurrent_binds_never_over_commit_and_lose_nothing() {
 async fn metrics_pass_promtool_and_count_binds() {
     let (_api, client) = FakeApi::start(vec![pod("p", 4000, 30), pod("huge", 40_000, 30)]);
     let state = AppState {
-        view: view(2, 10_000),
+        view: view(2, 10_000).into(),
         binder: Some(Binder::new(client, Reservations::default())),
         ..AppState::default()
     };

@@ -470,6 +470,10 @@ fn the_helm_chart_renders_and_lints() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args[0], "serve");
+    // Live telemetry: the GpuNode watch, not a node file, with the
+    // staleness limit of the values.
+    assert!(args.iter().all(|a| !a.starts_with("--nodes")), "{args:?}");
+    assert!(args.contains(&"--telemetry-max-age-s=150"), "{args:?}");
     let config = scheduler_config(&chart);
     assert_eq!(config["kind"], "KubeSchedulerConfiguration");
     assert_eq!(

@@ -174,6 +174,9 @@ fn serve_refuses_bad_limits_naming_the_flag() {
         ("--header-read-timeout", "0"),
         ("--body-read-timeout", "soon"),
         ("--max-body", "0"),
+        ("--telemetry-max-age-s", "9"),
+        ("--telemetry-max-age-s", "86401"),
+        ("--telemetry-max-age-s", "2m"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
             .args(["serve", "--listen", "127.0.0.1:0", flag, value])
@@ -186,4 +189,141 @@ fn serve_refuses_bad_limits_naming_the_flag() {
             "{stderr}"
         );
     }
+}
+
+/// A one-route fake API server on a plain socket: lists `nodes` as
+/// GpuNodes, answers watches with no event after a pause (the watcher then
+/// asks again), and 404 for anything else. Returns its address.
+fn fake_gpunode_api(nodes: Value) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let nodes = nodes.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let target = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let (code, body) = if !target.starts_with("/apis/tessera.dev/v1alpha1/gpunodes") {
+                    (
+                        "404 Not Found",
+                        json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "reason": "NotFound", "code": 404})
+                        .to_string(),
+                    )
+                } else if target.contains("watch=true") {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                    ("200 OK", String::new())
+                } else {
+                    (
+                        "200 OK",
+                        json!({"apiVersion": "tessera.dev/v1alpha1", "kind": "GpuNodeList",
+                        "metadata": {"resourceVersion": "5"}, "items": nodes})
+                        .to_string(),
+                    )
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {code}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn serve_without_a_node_file_filters_against_the_watched_gpunodes() {
+    let uuid = "GPU-5e1a0000-0000-4000-8000-000051510001";
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let old = k8s_openapi::jiff::Timestamp::from_second(now.as_second() - 600).unwrap();
+    let node = |name: &str, at: &k8s_openapi::jiff::Timestamp| {
+        json!({"apiVersion": "tessera.dev/v1alpha1", "kind": "GpuNode",
+            "metadata": {"name": name, "resourceVersion": "4", "uid": format!("uid-{name}")},
+            "spec": {},
+            "status": {"updatedAt": at.to_string(),
+                "devices": [{"uuid": uuid, "index": 0, "model": "Tesla T4", "memoryMiB": 15360,
+                             "smCount": 40, "health": "Healthy"}]}})
+    };
+    let api = fake_gpunode_api(json!([node("live", &now), node("gone", &old)]));
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "tessera-serve-kubeconfig-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"http://{api}\"}}}}]\nusers: [{{name: u, user: {{}}}}]\ncontexts: [{{name: c, context: {{cluster: fake, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--telemetry-max-age-s",
+            "300",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving") {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "serve exited before listening"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
+    let addr = line
+        .split("listen=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let pod = json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]}});
+    let request = json!({"Pod": pod, "NodeNames": ["live", "gone"]});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let result = loop {
+        let r = post(&addr, "/filter", &request);
+        if r["NodeNames"] == json!(["live"]) || std::time::Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    std::fs::remove_file(&kubeconfig).unwrap();
+    assert_eq!(result["NodeNames"], json!(["live"]), "{result}");
+    let gone = result["FailedAndUnresolvableNodes"]["gone"]
+        .as_str()
+        .unwrap();
+    // Written 600 s before the test began: that age, plus the seconds the
+    // test took.
+    let age: u64 = gone
+        .split(" s ago")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no age in {gone}"));
+    assert!((600..=630).contains(&age), "{gone}");
+    assert!(gone.contains("limit 300 s"), "{gone}");
 }

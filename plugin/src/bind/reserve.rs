@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use crate::extender::{NodeView, Unfit, place};
+use crate::extender::{ClusterView, NodeView, Unfit, place};
 use crate::request::PodRequest;
 
 /// Shares per GPU when not configured (HAMi's `deviceSplitCount`).
@@ -210,6 +210,23 @@ impl Reservations {
             }
         }
         node
+    }
+
+    /// `view` as filter and prioritize must see it: every node with a GPU
+    /// this table holds shares on is taken as [`Self::effective`] makes it
+    /// (so a GPU bound full, or out of share slots, before the agent
+    /// reports it reads as full). `None` when the table changes no node.
+    pub fn apply(&self, view: &ClusterView) -> Option<ClusterView> {
+        let held = |uuid: &str| {
+            self.book(uuid)
+                .is_some_and(|b| !lock(&b).holders.is_empty())
+        };
+        let changed: Vec<NodeView> = view
+            .nodes()
+            .filter(|n| n.gpus.iter().any(|g| held(&g.uuid)))
+            .map(|n| self.effective(n, ""))
+            .collect();
+        (!changed.is_empty()).then(|| view.with_nodes(changed))
     }
 
     /// Places `request` on `node` and reserves what it takes, as one pod

@@ -141,6 +141,21 @@ impl ClusterView {
         self.nodes.get(name).map(|(view, node)| (view, node))
     }
 
+    /// Every node, by name.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeView> {
+        self.nodes.values().map(|(view, _)| view)
+    }
+
+    /// This view with `nodes` in place of those of the same names.
+    pub fn with_nodes(&self, nodes: impl IntoIterator<Item = NodeView>) -> Self {
+        let mut out = self.clone();
+        for n in nodes {
+            let placed = node_of(&n);
+            out.nodes.insert(n.name.clone(), (n, placed));
+        }
+        out
+    }
+
     /// Number of nodes in the view.
     pub fn len(&self) -> usize {
         self.nodes.len()

@@ -16,7 +16,8 @@ fn state() -> AppState {
                 cores_used_percent: 0,
                 healthy: true,
             }],
-        }]),
+        }])
+        .into(),
         webhook: WebhookConfig::default(),
         ..AppState::default()
     }
