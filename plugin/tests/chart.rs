@@ -488,7 +488,9 @@ fn the_helm_chart_renders_and_lints() {
     assert_eq!(extender["urlPrefix"], format!("http://{listen}"));
     assert_eq!(extender["filterVerb"], "filter");
     assert_eq!(extender["prioritizeVerb"], "prioritize");
-    assert!(extender.get("bindVerb").is_none(), "bind is off by default");
+    // The extender binds GPU pods by default: only its bind writes the
+    // assignment the node agent's Allocate needs.
+    assert_eq!(extender["bindVerb"], "bind", "bind is on by default");
     assert_eq!(extender["nodeCacheCapable"], true);
     let managed: Vec<&str> = extender["managedResources"]
         .as_array()
@@ -528,14 +530,18 @@ fn scheduler_config(chart: &Rendered) -> Value {
 }
 
 #[test]
-fn the_helm_chart_renders_bind_when_asked() {
-    let values = json!({"scheduler": {"extender": {"bind": true}}});
+fn the_helm_chart_leaves_binding_to_kube_scheduler_only_when_asked() {
+    let values = json!({"scheduler": {"extender": {"bind": false}}});
     let Some(report) = render(&values) else {
         println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
         return;
     };
     let chart = rendered(&report.unwrap());
-    assert_eq!(scheduler_config(&chart)["extenders"][0]["bindVerb"], "bind");
+    assert!(
+        scheduler_config(&chart)["extenders"][0]
+            .get("bindVerb")
+            .is_none()
+    );
 }
 
 fn skip_no_helm() {
