@@ -280,11 +280,10 @@ pub fn open_usage(path: &Path) -> Result<Mapped<UsageRegion>, RegionError> {
     Ok(m)
 }
 
-/// Reads a usage file's bytes (agent side; see [`crate::reader`]). The
-/// container controls the file: a symlink, FIFO, device or oversized file
-/// is refused or cut, so reading it can neither hang nor exhaust the agent.
-pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
-    use std::io::Read;
+/// Opens a usage file for the agent to read: never through a symlink,
+/// never blocking on a FIFO, and only a regular file (the container
+/// controls the file).
+fn open_usage_for_reading(path: &Path) -> Result<(File, std::fs::Metadata), RegionError> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -298,6 +297,15 @@ pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
             format!("{} is not a regular file", path.display()),
         ));
     }
+    Ok((file, meta))
+}
+
+/// Reads a usage file's bytes (agent side; see [`crate::reader`]). The
+/// container controls the file: a symlink, FIFO, device or oversized file
+/// is refused or cut, so reading it can neither hang nor exhaust the agent.
+pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
+    use std::io::Read;
+    let (file, _) = open_usage_for_reading(path)?;
     let mut bytes = Vec::with_capacity(USAGE_SIZE);
     file.take(USAGE_SIZE as u64)
         .read_to_end(&mut bytes)
@@ -313,19 +321,7 @@ pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
 /// short read.
 pub fn read_usage_prefix(path: &Path, len: usize, buf: &mut Vec<u8>) -> Result<(), RegionError> {
     use std::io::Read;
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io_err("open", path))?;
-    let meta = file.metadata().map_err(io_err("stat", path))?;
-    if !meta.is_file() {
-        return Err(RegionError::field(
-            "usage",
-            "file",
-            format!("{} is not a regular file", path.display()),
-        ));
-    }
+    let (file, meta) = open_usage_for_reading(path)?;
     if meta.len() < USAGE_SIZE as u64 {
         return Err(RegionError::field(
             "usage",
