@@ -132,7 +132,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             config.clone(),
             client,
             status.clone(),
-            stopped(stop_rx.clone()),
+            stop_rx.clone(),
         ));
         (Some(plugin), Some(telemetry))
     } else {

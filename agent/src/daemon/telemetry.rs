@@ -9,24 +9,20 @@ use super::status::Status;
 use crate::config::Config;
 use crate::gpu::{Inventory, NvmlBackend};
 
-/// Runs the writer until `stop` completes.
+/// Runs the writer until `stop` turns true (it is awaited twice: while
+/// NVML is retried, then by the writer).
 pub async fn run(
     config: Config,
     client: kube::Client,
     status: Arc<Status>,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Some(node) = config.kubelet.node_name.clone() else {
         // Config::merge refuses `[kubelet] enabled` without a node name.
         tracing::error!("telemetry has no node name; not started");
         return;
     };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut stop_seen = stop_rx.clone();
-    let forward = tokio::spawn(async move {
-        stop.await;
-        let _ = stop_tx.send(true);
-    });
+    let mut stop_seen = stop.clone();
     let inventory = loop {
         let lib = config.nvml_lib.clone();
         let collected = tokio::task::spawn_blocking(move || {
@@ -43,11 +39,11 @@ pub async fn run(
             Err(e) => tracing::error!(error = %e, "telemetry: NVML loading panicked"),
         }
         tokio::select! {
-            _ = stop_seen.wait_for(|s| *s) => { forward.abort(); return; }
+            _ = stop_seen.wait_for(|s| *s) => return,
             () = tokio::time::sleep(config.nvml_retry) => {}
         }
     };
-    let mut rx = stop_rx;
+    let mut rx = stop;
     let stopped = async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -60,5 +56,4 @@ pub async fn run(
             "telemetry: the GpuNode writer cannot start"
         ),
     }
-    forward.abort();
 }
