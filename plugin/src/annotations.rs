@@ -3,7 +3,8 @@
 //! | annotation | accepted |
 //! |---|---|
 //! | `tessera.dev/compute-mode` | `hard` (always capped) or `elastic` (lends idle SMs, capped under contention) |
-//! | `tessera.dev/placement` | `binpack` (fill used GPUs and nodes first) or `spread` (least used first) |
+//! | `tessera.dev/placement` | `fragmentation` (the default: where the cluster's expected workload loses least usable GPU capacity, fullest on ties), `binpack` (fill used GPUs and nodes first) or `spread` (least used first) |
+//! | `tessera.dev/numa-bind` | `true` (each container's GPUs on one NUMA node, else the node is refused) or `false` (the default: one NUMA node preferred) |
 //! | `tessera.dev/gpu-model-include` | comma-separated model names; a GPU qualifies if its model contains one (case-insensitive), e.g. `A100,H100` |
 //! | `tessera.dev/gpu-model-exclude` | same form; a GPU whose model contains one is skipped |
 //! | `tessera.dev/gpu-uuid-include` | comma-separated `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` UUIDs; only these qualify |
@@ -18,8 +19,8 @@ use tessera_api::GpuUuid;
 use thiserror::Error;
 
 pub use tessera_api::annotations::{
-    ALLOCATED, ASSIGNMENT, COMPUTE_MODE, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE, PLACEMENT, PREFIX,
-    UUID_EXCLUDE, UUID_INCLUDE,
+    ALLOCATED, ASSIGNMENT, COMPUTE_MODE, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE, NUMA_BIND, PLACEMENT,
+    PREFIX, UUID_EXCLUDE, UUID_INCLUDE,
 };
 /// How a container's compute limit behaves (the type the `GpuNode` status
 /// reports too).
@@ -89,8 +90,12 @@ pub enum AnnotationError {
 /// Which GPUs and nodes to prefer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
-    /// Most used first: keeps whole GPUs and nodes free.
+    /// Fragmentation-aware (Tessera's default): the node and GPUs where the
+    /// workload the cluster runs loses least usable GPU capacity, ties to
+    /// the fullest ([`crate::placement::Policy::Tessera`]).
     #[default]
+    Fragmentation,
+    /// Most used first: keeps whole GPUs and nodes free.
     Binpack,
     /// Least used first: fewer neighbours per workload.
     Spread,
@@ -110,8 +115,10 @@ pub struct Selector {
 pub struct GpuPolicy {
     /// Compute mode; `None` leaves it to the node's policy file.
     pub compute_mode: Option<ComputeMode>,
-    /// Placement; absent means binpack.
+    /// Placement; absent means fragmentation-aware.
     pub placement: Placement,
+    /// Each container's GPUs must share one NUMA node.
+    pub numa_bind: bool,
     /// Model names (matched as case-insensitive substrings).
     pub models: Selector,
     /// GPU UUIDs (matched case-insensitively).
@@ -152,9 +159,19 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<GpuPolicy, Vec<An
         Some(other) => errors.push(value_error(COMPUTE_MODE, other, "hard or elastic")),
     }
     match get(PLACEMENT) {
-        None | Some("binpack") => {}
+        None | Some("fragmentation") => {}
+        Some("binpack") => policy.placement = Placement::Binpack,
         Some("spread") => policy.placement = Placement::Spread,
-        Some(other) => errors.push(value_error(PLACEMENT, other, "binpack or spread")),
+        Some(other) => errors.push(value_error(
+            PLACEMENT,
+            other,
+            "fragmentation, binpack or spread",
+        )),
+    }
+    match get(NUMA_BIND) {
+        None | Some("false") => {}
+        Some("true") => policy.numa_bind = true,
+        Some(other) => errors.push(value_error(NUMA_BIND, other, "true or false")),
     }
     let mut list = |key, form, check: fn(&'static str, &str) -> Option<AnnotationError>| {
         let items = get(key).map(|text| split_list(key, text, form, check));

@@ -300,7 +300,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                 let client = kube::Client::try_default()
                     .await
                     .context("connecting to the API server for --bind")?;
-                let binder = tessera_scheduler::bind::Binder::new(
+                let binder = tessera_scheduler::bind::Binder::awaiting_count(
                     client,
                     tessera_scheduler::bind::reserve::Reservations::new(args.max_shares_per_gpu),
                 );

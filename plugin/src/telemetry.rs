@@ -95,7 +95,7 @@ impl Staleness {
 
 /// The telemetry at one instant: the fresh nodes as the extender sees
 /// them, and why each other node is left out.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     /// Nodes with fresh telemetry.
     pub view: ClusterView,

@@ -40,8 +40,10 @@ fn view(gpus: usize, memory_mib: u64) -> ClusterView {
                 used_mib: 0,
                 cores_used_percent: 0,
                 healthy: true,
+                ..GpuView::default()
             })
             .collect(),
+        ..NodeView::default()
     }])
 }
 
@@ -401,8 +403,13 @@ async fn pods_bound_before_a_restart_are_counted() {
         .bind(&args("old"), &view)
         .await
         .unwrap();
-    // A new process: the table is empty until it refreshes from the API.
-    let restarted = Binder::new(client, Reservations::default());
+    // A new process: the table is empty until it refreshes from the API,
+    // and binds nothing before (it would over-commit "old"'s GPU).
+    let restarted = Binder::awaiting_count(client, Reservations::default());
+    let before = api.log().len();
+    let e = restarted.bind(&args("new"), &view).await.unwrap_err();
+    assert!(matches!(e, BindError::NotCounted { .. }), "{e}");
+    assert_eq!(api.log().len(), before, "refused without touching the API");
     assert_eq!(restarted.refresh(&view).await.unwrap(), 1);
     let e = restarted.bind(&args("new"), &view).await.unwrap_err();
     assert!(matches!(e, BindError::NoFit { .. }), "{e}");

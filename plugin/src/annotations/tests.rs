@@ -22,7 +22,8 @@ fn errors(pairs: &[(&str, &str)]) -> Vec<String> {
 fn no_annotations_give_defaults() {
     let policy = parse(&annotations(&[("app.kubernetes.io/name", "x")])).unwrap();
     assert_eq!(policy, GpuPolicy::default());
-    assert_eq!(policy.placement, Placement::Binpack);
+    assert_eq!(policy.placement, Placement::Fragmentation);
+    assert!(!policy.numa_bind);
     assert!(policy.admits(A100, "NVIDIA A100-SXM4-80GB"));
 }
 
@@ -35,14 +36,23 @@ fn every_key_is_read() {
         (MODEL_EXCLUDE, "MIG"),
         (UUID_INCLUDE, &format!("{A100},{H100}")),
         (UUID_EXCLUDE, "GPU-ffffffff-ffff-ffff-ffff-ffffffffffff"),
+        (NUMA_BIND, "true"),
     ]))
     .unwrap();
+    assert!(policy.numa_bind);
     assert_eq!(policy.compute_mode, Some(ComputeMode::Elastic));
     assert_eq!(policy.placement, Placement::Spread);
     assert_eq!(policy.models.include, ["A100", "H100"]);
     assert_eq!(policy.uuids.include.len(), 2);
     let hard = parse(&annotations(&[(COMPUTE_MODE, "hard")])).unwrap();
     assert_eq!(hard.compute_mode, Some(ComputeMode::Hard));
+    let pack = parse(&annotations(&[
+        (PLACEMENT, "binpack"),
+        (NUMA_BIND, "false"),
+    ]))
+    .unwrap();
+    assert_eq!(pack.placement, Placement::Binpack);
+    assert!(!pack.numa_bind);
 }
 
 #[test]
@@ -53,7 +63,13 @@ fn bad_choices_name_key_value_and_choices() {
     );
     assert_eq!(
         errors(&[(PLACEMENT, "Binpack")]),
-        ["annotation tessera.dev/placement is \"Binpack\"; accepted: binpack or spread"]
+        [
+            "annotation tessera.dev/placement is \"Binpack\"; accepted: fragmentation, binpack or spread"
+        ]
+    );
+    assert_eq!(
+        errors(&[(NUMA_BIND, "yes")]),
+        ["annotation tessera.dev/numa-bind is \"yes\"; accepted: true or false"]
     );
 }
 

@@ -18,7 +18,11 @@
 //!    one too few is not) until the next [`Binder::refresh`].
 //!
 //! Pods bound before this process started (or by another replica) are
-//! counted by [`Binder::refresh`] from their assignment annotations.
+//! counted by [`Binder::refresh`] from their assignment annotations. A
+//! binder made with [`Binder::awaiting_count`] (the server's) refuses
+//! every bind until that first count has succeeded: before it, the table
+//! does not know the shares of pods bound but not yet reported by their
+//! agents, and a bind could over-commit their GPUs.
 //!
 //! Limits written: what the container's resources name explicitly
 //! (`memoryMiB` or `memoryPercent`, `coresPercent`), nothing more, so the
@@ -132,6 +136,14 @@ pub enum BindError {
         #[source]
         source: kube::Error,
     },
+    /// The pods bound before this process started are not counted yet.
+    #[error(
+        "pod {pod}: not bound yet; the GPU assignments of pods bound before this scheduler started are still being counted (retried by the scheduler)"
+    )]
+    NotCounted {
+        /// `namespace/name`.
+        pod: String,
+    },
     /// The node's telemetry names a GPU by something not a GPU UUID.
     #[error("node {node}: GPU {uuid:?} in its telemetry is not a GPU UUID")]
     BadUuid {
@@ -167,6 +179,7 @@ impl BindError {
             Self::Conflicts { .. } => "conflicts",
             Self::Patch { .. } => "write_assignment",
             Self::BadUuid { .. } => "bad_telemetry",
+            Self::NotCounted { .. } => "not_counted",
             Self::Binding { .. } => "create_binding",
         }
     }
@@ -187,6 +200,8 @@ pub struct RefreshError(#[source] pub kube::Error);
 pub struct Binder {
     client: kube::Client,
     table: std::sync::Arc<Reservations>,
+    /// Whether a [`Binder::refresh`] has succeeded (or none is awaited).
+    counted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Binder {
@@ -205,12 +220,29 @@ pub struct Bound {
 }
 
 impl Binder {
-    /// A binder talking to `client`, with `table`.
+    /// A binder talking to `client`, with `table` as the whole truth (no
+    /// count awaited: the caller has filled it or knows nothing is bound).
     pub fn new(client: kube::Client, table: Reservations) -> Self {
         Self {
             client,
             table: std::sync::Arc::new(table),
+            counted: std::sync::Arc::new(true.into()),
         }
+    }
+
+    /// A binder that refuses every bind with [`BindError::NotCounted`]
+    /// until its first successful [`Binder::refresh`].
+    pub fn awaiting_count(client: kube::Client, table: Reservations) -> Self {
+        let binder = Self::new(client, table);
+        binder
+            .counted
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        binder
+    }
+
+    /// Whether binds are served (see [`Binder::awaiting_count`]).
+    pub fn is_counted(&self) -> bool {
+        self.counted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The reservation table (for metrics).
@@ -244,6 +276,9 @@ impl Binder {
     ) -> Result<Bound, BindError> {
         let (ns, name) = (&args.pod_namespace, &args.pod_name);
         let key = format!("{ns}/{name}");
+        if !self.is_counted() {
+            return Err(BindError::NotCounted { pod: key });
+        }
         for _ in 0..MAX_CONFLICTS {
             let pod = api::get_pod(&self.client, ns, name)
                 .await
@@ -273,14 +308,16 @@ impl Binder {
                     pod: key.clone(),
                     node: args.node.clone(),
                 })?;
-            let reservation =
-                self.table
-                    .reserve(&uid, node, &request)
-                    .map_err(|source| BindError::NoFit {
-                        pod: key.clone(),
-                        node: args.node.clone(),
-                        source,
-                    })?;
+            let task = crate::extender::fit::task_of(&request.shares, &request.policy);
+            let workload = view.workload_for(&task);
+            let reservation = self
+                .table
+                .reserve(&uid, node, &request, &workload)
+                .map_err(|source| BindError::NoFit {
+                    pod: key.clone(),
+                    node: args.node.clone(),
+                    source,
+                })?;
             let assignment = assignment_of(&args.node, &request.shares, &reservation.containers)
                 .map_err(|uuid| BindError::BadUuid {
                     node: args.node.clone(),
@@ -375,6 +412,8 @@ impl Binder {
             bound.extend(held);
         }
         self.table.rebuild(bound, since);
+        self.counted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         Ok(counted)
     }
 }

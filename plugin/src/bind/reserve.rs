@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::extender::{ClusterView, NodeView, Unfit, place};
+use crate::placement::Workload;
 use crate::request::PodRequest;
 
 /// Shares per GPU when not configured (HAMi's `deviceSplitCount`).
@@ -229,8 +230,9 @@ impl Reservations {
         (!changed.is_empty()).then(|| view.with_nodes(changed))
     }
 
-    /// Places `request` on `node` and reserves what it takes, as one pod
-    /// `pod` (its UID). A reservation the same pod held before on these
+    /// Places `request` on `node` (by its placement policy, against
+    /// `workload` where that is fragmentation-aware) and reserves what it
+    /// takes, as one pod `pod` (its UID). A reservation the same pod held before on these
     /// GPUs is replaced; one it held on other GPUs (a stale assignment
     /// from a bind that did not finish) stays until the next rebuild,
     /// which counts too much for a while, never too little.
@@ -243,13 +245,17 @@ impl Reservations {
         pod: &str,
         node: &NodeView,
         request: &PodRequest,
+        workload: &Workload,
     ) -> Result<Reservation<'_>, ReserveError> {
         for _ in 0..MAX_PLACE_ATTEMPTS {
             let view = self.effective(node, pod);
-            let placed = place(&request.shares, &request.policy, &view).map_err(|u| match u {
-                Unfit::Busy(r) => ReserveError::NoFit(r),
-                Unfit::Never(r) => ReserveError::NoFit(format!("{r} (even with the node empty)")),
-            })?;
+            let placed =
+                place(&request.shares, &request.policy, workload, &view).map_err(|u| match u {
+                    Unfit::Busy(r) => ReserveError::NoFit(r),
+                    Unfit::Never(r) => {
+                        ReserveError::NoFit(format!("{r} (even with the node empty)"))
+                    }
+                })?;
             let mut takes: BTreeMap<String, (u64, Held)> = BTreeMap::new();
             for (share, (_, uuids)) in request.shares.iter().zip(&placed.containers) {
                 for uuid in uuids {
@@ -416,20 +422,33 @@ mod tests {
     #[test]
     fn a_dropped_reservation_is_released_and_a_confirmed_one_stays() {
         let t = Reservations::new(10);
-        let r = t.reserve("p1", &node(), &request(600)).unwrap();
-        assert!(t.reserve("p2", &node(), &request(600)).is_err());
+        let r = t
+            .reserve("p1", &node(), &request(600), &Workload::default())
+            .unwrap();
+        assert!(
+            t.reserve("p2", &node(), &request(600), &Workload::default())
+                .is_err()
+        );
         drop(r);
-        t.reserve("p2", &node(), &request(600)).unwrap().confirm();
+        t.reserve("p2", &node(), &request(600), &Workload::default())
+            .unwrap()
+            .confirm();
         assert_eq!(t.snapshot()[0].used.mib, 600);
-        let e = t.reserve("p3", &node(), &request(600)).unwrap_err();
+        let e = t
+            .reserve("p3", &node(), &request(600), &Workload::default())
+            .unwrap_err();
         assert!(matches!(e, ReserveError::NoFit(_)), "{e}");
     }
 
     #[test]
     fn rebuild_forgets_ended_pods_but_keeps_binds_in_flight() {
         let t = Reservations::new(10);
-        t.reserve("gone", &node(), &request(300)).unwrap().confirm();
-        let in_flight = t.reserve("flying", &node(), &request(300)).unwrap();
+        t.reserve("gone", &node(), &request(300), &Workload::default())
+            .unwrap()
+            .confirm();
+        let in_flight = t
+            .reserve("flying", &node(), &request(300), &Workload::default())
+            .unwrap();
         let since = t.begin_refresh();
         let held = Held {
             mib: 200,
@@ -448,9 +467,16 @@ mod tests {
     #[test]
     fn slots_are_a_limit_of_their_own() {
         let t = Reservations::new(2);
-        t.reserve("a", &node(), &request(1)).unwrap().confirm();
-        t.reserve("b", &node(), &request(1)).unwrap().confirm();
-        assert!(t.reserve("c", &node(), &request(1)).is_err());
+        t.reserve("a", &node(), &request(1), &Workload::default())
+            .unwrap()
+            .confirm();
+        t.reserve("b", &node(), &request(1), &Workload::default())
+            .unwrap()
+            .confirm();
+        assert!(
+            t.reserve("c", &node(), &request(1), &Workload::default())
+                .is_err()
+        );
     }
 }
 
@@ -476,8 +502,12 @@ mod race {
                     s.spawn(move || {
                         start.wait();
                         for i in 0..400 {
-                            if let Ok(r) = table.reserve(&format!("{t}-{i}"), node, &request(7, 0))
-                            {
+                            if let Ok(r) = table.reserve(
+                                &format!("{t}-{i}"),
+                                node,
+                                &request(7, 0),
+                                &Workload::default(),
+                            ) {
                                 r.confirm();
                                 granted.fetch_add(7, Ordering::SeqCst);
                             }
@@ -515,7 +545,9 @@ mod tests_support {
                 used_mib: 0,
                 cores_used_percent: 0,
                 healthy: true,
+                ..GpuView::default()
             }],
+            ..NodeView::default()
         }
     }
 

@@ -1,17 +1,22 @@
 //! Trial placement of a pod's GPU shares on one node: the extender's view
-//! translated to [`crate::placement`], which decides.
+//! translated to [`crate::placement`], which decides and scores.
 //!
 //! Containers are placed in pod order; each takes `count` distinct GPUs
 //! that are healthy (and report memory), admitted by the pod's
 //! `tessera.dev/gpu-*` selectors, and have the share's memory and SM
 //! percent still free, counting what earlier containers of the same pod
-//! took; a 100 % SM share only takes an idle GPU. Binpack tries the fullest
-//! fitting GPUs first, spread the emptiest; ties go to the lower UUID so
-//! the result is deterministic. SM percent maps to milli-GPU as ×10.
+//! took; a 100 % SM share only takes an idle GPU; `tessera.dev/numa-bind`
+//! keeps each container's GPUs on one NUMA node. Which fitting GPUs a
+//! container takes follows [`crate::placement::pick`] (live SM headroom
+//! for elastic shares, NVLink and NUMA locality for several GPUs), then the
+//! pod's placement: fragmentation-aware ([`Policy::Tessera`] against the
+//! view's workload estimate), binpack (fullest first) or spread (emptiest
+//! first); ties go to the lower UUID so the result is deterministic. SM
+//! percent maps to milli-GPU as ×10.
 
-use crate::annotations::{GpuPolicy, Placement};
-use crate::placement::fit::{Emptiest, Fullest};
-use crate::placement::{self, Gpu, GpuAsk, Models, Node, Task};
+use crate::annotations::{ComputeMode, GpuPolicy, Placement};
+use crate::placement::fit::Fullest;
+use crate::placement::{self, Gpu, GpuAsk, Models, Node, Policy, Score, Task, Workload};
 use crate::resources::GpuShare;
 
 use super::view::{GpuView, NodeView};
@@ -27,14 +32,12 @@ pub struct Assignment {
     pub gpus_after: Vec<GpuView>,
 }
 
-impl Assignment {
-    /// Mean load of the node's healthy GPUs after placement, 0.0..=1.0.
-    pub fn node_load(&self) -> f64 {
-        let healthy: Vec<&GpuView> = self.gpus_after.iter().filter(|g| g.healthy).collect();
-        if healthy.is_empty() {
-            return 1.0;
-        }
-        healthy.iter().map(|g| g.load()).sum::<f64>() / healthy.len() as f64
+/// The scoring policy of a pod's placement.
+pub fn policy_of(placement: Placement) -> Policy {
+    match placement {
+        Placement::Fragmentation => Policy::Tessera,
+        Placement::Binpack => Policy::Binpack,
+        Placement::Spread => Policy::Spread,
     }
 }
 
@@ -51,6 +54,8 @@ pub fn task_of(shares: &[GpuShare], policy: &GpuPolicy) -> Task {
                 count: s.count,
                 memory: s.effective_memory(),
                 milli: u32::from(s.effective_cores()) * 10,
+                numa_bind: policy.numa_bind,
+                elastic: policy.compute_mode == Some(ComputeMode::Elastic),
             })
             .collect(),
         models: Models::Matching(policy.models.clone()),
@@ -59,8 +64,14 @@ pub fn task_of(shares: &[GpuShare], policy: &GpuPolicy) -> Task {
 }
 
 /// The node's GPUs as placement sees them. A GPU reporting no memory is
-/// treated as unhealthy: nothing can be placed on it.
+/// treated as unhealthy: nothing can be placed on it. NVLink peers that
+/// are not GPUs of this node are dropped.
 pub fn node_of(node: &NodeView) -> Node {
+    let index = |uuid: &str| {
+        node.gpus
+            .iter()
+            .position(|g| g.uuid.eq_ignore_ascii_case(uuid))
+    };
     Node {
         name: node.name.as_str().into(),
         cpu_milli: None,
@@ -75,38 +86,60 @@ pub fn node_of(node: &NodeView) -> Node {
                 used_mib: g.used_mib,
                 used_milli: g.cores_used_percent.saturating_mul(10),
                 healthy: g.healthy && g.memory_mib > 0,
+                numa: g.numa_node,
+                nvlink: g.nvlink_peers.iter().filter_map(|p| index(p)).collect(),
+                live_milli: g.live_sm_percent.min(100) * 10,
             })
             .collect(),
     }
 }
 
-/// Places `shares` on `node`, or says why not.
+/// Whether the task fits the node, without choosing by policy: fit does
+/// not depend on which fitting GPUs a container takes, except between the
+/// containers of one pod, where the fullest-first choice leaves the most
+/// room for the next.
+///
+/// # Errors
+/// Why not.
+pub fn fits(task: &Task, node: &Node) -> Result<(), Unfit> {
+    placement::place(task, node, &mut Fullest).map(|_| ())
+}
+
+/// Places `shares` on `node` by the pod's policy, or says why not.
+///
+/// # Errors
+/// Why the pod does not fit.
 pub fn place(
     shares: &[GpuShare],
     policy: &GpuPolicy,
+    workload: &Workload,
     node: &NodeView,
 ) -> Result<Assignment, Unfit> {
     place_task(
         &task_of(shares, policy),
         policy.placement,
+        workload,
         node,
         &node_of(node),
     )
+    .map(|(assignment, _)| assignment)
 }
 
 /// Places a task already converted ([`task_of`]) on a node already
-/// converted ([`node_of`] of `view`).
+/// converted ([`node_of`] of `view`), with its score under the pod's
+/// placement (higher is better; see [`crate::placement::score`]).
+///
+/// # Errors
+/// Why the task does not fit.
 pub fn place_task(
     task: &Task,
     placement: Placement,
+    workload: &Workload,
     view: &NodeView,
     node: &Node,
-) -> Result<Assignment, Unfit> {
-    let placed = match placement {
-        Placement::Binpack => placement::place(task, node, &mut Fullest),
-        Placement::Spread => placement::place(task, node, &mut Emptiest),
-    }?;
-    Ok(assignment(view, &placed))
+) -> Result<(Assignment, Score), Unfit> {
+    let scored = placement::evaluate(policy_of(placement), task, node, workload)?;
+    Ok((assignment(view, &scored.placed), scored.score))
 }
 
 /// The placement in the extender's terms.

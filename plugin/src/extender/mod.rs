@@ -8,9 +8,11 @@
 //! the scheduler does not preempt for it. A pod the extender cannot read
 //! fails through the result's `Error`, never a panic or an HTTP error.
 //!
-//! Prioritize scores each node 0..=10 from the mean load of its healthy
-//! GPUs after the trial placement: binpack gives full nodes high scores,
-//! spread empty ones. Nodes the pod does not fit get 0.
+//! Prioritize places the pod on each candidate under its placement policy
+//! ([`fit::place_task`]: fragmentation-aware by default, or binpack or
+//! spread) and ranks the scores: the best node gets [`MAX_PRIORITY`], each
+//! worse distinct score one less, down to 1 (see [`rank_scores`]). Nodes the
+//! pod does not fit, or without telemetry, get 0.
 
 pub mod fit;
 mod view;
@@ -18,6 +20,7 @@ mod wire;
 
 pub use fit::{Assignment, Unfit, place};
 pub use view::{ClusterView, GpuView, NodeView};
+pub use view::{MAX_WORKLOAD_CLASSES, RunningShare, WORKLOAD_MEMORY_STEP_MIB};
 pub use wire::{
     ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult, HostPriority,
     MAX_PRIORITY, MIN_PRIORITY,
@@ -26,7 +29,7 @@ pub use wire::{
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::annotations::Placement;
+use crate::placement::Score;
 use crate::pod::Pod;
 use crate::request::PodRequest;
 
@@ -83,15 +86,15 @@ pub fn filter(args: &ExtenderArgs, view: &ClusterView) -> ExtenderFilterResult {
     let task = fit::task_of(&request.shares, &request.policy);
     let mut passing = Vec::new();
     for name in names {
-        let Some((node, placed)) = view.entry(&name) else {
+        let Some((_, placed)) = view.entry(&name) else {
             result.failed_and_unresolvable_nodes.insert(
                 name,
                 "no tessera GPU telemetry for this node (no GpuNode status)".to_owned(),
             );
             continue;
         };
-        match fit::place_task(&task, request.policy.placement, node, placed) {
-            Ok(_) => passing.push(name),
+        match fit::fits(&task, placed) {
+            Ok(()) => passing.push(name),
             Err(Unfit::Busy(reason)) => {
                 result.failed_nodes.insert(name, reason);
             }
@@ -139,47 +142,52 @@ fn subset_of_nodes(nodes: Option<&Value>, passing: &[String]) -> Value {
 /// The `prioritize` verb. Its errors are ignored by the scheduler, so a pod
 /// it cannot read scores 0 everywhere.
 pub fn prioritize(args: &ExtenderArgs, view: &ClusterView) -> Vec<HostPriority> {
-    let request = pod_request(&args.pod).ok();
-    let task = request.as_ref().map(|r| fit::task_of(&r.shares, &r.policy));
-    args.candidate_names()
+    let names = args.candidate_names();
+    let scores: Vec<Option<Score>> = match pod_request(&args.pod) {
+        Ok(request) if !request.shares.is_empty() => {
+            let task = fit::task_of(&request.shares, &request.policy);
+            let workload = view.workload_for(&task);
+            names
+                .iter()
+                .map(|host| {
+                    let (node, placed) = view.entry(host)?;
+                    fit::place_task(&task, request.policy.placement, &workload, node, placed)
+                        .ok()
+                        .map(|(_, score)| score)
+                })
+                .collect()
+        }
+        _ => vec![None; names.len()],
+    };
+    names
         .into_iter()
-        .map(|host| {
-            let score = request
-                .as_ref()
-                .zip(task.as_ref())
-                .and_then(|(r, task)| node_score(r, task, view, &host))
-                .unwrap_or(MIN_PRIORITY);
-            HostPriority { host, score }
+        .zip(rank_scores(&scores))
+        .map(|(host, score)| HostPriority { host, score })
+        .collect()
+}
+
+/// Extender priorities from trial scores: the best distinct score gets
+/// [`MAX_PRIORITY`], the next one less, and so on down to 1, so every node
+/// the pod fits scores above one it does not (`None`: [`MIN_PRIORITY`]).
+/// Equal scores get equal priorities.
+pub fn rank_scores(scores: &[Option<Score>]) -> Vec<i64> {
+    let mut distinct: Vec<Score> = scores.iter().flatten().copied().collect();
+    distinct.sort_by(|a, b| b.cmp(a));
+    distinct.dedup();
+    scores
+        .iter()
+        .map(|s| match s {
+            None => MIN_PRIORITY,
+            Some(s) => {
+                let rank = distinct.partition_point(|d| d > s);
+                (MAX_PRIORITY - i64::try_from(rank).unwrap_or(MAX_PRIORITY)).max(MIN_PRIORITY + 1)
+            }
         })
         .collect()
 }
 
-/// The node's score for the request; `None` for a pod without GPU shares,
-/// a node without telemetry, or one the pod does not fit.
-fn node_score(
-    request: &PodRequest,
-    task: &crate::placement::Task,
-    view: &ClusterView,
-    host: &str,
-) -> Option<i64> {
-    if request.shares.is_empty() {
-        return None;
-    }
-    let (node, placed) = view.entry(host)?;
-    let assignment = fit::place_task(task, request.policy.placement, node, placed).ok()?;
-    Some(score(&assignment, request.policy.placement))
-}
-
-/// 0..=10 from the node's load after placement.
-pub fn score(assignment: &Assignment, placement: Placement) -> i64 {
-    let load = assignment.node_load().clamp(0.0, 1.0);
-    let preference = match placement {
-        Placement::Binpack => load,
-        Placement::Spread => 1.0 - load,
-    };
-    // In 0.0..=10.0 after the clamp, so the cast cannot truncate.
-    ((preference * MAX_PRIORITY as f64).round() as i64).clamp(MIN_PRIORITY, MAX_PRIORITY)
-}
-
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod policy_tests;

@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::placement::{Score, Workload};
 
 const A100: &str = "NVIDIA A100-SXM4-80GB";
 const T4: &str = "Tesla T4";
@@ -17,6 +18,7 @@ fn gpu(n: u32, model: &str, memory_mib: u64, used_mib: u64, cores: u32) -> GpuVi
         used_mib,
         cores_used_percent: cores,
         healthy: true,
+        ..GpuView::default()
     }
 }
 
@@ -24,6 +26,7 @@ fn node(name: &str, gpus: Vec<GpuView>) -> NodeView {
     NodeView {
         name: name.into(),
         gpus,
+        ..NodeView::default()
     }
 }
 
@@ -232,16 +235,26 @@ fn binpack_prefers_the_fuller_card_and_spread_the_emptier() {
         "n",
         vec![gpu(0, A100, 81920, 0, 0), gpu(1, A100, 81920, 40000, 50)],
     );
+    let none = Workload::default();
+    // The default (fragmentation-aware) with nothing to keep room for
+    // falls to its tie-break, the fuller card; so does binpack.
     let request = pod_request(&design_pod()).unwrap();
-    let packed = place(&request.shares, &request.policy, &node).unwrap();
+    let packed = place(&request.shares, &request.policy, &none, &node).unwrap();
     assert_eq!(packed.containers, [("train".to_owned(), vec![uuid(1)])]);
+    let binpack = pod_request(&pod(
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}),
+        json!({"tessera.dev/placement": "binpack"}),
+    ))
+    .unwrap();
+    let packed = place(&binpack.shares, &binpack.policy, &none, &node).unwrap();
+    assert_eq!(packed.containers[0].1, [uuid(1)]);
 
     let spread = pod_request(&pod(
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}),
         json!({"tessera.dev/placement": "spread"}),
     ))
     .unwrap();
-    let spread = place(&spread.shares, &spread.policy, &node).unwrap();
+    let spread = place(&spread.shares, &spread.policy, &none, &node).unwrap();
     assert_eq!(spread.containers[0].1, [uuid(0)]);
 }
 
@@ -261,11 +274,11 @@ fn scores_follow_the_placement_policy() {
         [
             HostPriority {
                 host: "empty".into(),
-                score: 1
+                score: 9
             },
             HostPriority {
                 host: "half".into(),
-                score: 6
+                score: 10
             },
             HostPriority {
                 host: "missing".into(),
@@ -281,19 +294,41 @@ fn scores_follow_the_placement_policy() {
         .iter()
         .map(|h| h.score)
         .collect();
-    assert_eq!(scores, [9, 4]);
+    assert_eq!(scores, [10, 9]);
+    let binpack = pod(
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"}),
+        json!({"tessera.dev/placement": "binpack"}),
+    );
+    let scores: Vec<i64> = prioritize(&args(binpack, &["empty", "half"]), &view)
+        .iter()
+        .map(|h| h.score)
+        .collect();
+    assert_eq!(scores, [9, 10]);
 }
 
 #[test]
 fn scores_stay_in_range_and_unreadable_pods_score_zero() {
-    let mut over = gpu(0, A100, 100, 500, 300);
-    over.healthy = true;
-    let assignment = Assignment {
-        containers: vec![],
-        gpus_after: vec![over],
-    };
-    assert_eq!(score(&assignment, Placement::Binpack), MAX_PRIORITY);
-    assert_eq!(score(&assignment, Placement::Spread), MIN_PRIORITY);
+    // Fourteen distinct scores, two equal, one unfit node.
+    let mut scores: Vec<Option<Score>> = (0..14)
+        .map(|i| Some(Score([1.0, f64::from(i), 0.0])))
+        .collect();
+    scores.push(Some(Score([1.0, 13.0, 0.0])));
+    scores.push(None);
+    let ranked = rank_scores(&scores);
+    assert_eq!(ranked[13], MAX_PRIORITY, "the best");
+    assert_eq!(ranked[14], MAX_PRIORITY, "equal to the best");
+    assert_eq!(ranked[12], MAX_PRIORITY - 1);
+    assert_eq!(
+        ranked[0],
+        MIN_PRIORITY + 1,
+        "every fitting node above an unfit one"
+    );
+    assert_eq!(ranked[15], MIN_PRIORITY);
+    assert!(
+        ranked
+            .iter()
+            .all(|s| (MIN_PRIORITY..=MAX_PRIORITY).contains(s))
+    );
     let scores = prioritize(&args(json!("not a pod"), &["roomy"]), &cluster());
     assert_eq!(
         scores,

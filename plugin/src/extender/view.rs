@@ -2,18 +2,32 @@
 //!
 //! The view is built from `GpuNode` objects ([`NodeView::from_gpu_node`])
 //! and handed in whole, so filter and prioritize are pure functions of it.
+//! Besides each node's GPUs it holds the cluster's workload estimate
+//! ([`ClusterView::workload`]): the GPU shares of the containers the agents
+//! report running, grouped into the classes the fragmentation-aware
+//! placement keeps room for.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tessera_api::GpuNode;
 
 use super::fit::node_of;
-use crate::placement::Node;
+use crate::placement::{GpuAsk, Node, Task, Workload};
+use crate::resources::Memory;
 use tessera_api::gpunode::Health;
 
+/// Most task classes the workload estimate keeps (the most popular); the
+/// fragmentation score costs one fit check per class and GPU.
+pub const MAX_WORKLOAD_CLASSES: usize = 32;
+
+/// Memory of a running share is counted in classes of this many MiB
+/// (rounded up), so shares differing by a few MiB make one class.
+pub const WORKLOAD_MEMORY_STEP_MIB: u64 = 1024;
+
 /// One GPU as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GpuView {
     /// `GPU-…` UUID.
@@ -29,6 +43,15 @@ pub struct GpuView {
     pub cores_used_percent: u32,
     /// False when the agent marks the device unhealthy.
     pub healthy: bool,
+    /// NUMA node of its PCI device, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// UUIDs of the node's GPUs it has an NVLink to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlink_peers: Vec<String>,
+    /// SM utilisation NVML measured last, percent (0 where unknown).
+    #[serde(default)]
+    pub live_sm_percent: u32,
 }
 
 impl GpuView {
@@ -53,28 +76,63 @@ impl GpuView {
     }
 }
 
+/// One running container's GPU share, as the node's agent reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningShare {
+    /// GPUs it holds.
+    pub gpus: u32,
+    /// Memory on each, MiB.
+    pub memory_mib: u64,
+    /// SM percent on each.
+    pub cores_percent: u32,
+}
+
+impl RunningShare {
+    /// The share as a task class of the workload estimate (memory rounded
+    /// up to [`WORKLOAD_MEMORY_STEP_MIB`]).
+    pub fn task(&self) -> Task {
+        let step = WORKLOAD_MEMORY_STEP_MIB;
+        Task {
+            gpus: vec![GpuAsk {
+                container: String::new(),
+                count: self.gpus.max(1),
+                memory: Memory::Mib(self.memory_mib.div_ceil(step).saturating_mul(step)),
+                milli: self.cores_percent.min(100) * 10,
+                numa_bind: false,
+                elastic: false,
+            }],
+            ..Task::default()
+        }
+    }
+}
+
 /// One node's GPUs.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeView {
     /// Node name.
     pub name: String,
     /// Its GPUs.
     pub gpus: Vec<GpuView>,
+    /// The shares its containers hold (one per container).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<RunningShare>,
 }
 
 impl NodeView {
     /// The scheduler's view of one `GpuNode`: each device with what its
     /// shares commit. Memory committed is the larger of the shares' sum and
     /// the live use NVML reports (memory held outside any share still
-    /// occupies the card); SM percent committed is the shares' sum. A node
-    /// whose status is missing has no GPUs to offer.
+    /// occupies the card); SM percent committed is the shares' sum, and the
+    /// measured SM use is kept beside it. A node whose status is missing
+    /// has no GPUs to offer.
     pub fn from_gpu_node(node: &GpuNode) -> Self {
         let name = node.metadata.name.clone().unwrap_or_default();
         let Some(status) = &node.status else {
             return Self {
                 name,
-                gpus: Vec::new(),
+                ..Self::default()
             };
         };
         let gpus = status
@@ -87,13 +145,9 @@ impl NodeView {
                     mem = mem.saturating_add(a.memory_mib);
                     cores = cores.saturating_add(a.cores_percent);
                 }
-                let live = status
-                    .usage
-                    .iter()
-                    .filter(|u| u.device == d.uuid)
-                    .map(|u| u.memory_used_mib)
-                    .max()
-                    .unwrap_or(0);
+                let usage = status.usage.iter().filter(|u| u.device == d.uuid);
+                let live = usage.clone().map(|u| u.memory_used_mib).max().unwrap_or(0);
+                let live_sm = usage.map(|u| u.sm_util_percent).max().unwrap_or(0);
                 GpuView {
                     uuid: d.uuid.to_string(),
                     model: d.model.clone(),
@@ -101,33 +155,74 @@ impl NodeView {
                     used_mib: mem.max(live),
                     cores_used_percent: cores,
                     healthy: d.health == Health::Healthy,
+                    numa_node: d.numa_node,
+                    nvlink_peers: d.nvlink_peers.iter().map(ToString::to_string).collect(),
+                    live_sm_percent: live_sm,
                 }
             })
             .collect();
-        Self { name, gpus }
+        // One share per container: its devices, the largest per-device
+        // memory and SM percent.
+        let mut by_container: BTreeMap<(&str, &str, &str), RunningShare> = BTreeMap::new();
+        for a in &status.allocations {
+            let pod = a.pod_uid.as_deref().unwrap_or(&a.pod);
+            let share = by_container
+                .entry((&a.namespace, pod, &a.container))
+                .or_insert(RunningShare {
+                    gpus: 0,
+                    memory_mib: 0,
+                    cores_percent: 0,
+                });
+            share.gpus += 1;
+            share.memory_mib = share.memory_mib.max(a.memory_mib);
+            share.cores_percent = share.cores_percent.max(a.cores_percent);
+        }
+        Self {
+            name,
+            gpus,
+            running: by_container.into_values().collect(),
+        }
     }
 }
 
 /// Every node with GPU telemetry, by name.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterView {
     /// Each node's view with its placement form, converted once
     /// ([`super::fit::node_of`]) so requests do not repeat it.
     nodes: BTreeMap<String, (NodeView, Node)>,
+    /// The running shares of every node as task classes, at most
+    /// [`MAX_WORKLOAD_CLASSES`] of them.
+    workload: Workload,
 }
 
 impl ClusterView {
     /// A view of these nodes; a later node of the same name replaces an
     /// earlier one.
     pub fn new(nodes: impl IntoIterator<Item = NodeView>) -> Self {
-        Self {
-            nodes: nodes
-                .into_iter()
-                .map(|n| {
-                    let placed = node_of(&n);
-                    (n.name.clone(), (n, placed))
-                })
-                .collect(),
+        let nodes: BTreeMap<String, (NodeView, Node)> = nodes
+            .into_iter()
+            .map(|n| {
+                let placed = node_of(&n);
+                (n.name.clone(), (n, placed))
+            })
+            .collect();
+        let tasks: Vec<Task> = nodes
+            .values()
+            .flat_map(|(n, _)| n.running.iter().map(RunningShare::task))
+            .collect();
+        let workload = Workload::from_tasks(&tasks).most_popular(MAX_WORKLOAD_CLASSES);
+        Self { nodes, workload }
+    }
+
+    /// The workload estimate: the running shares' classes, or — when no
+    /// node reports one (a new cluster) — `task` itself, so a placement
+    /// keeps room for more pods like the one being placed.
+    pub fn workload_for(&self, task: &Task) -> Cow<'_, Workload> {
+        if self.workload.classes().is_empty() {
+            Cow::Owned(Workload::from_tasks([task]))
+        } else {
+            Cow::Borrowed(&self.workload)
         }
     }
 
@@ -146,7 +241,15 @@ impl ClusterView {
         self.nodes.values().map(|(view, _)| view)
     }
 
-    /// This view with `nodes` in place of those of the same names.
+    /// This view with `workload` as its estimate in place of the running
+    /// shares' (a replay that knows the workload it sends).
+    pub fn with_workload(mut self, workload: Workload) -> Self {
+        self.workload = workload.most_popular(MAX_WORKLOAD_CLASSES);
+        self
+    }
+
+    /// This view with `nodes` in place of those of the same names (their
+    /// GPUs; the workload estimate stays).
     pub fn with_nodes(&self, nodes: impl IntoIterator<Item = NodeView>) -> Self {
         let mut out = self.clone();
         for n in nodes {

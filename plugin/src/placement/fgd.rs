@@ -19,7 +19,7 @@
 //! `F_n(M)` grows least (the steepest descent of fragmentation). Unhealthy
 //! GPUs are no capacity and never count.
 
-use super::fit::{Node, Task, fits_quickly};
+use super::fit::{Gpu, Node, Task, WHOLE_GPU, fits_quickly};
 
 /// One task class of the target workload.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +63,23 @@ impl Workload {
         Self { classes }
     }
 
+    /// The `k` most popular classes (earlier ones first among equals),
+    /// their popularities scaled to sum to 1 again.
+    pub fn most_popular(mut self, k: usize) -> Self {
+        if self.classes.len() > k {
+            self.classes
+                .sort_by(|a, b| b.popularity.total_cmp(&a.popularity));
+            self.classes.truncate(k);
+            let total: f64 = self.classes.iter().map(|c| c.popularity).sum();
+            if total > 0.0 {
+                for c in &mut self.classes {
+                    c.popularity /= total;
+                }
+            }
+        }
+        self
+    }
+
     /// Its classes.
     pub fn classes(&self) -> &[TaskClass] {
         &self.classes
@@ -90,4 +107,145 @@ pub fn fragmentation(node: &Node, workload: &Workload) -> f64 {
         .iter()
         .map(|c| c.popularity * class_fragment(node, &c.task) as f64)
         .sum()
+}
+
+/// A node's fragmentation broken down per class, so that the effect of a
+/// change to one GPU costs one pass over the classes instead of one over
+/// classes × GPUs. [`Fragments::total`] equals [`fragmentation`] of the
+/// node it describes, to the bit (same terms, same order).
+///
+/// Per class it keeps whether the node takes the class at all apart from
+/// GPU room (CPU, memory: unchanged by a GPU change), how many admitted
+/// GPUs have room for each of the class's asks, and the free milli of the
+/// GPUs that can take one GPU of some ask; `F_n(m)` is the healthy free
+/// milli minus the latter when every ask finds `count` GPUs with room,
+/// else all of it.
+#[derive(Debug, Clone)]
+pub struct Fragments<'w> {
+    workload: &'w Workload,
+    free: u64,
+    classes: Vec<ClassState>,
+}
+
+#[derive(Debug, Clone)]
+struct ClassState {
+    /// The node-level check (CPU, memory) passes and the class asks for
+    /// GPUs.
+    takes: bool,
+    /// Per ask: admitted GPUs with room for one GPU of it.
+    rooms: Vec<u32>,
+    /// Free milli of the admitted GPUs with room for one GPU of some ask.
+    useful: u64,
+}
+
+/// A GPU's commitments: `(used_mib, used_milli)`.
+pub type Load = (u64, u32);
+
+impl<'w> Fragments<'w> {
+    /// The breakdown of `node` for `workload`.
+    pub fn new(node: &Node, workload: &'w Workload) -> Self {
+        let mut classes: Vec<ClassState> = workload
+            .classes
+            .iter()
+            .map(|c| ClassState {
+                takes: !c.task.gpus.is_empty() && node_level_takes(node, &c.task),
+                rooms: vec![0; c.task.gpus.len()],
+                useful: 0,
+            })
+            .collect();
+        let mut free = 0;
+        for g in node.gpus.iter().filter(|g| g.healthy) {
+            free += u64::from(g.free_milli());
+            for (state, class) in classes.iter_mut().zip(&workload.classes) {
+                add(state, &class.task, g, (g.used_mib, g.used_milli), 1);
+            }
+        }
+        Self {
+            workload,
+            free,
+            classes,
+        }
+    }
+
+    /// `F_n(M)` of the node described.
+    pub fn total(&self) -> f64 {
+        self.workload
+            .classes
+            .iter()
+            .zip(&self.classes)
+            .map(|(c, s)| c.popularity * fragment(self.free, s, &c.task) as f64)
+            .sum()
+    }
+
+    /// `F_n(M)` if `gpu` (one of the node's) went from `before` to `after`
+    /// committed.
+    pub fn total_with(&self, gpu: &Gpu, before: Load, after: Load) -> f64 {
+        if !gpu.healthy {
+            return self.total();
+        }
+        let free = self.free - u64::from(WHOLE_GPU.saturating_sub(before.1))
+            + u64::from(WHOLE_GPU.saturating_sub(after.1));
+        let mut trial = ClassState {
+            takes: false,
+            rooms: Vec::new(),
+            useful: 0,
+        };
+        let mut sum = 0.0;
+        for (class, state) in self.workload.classes.iter().zip(&self.classes) {
+            trial.clone_from(state);
+            add(&mut trial, &class.task, gpu, before, -1);
+            add(&mut trial, &class.task, gpu, after, 1);
+            sum += class.popularity * fragment(free, &trial, &class.task) as f64;
+        }
+        sum
+    }
+
+    /// Records that `gpu` went from `before` to `after` committed.
+    pub fn apply(&mut self, gpu: &Gpu, before: Load, after: Load) {
+        if !gpu.healthy {
+            return;
+        }
+        self.free = self.free - u64::from(WHOLE_GPU.saturating_sub(before.1))
+            + u64::from(WHOLE_GPU.saturating_sub(after.1));
+        for (state, class) in self.classes.iter_mut().zip(&self.workload.classes) {
+            add(state, &class.task, gpu, before, -1);
+            add(state, &class.task, gpu, after, 1);
+        }
+    }
+}
+
+/// `F_n(m)` from a class's state and the node's healthy free milli.
+fn fragment(free: u64, state: &ClassState, task: &Task) -> u64 {
+    let fits = state.takes
+        && state
+            .rooms
+            .iter()
+            .zip(&task.gpus)
+            .all(|(&rooms, ask)| rooms >= ask.count);
+    if fits { free - state.useful } else { free }
+}
+
+/// Adds (`sign` 1) or removes (`sign` -1) healthy GPU `g` at `load` in a
+/// class's state.
+fn add(state: &mut ClassState, task: &Task, g: &Gpu, load: Load, sign: i64) {
+    if !task.admits(g) {
+        return;
+    }
+    let mut useful = false;
+    for (rooms, ask) in state.rooms.iter_mut().zip(&task.gpus) {
+        if g.has_room_at(load.0, load.1, ask) {
+            useful = true;
+            *rooms = rooms.wrapping_add_signed(sign as i32);
+        }
+    }
+    if useful {
+        let free = u64::from(WHOLE_GPU.saturating_sub(load.1));
+        state.useful = state.useful.wrapping_add_signed(sign * free as i64);
+    }
+}
+
+/// Whether the node-level resources (CPU, memory) take `task`.
+fn node_level_takes(node: &Node, task: &Task) -> bool {
+    node.cpu_milli.is_none_or(|p| p.free() >= task.cpu_milli)
+        && node.memory_mib.is_none_or(|p| p.free() >= task.memory_mib)
 }

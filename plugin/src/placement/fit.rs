@@ -7,10 +7,13 @@
 //! earlier asks of the same task took. An ask for a whole GPU
 //! ([`WHOLE_GPU`] milli) is only placed on an idle GPU: one without any
 //! share, memory-only shares included. Which of the fitting GPUs an ask
-//! takes is the caller's [`GpuChoice`].
+//! takes is decided in [`super::pick`]'s order: NUMA binding (a hard rule), live
+//! SM headroom for elastic asks, the links between the GPUs of a
+//! multi-GPU ask, and last the caller's [`GpuChoice`].
 
 use std::sync::Arc;
 
+use super::pick::pick;
 use crate::annotations::Selector;
 use crate::resources::Memory;
 
@@ -18,7 +21,7 @@ use crate::resources::Memory;
 pub const WHOLE_GPU: u32 = 1000;
 
 /// One GPU: what it has and what is committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Gpu {
     /// Identifier (a `GPU-…` UUID in the extender); shared, so trial
     /// placements copy nodes cheaply.
@@ -33,6 +36,15 @@ pub struct Gpu {
     pub used_milli: u32,
     /// False for a device that must not take new shares.
     pub healthy: bool,
+    /// NUMA node of the card's PCI device, where known.
+    pub numa: Option<u32>,
+    /// Indices (in the node's `gpus`) of the GPUs this one has an NVLink
+    /// to; shared, so trial placements copy it cheaply.
+    pub nvlink: Arc<[usize]>,
+    /// SM use measured on the card, milli-GPU (0 where not measured):
+    /// what elastic shares could borrow is what neither the committed
+    /// shares nor this use take.
+    pub live_milli: u32,
 }
 
 impl Gpu {
@@ -46,6 +58,11 @@ impl Gpu {
         WHOLE_GPU.saturating_sub(self.used_milli)
     }
 
+    /// Compute neither committed nor measured in use, milli-GPU.
+    pub fn live_headroom(&self) -> u32 {
+        WHOLE_GPU.saturating_sub(self.used_milli.max(self.live_milli))
+    }
+
     /// Whether no share holds any of it.
     pub fn is_idle(&self) -> bool {
         self.used_mib == 0 && self.used_milli == 0
@@ -53,9 +70,15 @@ impl Gpu {
 
     /// Whether one GPU of `ask` fits here now (health and selectors aside).
     pub fn has_room_for(&self, ask: &GpuAsk) -> bool {
-        self.free_milli() >= ask.milli
-            && self.free_mib() >= ask.memory.mib_on(self.memory_mib)
-            && (ask.milli < WHOLE_GPU || self.is_idle())
+        self.has_room_at(self.used_mib, self.used_milli, ask)
+    }
+
+    /// Whether one GPU of `ask` would fit with `used_mib` and `used_milli`
+    /// committed instead of what is (health and selectors aside).
+    pub fn has_room_at(&self, used_mib: u64, used_milli: u32, ask: &GpuAsk) -> bool {
+        WHOLE_GPU.saturating_sub(used_milli) >= ask.milli
+            && self.memory_mib.saturating_sub(used_mib) >= ask.memory.mib_on(self.memory_mib)
+            && (ask.milli < WHOLE_GPU || (used_mib == 0 && used_milli == 0))
     }
 }
 
@@ -131,6 +154,12 @@ pub struct GpuAsk {
     pub memory: Memory,
     /// Compute on each, milli-GPU (1..=1000; 1000 = a whole, idle GPU).
     pub milli: u32,
+    /// All `count` GPUs on one NUMA node (a hard rule; GPUs of unknown
+    /// NUMA node never satisfy it for more than one GPU).
+    pub numa_bind: bool,
+    /// The share is elastic: it may borrow idle SMs, so GPUs whose
+    /// measured use leaves it [`Gpu::live_headroom`] are preferred.
+    pub elastic: bool,
 }
 
 /// Which GPU models a task accepts.
@@ -340,7 +369,7 @@ fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Pla
                 after.gpus.len() - usable,
             ));
         }
-        let chosen = choice.choose(&after, ask, &fitting);
+        let chosen = pick(&after, ask, &fitting, choice)?;
         debug_assert_eq!(chosen.len(), wanted);
         for &i in &chosen {
             let g = &mut after.gpus[i];

@@ -21,12 +21,15 @@
 //! (README): fewer unallocated GPUs than FGD and than best fit.
 //!
 //! Utilisation is the mean, over the dimensions the node tracks, of the
-//! committed share: GPU compute of its healthy GPUs, CPU, memory.
+//! committed share: GPU compute of its healthy GPUs, their memory (where
+//! the GPUs report it), CPU, memory.
 
 use std::cmp::Ordering;
 
-use super::fgd::{Workload, fragmentation};
-use super::fit::{Emptiest, Fullest, GpuAsk, GpuChoice, Node, Placed, Task, Unfit, place};
+use super::fgd::{Fragments, Load, Workload, fragmentation};
+use super::fit::{
+    Emptiest, Fullest, GpuAsk, GpuChoice, Node, Placed, Task, Unfit, WHOLE_GPU, place,
+};
 
 /// A scoring policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,15 +79,22 @@ impl Policy {
 }
 
 /// A node's score; compared lexicographically by `f64::total_cmp`,
-/// higher is better.
+/// higher is better. The first key, for every policy, is the share of the
+/// GPUs taken by elastic asks whose measured SM use leaves the ask room
+/// ([`super::Gpu::live_headroom`]; 1.0 without elastic asks), so an
+/// elastic pod goes where it can borrow idle SMs before the policy's own
+/// keys are compared.
 #[derive(Debug, Clone, Copy)]
-pub struct Score(pub [f64; 2]);
+pub struct Score(pub [f64; 3]);
 
 impl Ord for Score {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0[0]
-            .total_cmp(&other.0[0])
-            .then(self.0[1].total_cmp(&other.0[1]))
+        self.0
+            .iter()
+            .zip(&other.0)
+            .map(|(a, b)| a.total_cmp(b))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     }
 }
 
@@ -118,8 +128,16 @@ pub fn utilisation(node: &Node) -> f64 {
     let healthy = node.gpus.iter().filter(|g| g.healthy);
     let capacity: u64 = healthy.clone().map(|_| 1000u64).sum();
     if capacity > 0 {
-        let used: u64 = healthy.map(|g| u64::from(g.used_milli.min(1000))).sum();
+        let used: u64 = healthy
+            .clone()
+            .map(|g| u64::from(g.used_milli.min(1000)))
+            .sum();
         shares.push(used as f64 / capacity as f64);
+    }
+    let memory: u64 = healthy.clone().map(|g| g.memory_mib).sum();
+    if memory > 0 {
+        let used: u64 = healthy.map(|g| g.used_mib.min(g.memory_mib)).sum();
+        shares.push(used as f64 / memory as f64);
     }
     for pool in [node.cpu_milli, node.memory_mib].into_iter().flatten() {
         if pool.capacity > 0 {
@@ -143,29 +161,32 @@ pub fn evaluate(
     match policy {
         Policy::Random => {
             let placed = place(task, node, &mut Fullest)?;
+            let room = live_room(task, node, &placed);
             Ok(Scored {
                 placed,
-                score: Score([0.0, 0.0]),
+                score: Score([room, 0.0, 0.0]),
             })
         }
         Policy::Binpack => {
             let placed = place(task, node, &mut Fullest)?;
             let u = utilisation(&placed.after);
+            let room = live_room(task, node, &placed);
             Ok(Scored {
                 placed,
-                score: Score([u, 0.0]),
+                score: Score([room, u, 0.0]),
             })
         }
         Policy::Spread => {
             let placed = place(task, node, &mut Emptiest)?;
             let u = utilisation(&placed.after);
+            let room = live_room(task, node, &placed);
             Ok(Scored {
                 placed,
-                score: Score([1.0 - u, 0.0]),
+                score: Score([room, 1.0 - u, 0.0]),
             })
         }
         Policy::Fgd | Policy::Tessera => {
-            let before = fragmentation(node, workload);
+            let before = Fragments::new(node, workload).total();
             let mut choice = LeastFragment {
                 workload,
                 fullest_on_ties: policy == Policy::Tessera,
@@ -181,11 +202,33 @@ pub fn evaluate(
             } else {
                 (growth, 0.0)
             };
+            let room = live_room(task, node, &placed);
             Ok(Scored {
                 placed,
-                score: Score([-growth, second]),
+                score: Score([room, -growth, second]),
             })
         }
+    }
+}
+
+/// Share of the GPUs taken by `task`'s elastic asks whose measured use on
+/// `node` (before the placement) leaves the ask room; 1.0 when the task
+/// has no elastic ask.
+fn live_room(task: &Task, node: &Node, placed: &Placed) -> f64 {
+    let (mut taken, mut roomy) = (0u32, 0u32);
+    for (ask, (_, gpus)) in task.gpus.iter().zip(&placed.containers) {
+        if !ask.elastic {
+            continue;
+        }
+        for &i in gpus {
+            taken += 1;
+            roomy += u32::from(node.gpus[i].live_headroom() >= ask.milli);
+        }
+    }
+    if taken == 0 {
+        1.0
+    } else {
+        f64::from(roomy) / f64::from(taken)
     }
 }
 
@@ -198,42 +241,50 @@ struct LeastFragment<'a> {
 
 impl GpuChoice for LeastFragment<'_> {
     fn choose(&mut self, node: &Node, ask: &GpuAsk, fitting: &[usize]) -> Vec<usize> {
-        let mut trial = node.clone();
+        // The node's fragmentation per class, updated as GPUs are taken,
+        // so each candidate costs one pass over the classes.
+        let mut fragments = Fragments::new(node, self.workload);
+        let mut loads: Vec<Load> = node
+            .gpus
+            .iter()
+            .map(|g| (g.used_mib, g.used_milli))
+            .collect();
         let mut left: Vec<usize> = fitting.to_vec();
         let mut chosen = Vec::with_capacity(ask.count as usize);
         for _ in 0..ask.count {
-            let mut best: Option<(usize, f64, u32)> = None;
-            let mut seen: Vec<(u32, u64, &str)> = Vec::new();
+            let mut best: Option<(usize, f64, u32, Load)> = None;
+            let mut seen: Vec<(Load, u64, &str)> = Vec::new();
             for (k, &i) in left.iter().enumerate() {
-                let g = &trial.gpus[i];
-                // GPUs alike in what matters give the same result.
-                let key = (g.used_milli, g.used_mib, &*g.model);
+                let g = &node.gpus[i];
+                // GPUs alike in what the classes look at give the same
+                // result (the workload's classes carry no UUID rules).
+                let key = (loads[i], g.memory_mib, &*g.model);
                 if seen.contains(&key) {
                     continue;
                 }
                 seen.push(key);
-                let mut after = trial.clone();
-                let a = &mut after.gpus[i];
-                a.used_mib += ask.memory.mib_on(a.memory_mib);
-                a.used_milli += ask.milli;
-                let f = fragmentation(&after, self.workload);
-                let free = trial.gpus[i].free_milli();
+                let before = loads[i];
+                let after = (
+                    before.0 + ask.memory.mib_on(g.memory_mib),
+                    before.1 + ask.milli,
+                );
+                let f = fragments.total_with(g, before, after);
+                let free = WHOLE_GPU.saturating_sub(before.1);
                 let better = match best {
                     None => true,
-                    Some((_, bf, bfree)) => {
+                    Some((_, bf, bfree, _)) => {
                         f < bf - 1e-9
                             || (self.fullest_on_ties && (f - bf).abs() <= 1e-9 && free < bfree)
                     }
                 };
                 if better {
-                    best = Some((k, f, free));
+                    best = Some((k, f, free, after));
                 }
             }
-            let Some((k, _, _)) = best else { break };
+            let Some((k, _, _, after)) = best else { break };
             let i = left.remove(k);
-            let g = &mut trial.gpus[i];
-            g.used_mib += ask.memory.mib_on(g.memory_mib);
-            g.used_milli += ask.milli;
+            fragments.apply(&node.gpus[i], loads[i], after);
+            loads[i] = after;
             chosen.push(i);
         }
         chosen

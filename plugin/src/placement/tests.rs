@@ -14,6 +14,7 @@ fn gpu(n: usize, model: &str, used_milli: u32) -> Gpu {
         used_mib: 0,
         used_milli,
         healthy: true,
+        ..Gpu::default()
     }
 }
 
@@ -49,6 +50,8 @@ fn task(cpu: u64, count: u32, milli: u32) -> Task {
                 count,
                 memory: Memory::Mib(0),
                 milli,
+                numa_bind: false,
+                elastic: false,
             }]
         },
         models: Models::default(),
@@ -196,7 +199,7 @@ fn fgd_keeps_room_for_the_workload_where_best_fit_does_not() {
     let growth = evaluate(Policy::Fgd, &small, &tight, &workload)
         .unwrap()
         .score
-        .0[0];
+        .0[1];
     assert!((growth + 450.0).abs() < 1e-9, "{growth}");
 }
 
@@ -212,7 +215,7 @@ fn tessera_breaks_fragmentation_ties_by_best_fit() {
     let workload = Workload::from_tasks([&whole]);
     let e = evaluate(Policy::Tessera, &whole, &empty, &workload).unwrap();
     let b = evaluate(Policy::Tessera, &whole, &busy, &workload).unwrap();
-    assert_eq!(e.score.0[0], b.score.0[0], "equal growth (0)");
+    assert_eq!(e.score.0[1], b.score.0[1], "equal growth (0)");
     assert!(b.score.cmp(&e.score).is_gt());
     let fe = evaluate(Policy::Fgd, &whole, &empty, &workload).unwrap();
     let fb = evaluate(Policy::Fgd, &whole, &busy, &workload).unwrap();
@@ -231,5 +234,62 @@ fn fgd_chooses_the_gpu_that_keeps_an_idle_one() {
     let w = Workload::from_tasks([&task(1000, 1, 1000)]);
     let placed = evaluate(Policy::Fgd, &t, &n, &w).unwrap();
     assert_eq!(placed.placed.containers[0].1, [0]);
-    assert!((placed.score.0[0] - 400.0).abs() < 1e-9);
+    assert!((placed.score.0[1] - 400.0).abs() < 1e-9);
+}
+
+/// The per-class breakdown gives, to the bit, what recomputing the whole
+/// node gives, before and after any one GPU changes, over random nodes
+/// (health, models, memory) and random workloads (multi-GPU, whole-GPU,
+/// memory-only and CPU-heavy classes).
+#[test]
+fn fragments_match_a_full_recount_after_every_change() {
+    let mut rng = super::rng::Rng::new(7);
+    let mut below = |n: u64| rng.below(n);
+    for _ in 0..300 {
+        let models = ["A", "B"];
+        let mut n = node("n", "A", &[]);
+        n.cpu_milli = Some(Pool {
+            capacity: 16_000,
+            used: below(16_001),
+        });
+        for i in 0..(1 + below(8) as usize) {
+            let memory_mib = [0, 16_000, 80_000][below(3) as usize];
+            n.gpus.push(Gpu {
+                memory_mib,
+                used_mib: below(memory_mib + 1),
+                used_milli: [0, 250, 500, 1000][below(4) as usize],
+                healthy: below(10) > 0,
+                ..gpu(i, models[below(2) as usize], 0)
+            });
+        }
+        let tasks: Vec<Task> = (0..(1 + below(6)))
+            .map(|_| {
+                let mut t = task(below(8) * 1000, 1 + below(3) as u32, 0);
+                t.gpus[0].milli = [0, 100, 500, 1000][below(4) as usize];
+                t.gpus[0].memory = Memory::Mib([0, 8000, 40_000][below(3) as usize]);
+                if below(3) == 0 {
+                    t.models = Models::OneOf(vec!["B".into()]);
+                }
+                t
+            })
+            .collect();
+        let workload = Workload::from_tasks(&tasks);
+        let mut fragments = Fragments::new(&n, &workload);
+        assert_eq!(fragments.total(), fragmentation(&n, &workload));
+        for _ in 0..4 {
+            let i = below(n.gpus.len() as u64) as usize;
+            let before = (n.gpus[i].used_mib, n.gpus[i].used_milli);
+            let after = (
+                below(n.gpus[i].memory_mib + 1),
+                [0, 100, 600, 1000][below(4) as usize],
+            );
+            let mut changed = n.clone();
+            (changed.gpus[i].used_mib, changed.gpus[i].used_milli) = after;
+            let full = fragmentation(&changed, &workload);
+            assert_eq!(fragments.total_with(&n.gpus[i], before, after), full);
+            fragments.apply(&n.gpus[i], before, after);
+            assert_eq!(fragments.total(), full);
+            n = changed;
+        }
+    }
 }

@@ -15,7 +15,9 @@ fn state() -> AppState {
                 used_mib: 0,
                 cores_used_percent: 0,
                 healthy: true,
+                ..GpuView::default()
             }],
+            ..NodeView::default()
         }])
         .into(),
         webhook: WebhookConfig::default(),

@@ -6,7 +6,9 @@
 //! MiB of memory, committed in proportion to its compute (1 milli-GPU =
 //! 1 MiB), and a task of `gpu_milli` < 1000 asks for that many MiB and
 //! `ceil(gpu_milli / 10)` % of SMs; a whole-GPU task asks for
-//! `nvidia.com/gpu` alone (whole cards).
+//! `nvidia.com/gpu` alone (whole cards). The view's workload estimate is
+//! the trace's GPU tasks in that form, as a cluster running them would
+//! report it.
 
 use std::time::Instant;
 
@@ -15,7 +17,7 @@ use serde_json::{Value, json};
 use super::report::Latency;
 use crate::extender::{self, ClusterView, ExtenderArgs, GpuView, NodeView};
 use crate::placement::rng::Rng;
-use crate::placement::{Node, Task, WHOLE_GPU};
+use crate::placement::{Node, Task, WHOLE_GPU, Workload};
 
 /// The extender's view of the simulated nodes.
 pub fn view_of(nodes: &[Node]) -> ClusterView {
@@ -32,8 +34,10 @@ pub fn view_of(nodes: &[Node]) -> ClusterView {
                     used_mib: u64::from(g.used_milli.min(WHOLE_GPU)),
                     cores_used_percent: g.used_milli.div_ceil(10),
                     healthy: g.healthy,
+                    ..GpuView::default()
                 })
                 .collect(),
+            ..NodeView::default()
         }
     }))
 }
@@ -64,7 +68,12 @@ pub fn measure(nodes: &[Node], tasks: &[Task], pods: usize, seed: u64) -> Option
     if gpu_tasks.is_empty() || pods == 0 {
         return None;
     }
-    let view = view_of(nodes);
+    let classes: Vec<Task> = gpu_tasks
+        .iter()
+        .filter_map(|t| extender::pod_request(&pod_json("class", t)).ok())
+        .map(|r| extender::fit::task_of(&r.shares, &r.policy))
+        .collect();
+    let view = view_of(nodes).with_workload(Workload::from_tasks(&classes));
     let names: Vec<String> = nodes.iter().map(|n| n.name.to_string()).collect();
     let mut rng = Rng::new(seed);
     let mut samples = Vec::with_capacity(pods);

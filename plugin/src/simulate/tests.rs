@@ -197,6 +197,7 @@ fn latency_pods_go_through_the_extender() {
         used_mib: 0,
         used_milli: used,
         healthy: true,
+        ..Gpu::default()
     };
     let node = |name: &str, used| Node {
         name: name.into(),

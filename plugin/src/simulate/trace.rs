@@ -198,6 +198,7 @@ pub fn read_nodes(path: &Path) -> Result<Vec<Node>, TraceError> {
                 used_mib: 0,
                 used_milli: 0,
                 healthy: true,
+                ..Gpu::default()
             })
             .collect();
         nodes.push(Node {
@@ -277,6 +278,8 @@ pub fn read_pods(path: &Path) -> Result<Vec<TraceTask>, TraceError> {
                 count: u32::try_from(count).unwrap_or(u32::MAX),
                 memory: Memory::Mib(0),
                 milli: u32::try_from(gpu_milli).unwrap_or(WHOLE_GPU),
+                numa_bind: false,
+                elastic: false,
             }]
         };
         tasks.push(TraceTask {
