@@ -10,8 +10,16 @@
 //! affected. A timestamp further in the future than the limit (a node
 //! clock far ahead) counts as stale too, so a dead node with such a clock
 //! cannot stay fresh for ever.
+//!
+//! The fresh nodes' view is built once and reused by every request until
+//! the watch delivers any event (a change, a relist) or the clock reaches
+//! the next instant at which some node's staleness flips (and at most
+//! [`MAX_VIEW_REUSE`] after it was built); stale reasons, which name an
+//! age, are worked out for each request.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::TryStreamExt as _;
@@ -25,6 +33,8 @@ use crate::extender::{self, ClusterView, ExtenderArgs, ExtenderFilterResult, Nod
 /// The default [`Staleness`] limit: two heartbeats and a half of the
 /// agent's default 60 s.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(150);
+/// Longest a built view is reused without any watch event.
+pub const MAX_VIEW_REUSE: Duration = Duration::from_secs(10);
 /// Accepted limits (seconds).
 pub const MAX_AGE_RANGE_S: std::ops::RangeInclusive<u64> = 10..=86_400;
 
@@ -65,6 +75,22 @@ impl Staleness {
     /// The limit.
     pub fn max_age(&self) -> Duration {
         self.max_age
+    }
+
+    /// The first instant after `now` (ms since the epoch) at which
+    /// [`Self::stale_reason`] may answer otherwise for `node`; `None` when
+    /// it never will without a new status.
+    fn flips_after(&self, node: &GpuNode, now: Timestamp) -> Option<i64> {
+        let updated = node.status.as_ref()?.updated_at.0.as_millisecond();
+        let limit_ms = i64::try_from(self.max_age.as_millis()).unwrap_or(i64::MAX);
+        let age_ms = now.as_millisecond().saturating_sub(updated);
+        if age_ms < -limit_ms {
+            Some(updated.saturating_sub(limit_ms))
+        } else if age_ms <= limit_ms {
+            Some(updated.saturating_add(limit_ms).saturating_add(1))
+        } else {
+            None
+        }
     }
 
     /// Why `node`'s telemetry cannot be used at `now`, if it cannot.
@@ -146,6 +172,21 @@ impl Snapshot {
 #[derive(Clone)]
 pub struct Cache {
     store: Store<GpuNode>,
+    /// Bumped for every watch event, after the store has applied it.
+    generation: Arc<AtomicU64>,
+    /// The last fresh view built (see the module docs).
+    memo: Arc<Mutex<Option<Memo>>>,
+}
+
+/// A built view and when it may be reused.
+struct Memo {
+    generation: u64,
+    staleness: Staleness,
+    /// Built at, ms since the epoch.
+    built_ms: i64,
+    /// Reused until before this instant, ms since the epoch.
+    until_ms: i64,
+    view: ClusterView,
 }
 
 impl Cache {
@@ -160,9 +201,12 @@ impl Cache {
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (store, writer) = reflector::store();
         let api = kube::Api::<GpuNode>::all(client);
+        // Every event counts, relists included: a relist can drop nodes
+        // without touching them.
         let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
+            .default_backoff();
+        let generation = Arc::new(AtomicU64::new(0));
+        let bumped = generation.clone();
         let task = tokio::spawn(async move {
             tokio::pin!(shutdown);
             tokio::pin!(stream);
@@ -170,7 +214,9 @@ impl Cache {
                 tokio::select! {
                     () = &mut shutdown => return,
                     next = stream.try_next() => match next {
-                        Ok(Some(_)) => {}
+                        Ok(Some(_)) => {
+                            bumped.fetch_add(1, Ordering::SeqCst);
+                        }
                         Ok(None) => return,
                         Err(e) => tracing::warn!(
                             error = %crate::error_chain::with_causes(&e),
@@ -180,7 +226,14 @@ impl Cache {
                 }
             }
         });
-        (Self { store }, task)
+        (
+            Self {
+                store,
+                generation,
+                memo: Arc::default(),
+            },
+            task,
+        )
     }
 
     /// Waits until the first list has been read.
@@ -188,10 +241,51 @@ impl Cache {
         let _ = self.store.wait_until_ready().await;
     }
 
-    /// The cached nodes sorted at `now`.
+    /// The cached nodes sorted at `now`, the fresh ones' view reused while
+    /// it is valid (see the module docs).
     pub fn snapshot(&self, staleness: Staleness, now: Timestamp) -> Snapshot {
+        // The generation is read before the store: a view built from a
+        // newer store under an older generation is only rebuilt once more.
+        let generation = self.generation.load(Ordering::SeqCst);
         let nodes = self.store.state();
-        Snapshot::new(nodes.iter().map(|n| &**n), staleness, now)
+        let now_ms = now.as_millisecond();
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let reusable = memo.as_ref().filter(|m| {
+            m.generation == generation
+                && m.staleness == staleness
+                && (m.built_ms..m.until_ms).contains(&now_ms)
+        });
+        let view = match reusable {
+            Some(m) => m.view.clone(),
+            None => {
+                let built = Snapshot::new(nodes.iter().map(|n| &**n), staleness, now);
+                let reuse_ms = i64::try_from(MAX_VIEW_REUSE.as_millis()).unwrap_or(i64::MAX);
+                let until_ms = nodes
+                    .iter()
+                    .filter_map(|n| staleness.flips_after(n, now))
+                    .fold(now_ms.saturating_add(reuse_ms), i64::min);
+                *memo = Some(Memo {
+                    generation,
+                    staleness,
+                    built_ms: now_ms,
+                    until_ms,
+                    view: built.view.clone(),
+                });
+                return built;
+            }
+        };
+        drop(memo);
+        let stale = nodes
+            .iter()
+            .filter(|n| {
+                n.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|name| view.node(name).is_none())
+            })
+            .filter_map(|n| Some((n.metadata.name.clone()?, staleness.stale_reason(n, now)?)))
+            .collect();
+        Snapshot { view, stale }
     }
 }
 

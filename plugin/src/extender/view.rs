@@ -3,12 +3,13 @@
 //! The view is built from `GpuNode` objects ([`NodeView::from_gpu_node`])
 //! and handed in whole, so filter and prioritize are pure functions of it.
 //! Besides each node's GPUs it holds the cluster's workload estimate
-//! ([`ClusterView::workload`]): the GPU shares of the containers the agents
+//! ([`ClusterView::workload_for`]): the GPU shares of the containers the agents
 //! report running, grouped into the classes the fragmentation-aware
 //! placement keeps room for.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tessera_api::GpuNode;
@@ -185,34 +186,39 @@ impl NodeView {
     }
 }
 
-/// Every node with GPU telemetry, by name.
+/// Every node with GPU telemetry, by name. Cloning it shares the nodes
+/// and the estimate (no node is copied), so a view kept between requests
+/// costs one map of pointers per copy.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterView {
     /// Each node's view with its placement form, converted once
     /// ([`super::fit::node_of`]) so requests do not repeat it.
-    nodes: BTreeMap<String, (NodeView, Node)>,
+    nodes: BTreeMap<String, Arc<(NodeView, Node)>>,
     /// The running shares of every node as task classes, at most
     /// [`MAX_WORKLOAD_CLASSES`] of them.
-    workload: Workload,
+    workload: Arc<Workload>,
 }
 
 impl ClusterView {
     /// A view of these nodes; a later node of the same name replaces an
     /// earlier one.
     pub fn new(nodes: impl IntoIterator<Item = NodeView>) -> Self {
-        let nodes: BTreeMap<String, (NodeView, Node)> = nodes
+        let nodes: BTreeMap<String, Arc<(NodeView, Node)>> = nodes
             .into_iter()
             .map(|n| {
                 let placed = node_of(&n);
-                (n.name.clone(), (n, placed))
+                (n.name.clone(), Arc::new((n, placed)))
             })
             .collect();
         let tasks: Vec<Task> = nodes
             .values()
-            .flat_map(|(n, _)| n.running.iter().map(RunningShare::task))
+            .flat_map(|entry| entry.0.running.iter().map(RunningShare::task))
             .collect();
         let workload = Workload::from_tasks(&tasks).most_popular(MAX_WORKLOAD_CLASSES);
-        Self { nodes, workload }
+        Self {
+            nodes,
+            workload: Arc::new(workload),
+        }
     }
 
     /// The workload estimate: the running shares' classes, or — when no
@@ -228,23 +234,23 @@ impl ClusterView {
 
     /// The node of this name, if it has telemetry.
     pub fn node(&self, name: &str) -> Option<&NodeView> {
-        self.nodes.get(name).map(|(view, _)| view)
+        self.nodes.get(name).map(|entry| &entry.0)
     }
 
     /// The node of this name with its placement form.
     pub fn entry(&self, name: &str) -> Option<(&NodeView, &Node)> {
-        self.nodes.get(name).map(|(view, node)| (view, node))
+        self.nodes.get(name).map(|entry| (&entry.0, &entry.1))
     }
 
     /// Every node, by name.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeView> {
-        self.nodes.values().map(|(view, _)| view)
+        self.nodes.values().map(|entry| &entry.0)
     }
 
     /// This view with `workload` as its estimate in place of the running
     /// shares' (a replay that knows the workload it sends).
     pub fn with_workload(mut self, workload: Workload) -> Self {
-        self.workload = workload.most_popular(MAX_WORKLOAD_CLASSES);
+        self.workload = Arc::new(workload.most_popular(MAX_WORKLOAD_CLASSES));
         self
     }
 
@@ -254,7 +260,7 @@ impl ClusterView {
         let mut out = self.clone();
         for n in nodes {
             let placed = node_of(&n);
-            out.nodes.insert(n.name.clone(), (n, placed));
+            out.nodes.insert(n.name.clone(), Arc::new((n, placed)));
         }
         out
     }

@@ -111,20 +111,29 @@ pub fn fragmentation(node: &Node, workload: &Workload) -> f64 {
 
 /// A node's fragmentation broken down per class, so that the effect of a
 /// change to one GPU costs one pass over the classes instead of one over
-/// classes × GPUs. [`Fragments::total`] equals [`fragmentation`] of the
-/// node it describes, to the bit (same terms, same order).
+/// classes × GPUs, without allocating. [`Fragments::total`] equals
+/// [`fragmentation`] of the node it describes, to the bit (same terms,
+/// same order).
 ///
 /// Per class it keeps whether the node takes the class at all apart from
 /// GPU room (CPU, memory: unchanged by a GPU change), how many admitted
 /// GPUs have room for each of the class's asks, and the free milli of the
-/// GPUs that can take one GPU of some ask; `F_n(m)` is the healthy free
-/// milli minus the latter when every ask finds `count` GPUs with room,
-/// else all of it.
+/// admitted GPUs that can take one GPU of some ask. `F_n(m)` is the
+/// node's healthy free milli minus the latter when every ask finds
+/// `count` GPUs with room, else all of it.
 #[derive(Debug, Clone)]
 pub struct Fragments<'w> {
     workload: &'w Workload,
+    /// Healthy free milli of the node.
     free: u64,
+    /// Per class, in the workload's order.
     classes: Vec<ClassState>,
+    /// Per class and ask (flattened; class `k`'s asks start at
+    /// `classes[k].first`): admitted GPUs with room for one GPU of it.
+    rooms: Vec<u32>,
+    /// What the breakdown was built from, to tell whether it describes a
+    /// given node.
+    built_from: Fingerprint,
 }
 
 #[derive(Debug, Clone)]
@@ -132,8 +141,10 @@ struct ClassState {
     /// The node-level check (CPU, memory) passes and the class asks for
     /// GPUs.
     takes: bool,
-    /// Per ask: admitted GPUs with room for one GPU of it.
-    rooms: Vec<u32>,
+    /// The class has no model or UUID rule: every healthy GPU admits it.
+    open: bool,
+    /// Index of its first ask in `rooms`.
+    first: usize,
     /// Free milli of the admitted GPUs with room for one GPU of some ask.
     useful: u64,
 }
@@ -141,30 +152,79 @@ struct ClassState {
 /// A GPU's commitments: `(used_mib, used_milli)`.
 pub type Load = (u64, u32);
 
+/// The parts of a node a breakdown reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    pools: [Option<(u64, u64)>; 2],
+    gpus: Vec<(Load, bool)>,
+}
+
+impl Fingerprint {
+    fn of(node: &Node) -> Self {
+        let pool = |p: Option<super::fit::Pool>| p.map(|p| (p.capacity, p.used));
+        Self {
+            pools: [pool(node.cpu_milli), pool(node.memory_mib)],
+            gpus: node
+                .gpus
+                .iter()
+                .map(|g| ((g.used_mib, g.used_milli), g.healthy))
+                .collect(),
+        }
+    }
+}
+
 impl<'w> Fragments<'w> {
     /// The breakdown of `node` for `workload`.
     pub fn new(node: &Node, workload: &'w Workload) -> Self {
+        let mut rooms = Vec::new();
         let mut classes: Vec<ClassState> = workload
             .classes
             .iter()
-            .map(|c| ClassState {
-                takes: !c.task.gpus.is_empty() && node_level_takes(node, &c.task),
-                rooms: vec![0; c.task.gpus.len()],
-                useful: 0,
+            .map(|c| {
+                let first = rooms.len();
+                rooms.resize(first + c.task.gpus.len(), 0);
+                ClassState {
+                    takes: !c.task.gpus.is_empty() && node_level_takes(node, &c.task),
+                    open: c.task.is_open(),
+                    first,
+                    useful: 0,
+                }
             })
             .collect();
         let mut free = 0;
         for g in node.gpus.iter().filter(|g| g.healthy) {
+            let load = (g.used_mib, g.used_milli);
             free += u64::from(g.free_milli());
             for (state, class) in classes.iter_mut().zip(&workload.classes) {
-                add(state, &class.task, g, (g.used_mib, g.used_milli), 1);
+                let task = &class.task;
+                if !state.admits(task, g) {
+                    continue;
+                }
+                let asks = &mut rooms[state.first..state.first + task.gpus.len()];
+                let mut useful = false;
+                for (r, ask) in asks.iter_mut().zip(&task.gpus) {
+                    if g.has_room_at(load.0, load.1, ask) {
+                        *r += 1;
+                        useful = true;
+                    }
+                }
+                if useful {
+                    state.useful += u64::from(WHOLE_GPU.saturating_sub(load.1));
+                }
             }
         }
         Self {
             workload,
             free,
             classes,
+            rooms,
+            built_from: Fingerprint::of(node),
         }
+    }
+
+    /// Whether this breakdown describes `node` as it stands.
+    pub fn describes(&self, node: &Node) -> bool {
+        self.built_from == Fingerprint::of(node)
     }
 
     /// `F_n(M)` of the node described.
@@ -173,7 +233,11 @@ impl<'w> Fragments<'w> {
             .classes
             .iter()
             .zip(&self.classes)
-            .map(|(c, s)| c.popularity * fragment(self.free, s, &c.task) as f64)
+            .map(|(c, s)| {
+                let rooms = &self.rooms[s.first..s.first + c.task.gpus.len()];
+                let fits = s.takes && rooms.iter().zip(&c.task.gpus).all(|(&r, a)| r >= a.count);
+                c.popularity * fragment(self.free, fits, s.useful) as f64
+            })
             .sum()
     }
 
@@ -183,65 +247,86 @@ impl<'w> Fragments<'w> {
         if !gpu.healthy {
             return self.total();
         }
-        let free = self.free - u64::from(WHOLE_GPU.saturating_sub(before.1))
-            + u64::from(WHOLE_GPU.saturating_sub(after.1));
-        let mut trial = ClassState {
-            takes: false,
-            rooms: Vec::new(),
-            useful: 0,
-        };
+        let free = changed_free(self.free, before, after);
         let mut sum = 0.0;
         for (class, state) in self.workload.classes.iter().zip(&self.classes) {
-            trial.clone_from(state);
-            add(&mut trial, &class.task, gpu, before, -1);
-            add(&mut trial, &class.task, gpu, after, 1);
-            sum += class.popularity * fragment(free, &trial, &class.task) as f64;
+            let task = &class.task;
+            let rooms = &self.rooms[state.first..state.first + task.gpus.len()];
+            let (fits, useful) = if state.admits(task, gpu) {
+                let (mut had, mut has) = (false, false);
+                let mut fits = state.takes;
+                for (&r, ask) in rooms.iter().zip(&task.gpus) {
+                    let was = gpu.has_room_at(before.0, before.1, ask);
+                    let is = gpu.has_room_at(after.0, after.1, ask);
+                    (had, has) = (had || was, has || is);
+                    fits &= r - u32::from(was) + u32::from(is) >= ask.count;
+                }
+                let useful = state.useful - if had { free_of(before) } else { 0 }
+                    + if has { free_of(after) } else { 0 };
+                (fits, useful)
+            } else {
+                let fits = state.takes && rooms.iter().zip(&task.gpus).all(|(&r, a)| r >= a.count);
+                (fits, state.useful)
+            };
+            sum += class.popularity * fragment(free, fits, useful) as f64;
         }
         sum
     }
 
-    /// Records that `gpu` went from `before` to `after` committed.
-    pub fn apply(&mut self, gpu: &Gpu, before: Load, after: Load) {
+    /// Records that GPU `index` of the node went from `before` to `after`
+    /// committed.
+    pub fn apply(&mut self, index: usize, gpu: &Gpu, before: Load, after: Load) {
+        if let Some(entry) = self.built_from.gpus.get_mut(index) {
+            entry.0 = after;
+        }
         if !gpu.healthy {
             return;
         }
-        self.free = self.free - u64::from(WHOLE_GPU.saturating_sub(before.1))
-            + u64::from(WHOLE_GPU.saturating_sub(after.1));
+        self.free = changed_free(self.free, before, after);
         for (state, class) in self.classes.iter_mut().zip(&self.workload.classes) {
-            add(state, &class.task, gpu, before, -1);
-            add(state, &class.task, gpu, after, 1);
+            let task = &class.task;
+            if !state.admits(task, gpu) {
+                continue;
+            }
+            let rooms = &mut self.rooms[state.first..state.first + task.gpus.len()];
+            let (mut had, mut has) = (false, false);
+            for (r, ask) in rooms.iter_mut().zip(&task.gpus) {
+                let was = gpu.has_room_at(before.0, before.1, ask);
+                let is = gpu.has_room_at(after.0, after.1, ask);
+                (had, has) = (had || was, has || is);
+                *r = *r - u32::from(was) + u32::from(is);
+            }
+            if had {
+                state.useful -= free_of(before);
+            }
+            if has {
+                state.useful += free_of(after);
+            }
         }
     }
 }
 
-/// `F_n(m)` from a class's state and the node's healthy free milli.
-fn fragment(free: u64, state: &ClassState, task: &Task) -> u64 {
-    let fits = state.takes
-        && state
-            .rooms
-            .iter()
-            .zip(&task.gpus)
-            .all(|(&rooms, ask)| rooms >= ask.count);
-    if fits { free - state.useful } else { free }
+impl ClassState {
+    /// Whether healthy GPU `g` admits the class.
+    fn admits(&self, task: &Task, g: &Gpu) -> bool {
+        if self.open { g.healthy } else { task.admits(g) }
+    }
 }
 
-/// Adds (`sign` 1) or removes (`sign` -1) healthy GPU `g` at `load` in a
-/// class's state.
-fn add(state: &mut ClassState, task: &Task, g: &Gpu, load: Load, sign: i64) {
-    if !task.admits(g) {
-        return;
-    }
-    let mut useful = false;
-    for (rooms, ask) in state.rooms.iter_mut().zip(&task.gpus) {
-        if g.has_room_at(load.0, load.1, ask) {
-            useful = true;
-            *rooms = rooms.wrapping_add_signed(sign as i32);
-        }
-    }
-    if useful {
-        let free = u64::from(WHOLE_GPU.saturating_sub(load.1));
-        state.useful = state.useful.wrapping_add_signed(sign * free as i64);
-    }
+/// Free milli of a GPU at `load`.
+fn free_of(load: Load) -> u64 {
+    u64::from(WHOLE_GPU.saturating_sub(load.1))
+}
+
+/// The node's healthy free milli after one healthy GPU's change.
+fn changed_free(free: u64, before: Load, after: Load) -> u64 {
+    free - free_of(before) + free_of(after)
+}
+
+/// `F_n(m)`: all free milli unless the class fits, else what the GPUs
+/// useful to it do not offer.
+fn fragment(free: u64, fits: bool, useful: u64) -> u64 {
+    if fits { free - useful } else { free }
 }
 
 /// Whether the node-level resources (CPU, memory) take `task`.

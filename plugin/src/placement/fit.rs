@@ -202,6 +202,16 @@ impl Task {
             .sum()
     }
 
+    /// Whether the task has no model or UUID rule (every healthy GPU
+    /// admits it).
+    pub fn is_open(&self) -> bool {
+        let models = match &self.models {
+            Models::Matching(s) => s.include.is_empty() && s.exclude.is_empty(),
+            Models::OneOf(names) => names.is_empty(),
+        };
+        models && self.uuids.include.is_empty() && self.uuids.exclude.is_empty()
+    }
+
     /// Whether this GPU may take the task's shares at all.
     pub fn admits(&self, gpu: &Gpu) -> bool {
         gpu.healthy && admits(&self.models, &self.uuids, &gpu.uuid, &gpu.model)

@@ -26,7 +26,7 @@
 
 use std::cmp::Ordering;
 
-use super::fgd::{Fragments, Load, Workload, fragmentation};
+use super::fgd::{Fragments, Load, Workload};
 use super::fit::{
     Emptiest, Fullest, GpuAsk, GpuChoice, Node, Placed, Task, Unfit, WHOLE_GPU, place,
 };
@@ -186,13 +186,22 @@ pub fn evaluate(
             })
         }
         Policy::Fgd | Policy::Tessera => {
-            let before = Fragments::new(node, workload).total();
+            let prepared = Fragments::new(node, workload);
+            let before = prepared.total();
             let mut choice = LeastFragment {
                 workload,
                 fullest_on_ties: policy == Policy::Tessera,
+                fragments: Some(prepared),
             };
             let placed = place(task, node, &mut choice)?;
-            let growth = fragmentation(&placed.after, workload) - before;
+            // The choice's breakdown, updated GPU by GPU, describes the
+            // node after placement unless the task also took CPU or memory
+            // (or had several asks placed on a changed node).
+            let after = match choice.fragments.take() {
+                Some(f) if f.describes(&placed.after) => f.total(),
+                _ => Fragments::new(&placed.after, workload).total(),
+            };
+            let growth = after - before;
             let (growth, second) = if policy == Policy::Tessera {
                 // Fragmentation is a sum of products of popularities and
                 // milli: equal growths may differ in the last bits, so
@@ -237,13 +246,19 @@ fn live_room(task: &Task, node: &Node, placed: &Placed) -> f64 {
 struct LeastFragment<'a> {
     workload: &'a Workload,
     fullest_on_ties: bool,
+    /// The breakdown of the node last chosen on, kept up to date with what
+    /// was taken; reused when it describes the next node asked about.
+    fragments: Option<Fragments<'a>>,
 }
 
 impl GpuChoice for LeastFragment<'_> {
     fn choose(&mut self, node: &Node, ask: &GpuAsk, fitting: &[usize]) -> Vec<usize> {
         // The node's fragmentation per class, updated as GPUs are taken,
         // so each candidate costs one pass over the classes.
-        let mut fragments = Fragments::new(node, self.workload);
+        let mut fragments = match self.fragments.take() {
+            Some(f) if f.describes(node) => f,
+            _ => Fragments::new(node, self.workload),
+        };
         let mut loads: Vec<Load> = node
             .gpus
             .iter()
@@ -283,10 +298,11 @@ impl GpuChoice for LeastFragment<'_> {
             }
             let Some((k, _, _, after)) = best else { break };
             let i = left.remove(k);
-            fragments.apply(&node.gpus[i], loads[i], after);
+            fragments.apply(i, &node.gpus[i], loads[i], after);
             loads[i] = after;
             chosen.push(i);
         }
+        self.fragments = Some(fragments);
         chosen
     }
 }

@@ -287,8 +287,9 @@ fn fragments_match_a_full_recount_after_every_change() {
             (changed.gpus[i].used_mib, changed.gpus[i].used_milli) = after;
             let full = fragmentation(&changed, &workload);
             assert_eq!(fragments.total_with(&n.gpus[i], before, after), full);
-            fragments.apply(&n.gpus[i], before, after);
+            fragments.apply(i, &n.gpus[i], before, after);
             assert_eq!(fragments.total(), full);
+            assert!(fragments.describes(&changed) && !fragments.describes(&n) || before == after);
             n = changed;
         }
     }

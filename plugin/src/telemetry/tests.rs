@@ -176,6 +176,33 @@ async fn the_cache_follows_list_and_watch() {
         snap.stale.get("b").is_some_and(|r| r.contains("500 s ago")),
         "{snap:?}"
     );
+    // No event since: the view is reused, the reasons name the age now.
+    let limit = Staleness::new(60).expect("limit");
+    let later = cache.snapshot(limit, at(NOW + 1));
+    assert!(later.view.node("a").is_some(), "{later:?}");
+    assert!(
+        later
+            .stale
+            .get("b")
+            .is_some_and(|r| r.contains("501 s ago")),
+        "{later:?}"
+    );
+    // "a" was written at NOW - 20: fresh through NOW + 40, stale after,
+    // with no event to say so.
+    let edge = cache.snapshot(limit, at(NOW + 35));
+    assert!(edge.view.node("a").is_some(), "{edge:?}");
+    // Within the reuse cap of the view built at NOW + 35, so only the
+    // flip instant can tell it to rebuild.
+    let just_after = Timestamp::from_millisecond((NOW + 40) * 1000 + 1).expect("ts");
+    assert!(cache.snapshot(limit, just_after).view.node("a").is_none());
+    let gone = cache.snapshot(limit, at(NOW + 41));
+    assert!(gone.view.node("a").is_none(), "{gone:?}");
+    assert!(
+        gone.stale.get("a").is_some_and(|r| r.contains("61 s ago")),
+        "{gone:?}"
+    );
+    // And back (a clock set back): the view follows.
+    assert!(cache.snapshot(limit, at(NOW)).view.node("a").is_some());
     let _ = stop_tx.send(());
     task.await.expect("cache task");
     server.abort();
