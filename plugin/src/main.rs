@@ -130,6 +130,9 @@ struct ServeArgs {
     /// Largest request body, in bytes (larger answer 413).
     #[arg(long, env = "TESSERA_MAX_BODY", value_name = "BYTES", default_value_t = server::MAX_BODY as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_body: u64,
+    /// Connections served at once per listener; more wait to be accepted.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS", value_name = "N", default_value_t = server::MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
+    max_connections: usize,
     /// Bind pods through the API server (in-cluster config or
     /// KUBECONFIG): /bind writes the assignment and creates the Binding.
     /// Pods already holding assignments are counted at start and every
@@ -357,6 +360,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             body_read_timeout: args.body_read_timeout,
             max_body: usize::try_from(args.max_body)
                 .context("--max-body is larger than this machine's address space")?,
+            max_connections: args.max_connections,
         };
         tracing::debug!(?limits, "connection limits");
         let stop = tokio::sync::watch::channel(false);

@@ -28,7 +28,11 @@
 //! for ever; a body over the limit answers `413`. Headers themselves are
 //! bounded by hyper (about 400 KiB, 100 fields: `431` beyond). On the
 //! HTTPS listener the TLS handshake must also finish within
-//! [`Limits::header_read_timeout`] of the connection's start.
+//! [`Limits::header_read_timeout`] of the connection's start. At most
+//! [`Limits::max_connections`] connections are served at once per
+//! listener; further ones wait in the kernel's accept queue until one
+//! ends, so a flood of connections cannot exhaust the process's file
+//! descriptors or memory.
 
 pub mod tls;
 
@@ -72,7 +76,13 @@ pub struct Limits {
     pub body_read_timeout: Duration,
     /// Largest request body, in bytes. Default [`MAX_BODY`] (32 MiB).
     pub max_body: usize,
+    /// Connections served at once per listener. Default
+    /// [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
 }
+
+/// Default connections served at once per listener.
+pub const MAX_CONNECTIONS: usize = 512;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -80,6 +90,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             max_body: MAX_BODY,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -466,8 +477,12 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    accept_loop(listener, shutdown, move |stream| {
-        tokio::spawn(serve_connection(stream, state.clone(), limits, Routes::All));
+    accept_loop(listener, limits, shutdown, move |stream, permit| {
+        let state = state.clone();
+        tokio::spawn(async move {
+            serve_connection(stream, state, limits, Routes::All).await;
+            drop(permit);
+        });
     })
     .await
 }
@@ -487,10 +502,11 @@ pub async fn serve_tls(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let acceptor = TlsAcceptor::from(config);
-    accept_loop(listener, shutdown, move |stream| {
+    accept_loop(listener, limits, shutdown, move |stream, permit| {
         let acceptor = acceptor.clone();
         let state = state.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let handshake =
                 tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await;
             match handshake {
@@ -506,19 +522,32 @@ pub async fn serve_tls(
     .await
 }
 
+/// Accepts until `shutdown`, one connection per permit of
+/// [`Limits::max_connections`]; the permit travels with the connection's
+/// task and is returned when it ends.
 async fn accept_loop(
     listener: TcpListener,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
-    mut spawn: impl FnMut(tokio::net::TcpStream),
+    mut spawn: impl FnMut(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit),
 ) -> Result<(), ServerError> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // Never closed while the loop holds it.
+                Err(_) => return Ok(()),
+            },
+        };
         let accepted = tokio::select! {
             () = &mut shutdown => return Ok(()),
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, _)) => spawn(stream),
+            Ok((stream, _)) => spawn(stream, permit),
             Err(error) if is_transient(&error) => {
                 tracing::warn!(%error, "accept failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;

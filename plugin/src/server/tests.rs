@@ -189,6 +189,7 @@ const TIGHT: Limits = Limits {
     header_read_timeout: Duration::from_millis(500),
     body_read_timeout: Duration::from_millis(500),
     max_body: 1000,
+    max_connections: 4,
 };
 
 /// How late past a timeout a disconnect may come on a loaded machine.
@@ -381,4 +382,39 @@ fn timeouts_are_positive_seconds() {
             )
         );
     }
+}
+
+/// With four connections held open (idle, within the header timeout), a
+/// fifth is not served until one of them ends; then it is.
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_until_one_ends() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_secs(30),
+        ..TIGHT
+    };
+    let (addr, stop, server) = start(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..limits.max_connections {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // One answered request proves the connection was accepted.
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        held.push(s);
+    }
+    let request = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let waiting = tokio::spawn(exchange(addr, request));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!waiting.is_finished(), "a fifth connection was served");
+    drop(held.pop());
+    let (status, _) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("served once a connection ended")
+        .unwrap();
+    assert_eq!(status, 200);
+    stop.send(()).unwrap();
+    let _ = server.await;
 }
