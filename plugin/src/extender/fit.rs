@@ -102,6 +102,14 @@ pub fn node_of(node: &NodeView) -> Node {
 /// # Errors
 /// Why not.
 pub fn fits(task: &Task, node: &Node) -> Result<(), Unfit> {
+    // One ask without NUMA binding: the quick count is exact (and copies
+    // nothing); otherwise, and for the reason of a refusal, place it.
+    if let [ask] = task.gpus.as_slice()
+        && !ask.numa_bind
+        && placement::fit::fits_quickly(task, node)
+    {
+        return Ok(());
+    }
     placement::place(task, node, &mut Fullest).map(|_| ())
 }
 
