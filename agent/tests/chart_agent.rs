@@ -20,7 +20,7 @@
 mod daemon_support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use daemon_support::{Agent, Node, agent_bin};

@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use metrics_support::{MIB_F, Prometheus, Scene, sample_value};
+use serde_json::Value;
 use tessera_testkit::programs::on_path;
 use tessera_testkit::promtool::NOT_INSTALLED;
-use serde_json::Value;
 
 /// Series that exist only while the agent's eBPF observer runs.
 const EBPF_SERIES: [&str; 4] = [

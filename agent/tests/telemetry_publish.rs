@@ -197,7 +197,8 @@ impl Seen {
             reason,
             &format!("gpunodes.tessera.dev \"{NODE}\": {reason}"),
         );
-        status["details"] = serde_json::json!({"name": NODE, "group": "tessera.dev", "kind": "gpunodes"});
+        status["details"] =
+            serde_json::json!({"name": NODE, "group": "tessera.dev", "kind": "gpunodes"});
         self.respond(code, status);
     }
 }

@@ -58,9 +58,15 @@ fn pod(name: &str, mem: u64) -> Value {
 #[derive(Clone, Debug, Default)]
 struct FakeApi {
     pods: Pods,
-    /// The last resourceVersion, and the GpuNode events: (resourceVersion,
-    /// type, object).
-    gpunodes: Arc<Mutex<(u64, Vec<(u64, &'static str, Value)>)>>,
+    gpunodes: Arc<Mutex<GpuNodes>>,
+}
+
+#[derive(Debug, Default)]
+struct GpuNodes {
+    /// The last resourceVersion.
+    rv: u64,
+    /// The events: (resourceVersion, type, object).
+    events: Vec<(u64, &'static str, Value)>,
 }
 
 impl FakeApi {
@@ -77,10 +83,10 @@ impl FakeApi {
     /// Publishes a GpuNode as added or modified.
     fn publish(&self, kind: &'static str, mut node: Value) {
         let mut s = self.gpunodes.lock().unwrap();
-        s.0 += 1;
-        let rv = s.0;
+        s.rv += 1;
+        let rv = s.rv;
         node["metadata"]["resourceVersion"] = json!(rv.to_string());
-        s.1.push((rv, kind, node));
+        s.events.push((rv, kind, node));
     }
 
     fn add_pod(&self, pod: Value) {
@@ -91,13 +97,13 @@ impl FakeApi {
     fn current(&self) -> (Vec<Value>, u64) {
         let s = self.gpunodes.lock().unwrap();
         let mut nodes: BTreeMap<String, Value> = BTreeMap::new();
-        for (_, _, n) in &s.1 {
+        for (_, _, n) in &s.events {
             nodes.insert(
                 n["metadata"]["name"].as_str().unwrap().to_owned(),
                 n.clone(),
             );
         }
-        (nodes.into_values().collect(), s.0)
+        (nodes.into_values().collect(), s.rv)
     }
 
     async fn answer(&self, call: Call) -> Response<Body> {
@@ -128,7 +134,8 @@ impl FakeApi {
         loop {
             let lines: Vec<u8> = {
                 let s = self.gpunodes.lock().unwrap();
-                s.1.iter()
+                s.events
+                    .iter()
                     .filter(|(rv, _, _)| *rv > since)
                     .flat_map(|(_, kind, object)| {
                         let mut l =
@@ -238,7 +245,11 @@ async fn filter_answers_from_the_watched_gpunodes_and_drops_them_when_stale() {
         "{refused}"
     );
     assert!(api.pods.pod("ml/p")["spec"]["nodeName"].is_null());
-    assert!(api.pods.unsupported().is_empty(), "{:?}", api.pods.unsupported());
+    assert!(
+        api.pods.unsupported().is_empty(),
+        "{:?}",
+        api.pods.unsupported()
+    );
 }
 
 #[tokio::test]
@@ -254,10 +265,7 @@ async fn filter_counts_what_bind_reserved_before_telemetry_shows_it() {
     assert_eq!(before["NodeNames"], json!(["gpu-a", "gpu-b"]), "{before}");
     // 8000 of gpu-a's 10000 MiB bound; its GpuNode is not updated.
     assert_eq!(bind(&state, "big", "gpu-a").await["Error"], "");
-    assert_eq!(
-        api.pods.pod("ml/big")["spec"]["nodeName"],
-        "gpu-a"
-    );
+    assert_eq!(api.pods.pod("ml/big")["spec"]["nodeName"], "gpu-a");
     let after = filter(&state, &next, &["gpu-a", "gpu-b"]).await;
     assert_eq!(after["NodeNames"], json!(["gpu-b"]), "{after}");
     let reason = after["FailedNodes"]["gpu-a"]
@@ -283,7 +291,11 @@ async fn filter_counts_what_bind_reserved_before_telemetry_shows_it() {
             .unwrap()
     };
     assert!(score("gpu-a") < score("gpu-b"), "{scores}");
-    assert!(api.pods.unsupported().is_empty(), "{:?}", api.pods.unsupported());
+    assert!(
+        api.pods.unsupported().is_empty(),
+        "{:?}",
+        api.pods.unsupported()
+    );
 }
 
 #[tokio::test]
@@ -302,5 +314,9 @@ async fn filter_refuses_a_gpu_out_of_share_slots() {
             || r["FailedAndUnresolvableNodes"]["gpu-a"].is_string(),
         "{r}"
     );
-    assert!(api.pods.unsupported().is_empty(), "{:?}", api.pods.unsupported());
+    assert!(
+        api.pods.unsupported().is_empty(),
+        "{:?}",
+        api.pods.unsupported()
+    );
 }

@@ -34,7 +34,6 @@ control = "/dev/null"
 uvm = "/dev/zero"
 "#;
 
-
 /// One container of the scene.
 pub struct Workload {
     pub id: &'static str,

@@ -344,11 +344,7 @@ impl State {
 
     fn bind(&mut self, call: &Call, key: &str, name: &str) -> Response<Body> {
         if let Some(message) = self.faults.refuse_binding.get(key) {
-            return status(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                message,
-            );
+            return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message);
         }
         let binding = call.json();
         let rv = self.next_rv();
