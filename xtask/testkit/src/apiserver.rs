@@ -439,12 +439,6 @@ impl Pods {
         self.0.lock().unwrap().unsupported.clone()
     }
 
-    /// Refuses `call` as unsupported, noting it.
-    pub fn refuse(&self, call: &Call) -> Response<Body> {
-        let mut s = self.0.lock().unwrap();
-        s.unsupported(format!("{} {}?{}", call.method, call.path, call.query))
-    }
-
     /// Records and answers `call`: one of the pod calls, or refused as
     /// unsupported.
     pub fn answer(&self, call: &Call) -> Response<Body> {
