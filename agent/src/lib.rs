@@ -11,7 +11,8 @@
 //! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
 //!   and runtimes Kubernetes nodes use;
 //! - [`error_chain`]: an error and its causes on one line;
-//! - [`mountinfo`]: this process's mounts;
+//! - [`mountinfo`]: this process's mounts (the `tessera-mountinfo` crate,
+//!   which xtask shares);
 //! - [`region`]: the writer of container region directories (`tessera-agent
 //!   region create|set|show`);
 //! - [`containers`]: the agent's unit, a container's region directory
@@ -42,7 +43,7 @@ pub mod error_chain;
 pub mod gpu;
 pub mod kubelet;
 pub mod metrics;
-pub mod mountinfo;
+pub use tessera_mountinfo as mountinfo;
 pub mod policy;
 pub mod region;
 pub mod telemetry;

@@ -9,9 +9,9 @@
 //! chart against the Kubernetes schemas and rules), because the oracle is
 //! this crate's binary (`CARGO_BIN_EXE_tessera-agent`) and its constants.
 //! The chart is rendered through the same bridge to Helm,
-//! `plugin/tests/helm_check.py` (Helm Go SDK, `pip install
-//! helm-python-sdk`, installed by `cargo xtask setup`); without it the
-//! chart tests print "skipped: helm not installed".
+//! `tessera_testkit::helm` (Helm Go SDK, `pip install helm-python-sdk`,
+//! installed by `cargo xtask setup`); without it the chart tests print
+//! "skipped: helm not installed".
 #![allow(
     clippy::unwrap_used,
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
@@ -20,39 +20,22 @@
 mod daemon_support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use daemon_support::{Agent, Node, agent_bin};
 use serde_json::{Value, json};
 use tessera_agent::kubelet::allocate::{CONTAINER_LIBRARY_DIR, LD_SO_PRELOAD_FILE};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use tessera_testkit::helm::{self, NO_HELM};
 
 /// The chart rendered with `values` (the objects as JSON); `None` when the
 /// Helm SDK is missing.
 fn render(values: &Value) -> Option<Vec<Value>> {
-    let output = Command::new("python3")
-        .arg(repo().join("plugin/tests/helm_check.py"))
-        .arg(repo().join("deploy/helm/tessera"))
-        .arg(values.to_string())
-        .output()
-        .ok()?;
-    if output.status.code() == Some(3) {
-        return None;
-    }
-    assert!(
-        output.status.success(),
-        "rendering the chart with {values} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = helm::render(values)
+        .ok()?
+        .unwrap_or_else(|e| panic!("rendering the chart with {values} failed: {e}"));
     Some(report["objects"].as_array().unwrap().clone())
 }
-
-const NO_HELM: &str = "skipped: helm not installed (pip install helm-python-sdk==0.2.2)";
 
 /// The agent's parts of one rendered chart.
 struct AgentChart {
@@ -251,7 +234,7 @@ fn value_sets() -> Vec<Value> {
 fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
     for values in value_sets() {
         let Some(objects) = render(&values) else {
-            println!("{NO_HELM}");
+            println!("skipped: {NO_HELM}");
             return;
         };
         let chart = AgentChart::of(&objects);
@@ -373,18 +356,13 @@ fn the_chart_refuses_settings_the_agent_would() {
         ),
         (json!({"image": {"tag": "../x"}}), "image.tag"),
     ] {
-        let output = Command::new("python3")
-            .arg(repo().join("plugin/tests/helm_check.py"))
-            .arg(repo().join("deploy/helm/tessera"))
-            .arg(values.to_string())
-            .output()
-            .unwrap();
-        if output.status.code() == Some(3) {
-            println!("{NO_HELM}");
+        let Ok(rendered) = helm::render(&values) else {
+            println!("skipped: {NO_HELM}");
             return;
-        }
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{values} rendered");
+        };
+        let Err(stderr) = rendered else {
+            panic!("{values} rendered");
+        };
         assert!(stderr.contains(named), "{values}: {stderr}");
     }
 }
@@ -396,7 +374,7 @@ fn the_chart_refuses_settings_the_agent_would() {
 #[test]
 fn the_probes_ask_paths_the_running_agent_answers() {
     let Some(objects) = render(&json!({})) else {
-        println!("{NO_HELM}");
+        println!("skipped: {NO_HELM}");
         return;
     };
     let chart = AgentChart::of(&objects);
@@ -455,7 +433,7 @@ fn install(chart: &AgentChart, library: &Path, preload_dir: &Path, version: &str
 #[test]
 fn the_init_step_installs_the_library_where_the_device_plugin_mounts_it_and_never_replaces_it() {
     let Some(objects) = render(&json!({})) else {
-        println!("{NO_HELM}");
+        println!("skipped: {NO_HELM}");
         return;
     };
     let chart = AgentChart::of(&objects);

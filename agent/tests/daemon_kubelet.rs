@@ -34,6 +34,17 @@ fn config(node: &Node) -> std::path::PathBuf {
     path
 }
 
+/// A kubeconfig naming an API server that is not there.
+fn absent_api_server(node: &Node) -> std::path::PathBuf {
+    let kubeconfig = node.dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:9\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: x\n",
+    )
+    .unwrap();
+    kubeconfig
+}
+
 #[test]
 fn enabled_without_node_name_is_refused_naming_it() {
     let node = Node::small();
@@ -61,12 +72,7 @@ fn run_serves_the_plugin_gates_readyz_and_removes_its_socket_on_sigterm() {
     let root = node.dir.path().join("containers");
     // An API server that is not there: the client is built at start, used
     // at Allocate.
-    let kubeconfig = node.dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:9\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n    namespace: default\ncurrent-context: x\n",
-    )
-    .unwrap();
+    let kubeconfig = absent_api_server(&node);
     let mut c = node.command(&agent_bin());
     c.env_remove("TESSERA_NVML_LIB")
         .env_remove("RUST_LOG")
@@ -167,4 +173,56 @@ fn run_serves_the_plugin_gates_readyz_and_removes_its_socket_on_sigterm() {
         assert!(plugins.join("kubelet.sock").exists());
         kubelet.stop().await;
     });
+}
+
+/// Without NVML, the control loop, the device plugin and the telemetry
+/// writer wait on one loader: the library is tried once per
+/// `nvml_retry_ms` whoever asks (counted by the dynamic loader itself,
+/// `LD_DEBUG=files`, one `file=` line per `dlopen` of it), and the failure
+/// is logged once, not once per part and retry.
+#[test]
+fn without_nvml_the_loop_plugin_and_telemetry_share_one_retry() {
+    const MISSING: &str = "/nonexistent/tessera-test/libnvidia-ml.so.1";
+    const RETRY_MS: u64 = 250;
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let kubeconfig = absent_api_server(&node);
+    let config = config(&node);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("nvml_retry_ms = {RETRY_MS}\n{text}")).unwrap();
+    let mut c = node.command(&agent_bin());
+    c.env_remove("TESSERA_NVML_LIB")
+        .env_remove("RUST_LOG")
+        .env("LD_DEBUG", "files")
+        .env("NODE_NAME", "gpu-node-7")
+        .env("KUBECONFIG", &kubeconfig)
+        .args(["--nvml-lib", MISSING])
+        .args(["run", "--listen", "127.0.0.1:0", "--root"])
+        .arg(&root)
+        .arg("--config")
+        .arg(&config);
+    let started = Instant::now();
+    let mut agent = Agent::spawn(c);
+    std::thread::sleep(Duration::from_secs(3));
+    let status = agent.signal_and_wait(libc::SIGTERM);
+    let ran = started.elapsed();
+    assert_eq!(status.code(), Some(0), "{status:?}; log {:?}", agent.log());
+    let log = agent.log();
+    let tries = log
+        .iter()
+        .filter(|l| l.contains(&format!("file={MISSING}")))
+        .count() as u128;
+    // One try at start, then one per interval at most.
+    let most = ran.as_millis() / u128::from(RETRY_MS) + 1;
+    println!("figure: {tries} tries of NVML in {ran:?} (retry {RETRY_MS} ms)");
+    assert!(
+        (2..=most).contains(&tries),
+        "{tries} tries of NVML in {ran:?} at one per {RETRY_MS} ms (at most {most})"
+    );
+    let warned: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("NVML unavailable"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(warned[0].contains(MISSING), "{}", warned[0]);
 }

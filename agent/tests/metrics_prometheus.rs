@@ -17,8 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use metrics_support::{MIB_F, NOT_INSTALLED, Prometheus, Scene, on_path, sample_value};
+use metrics_support::{MIB_F, Prometheus, Scene, sample_value};
 use serde_json::Value;
+use tessera_testkit::programs::on_path;
+use tessera_testkit::promtool::NOT_INSTALLED;
 
 /// Series that exist only while the agent's eBPF observer runs.
 const EBPF_SERIES: [&str; 4] = [
@@ -172,7 +174,7 @@ fn the_dashboard_is_valid_grafana_json() {
 #[test]
 fn prometheus_scrapes_per_pod_series_and_every_dashboard_query_has_data() {
     let Some(bin) = on_path("prometheus") else {
-        println!("{NOT_INSTALLED}");
+        println!("skipped: {NOT_INSTALLED}");
         return;
     };
     let scene = Scene::start();

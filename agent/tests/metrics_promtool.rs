@@ -11,11 +11,11 @@ mod daemon_support;
 mod metrics_support;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use daemon_support::{container_ok, wait_for};
-use metrics_support::{NOT_INSTALLED, Scene, on_path};
+use metrics_support::Scene;
+use tessera_testkit::promtool::Promtool;
 
 /// Every sample of `name` whose line contains each of `parts`.
 fn samples(text: &str, name: &str, parts: &[&str]) -> Vec<f64> {
@@ -34,10 +34,7 @@ fn metrics(scene: &Scene) -> String {
 
 #[test]
 fn promtool_accepts_the_agents_real_output() {
-    let Some(promtool) = on_path("promtool") else {
-        println!("{NOT_INSTALLED}");
-        return;
-    };
+    let promtool = tessera_testkit::or_skip!(Promtool::find());
     let scene = Scene::start();
     // Wait until the busy container has launched and been throttled.
     let text = wait_for(Duration::from_secs(30), || {
@@ -50,30 +47,13 @@ fn promtool_accepts_the_agents_real_output() {
         (throttled.iter().any(|&v| v > 0.0)).then_some(t)
     })
     .unwrap_or_else(|| panic!("no throttling seen: {}", metrics(&scene)));
-    let mut child = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let checked = promtool.check_metrics(&text);
     // promtool exits 0 only without lint problems; its findings go to
     // stderr. Both must be clean.
     assert!(
-        out.status.success() && said.trim().is_empty(),
-        "promtool: {said}\n{text}"
+        checked.success && checked.said.trim().is_empty(),
+        "promtool: {}\n{text}",
+        checked.said
     );
     // The output it checked holds the series the tests and the dashboard
     // rely on, for both pods.

@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
-use kube::client::Body;
+use http::{Method, StatusCode};
 use tessera_agent::containers::Metadata;
 use tessera_agent::containers::meta::{GpuGrant, META_VERSION};
 use tessera_agent::control::Mode;
@@ -19,11 +17,9 @@ use tessera_agent::gpu::{Health as GpuHealth, Inventory, InventoryGpu};
 use tessera_agent::policy::{Action, Effective};
 use tessera_agent::telemetry::{self, Settings, TelemetryFile};
 use tessera_api::gpunode::{ComputeMode, GpuNode, Health};
+use tessera_testkit::apiserver::{self, Call, Handle, Reply};
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
-type Reply = tower_test::mock::SendResponse<Response<Body>>;
 
 const NODE: &str = "gpu-node-1";
 const PATH: &str = "/apis/tessera.dev/v1alpha1/gpunodes";
@@ -128,8 +124,7 @@ struct Fake {
 }
 
 fn start(interval_ms: u64, heartbeat_ms: u64) -> Fake {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, handle) = apiserver::pair();
     let status = Arc::new(Status::new(Duration::from_secs(5)));
     status.tick_done(view(1, vec![pod("a", 20_000, 30)], 5000, 41.0));
     let settings = Settings::new(&TelemetryFile {
@@ -183,12 +178,7 @@ impl Seen {
     }
 
     fn respond(self, code: StatusCode, body: serde_json::Value) {
-        let r = Response::builder()
-            .status(code)
-            .header("content-type", "application/json")
-            .body(Body::from(serde_json::to_vec(&body).expect("json")))
-            .expect("response");
-        self.reply.send_response(r);
+        self.reply.send_response(apiserver::json(code, &body));
     }
 
     /// The object as the API server would return it after this request.
@@ -201,15 +191,15 @@ impl Seen {
     }
 
     fn fail(self, code: u16, reason: &str) {
-        let status = serde_json::json!({
-            "kind": "Status", "apiVersion": "v1", "metadata": {},
-            "status": "Failure",
-            "message": format!("gpunodes.tessera.dev \"{NODE}\": {reason}"),
-            "reason": reason,
-            "details": {"name": NODE, "group": "tessera.dev", "kind": "gpunodes"},
-            "code": code,
-        });
-        self.respond(StatusCode::from_u16(code).expect("status code"), status);
+        let code = StatusCode::from_u16(code).expect("status code");
+        let mut status = apiserver::status_object(
+            code,
+            reason,
+            &format!("gpunodes.tessera.dev \"{NODE}\": {reason}"),
+        );
+        status["details"] =
+            serde_json::json!({"name": NODE, "group": "tessera.dev", "kind": "gpunodes"});
+        self.respond(code, status);
     }
 }
 
@@ -217,31 +207,14 @@ impl Fake {
     async fn next(&mut self) -> Seen {
         let (req, reply) = self.handle.next_request().await.expect("a request");
         let at = self.t0.elapsed();
-        let (parts, body) = req.into_parts();
-        let body = body
-            .collect()
-            .await
-            .expect("request body")
-            .to_bytes()
-            .to_vec();
+        let call = Call::read(req).await;
         Seen {
             at,
-            method: parts.method,
-            path: parts.uri.path().to_owned(),
-            query: parts
-                .uri
-                .query()
-                .unwrap_or("")
-                .split('&')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            content_type: parts
-                .headers
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            body,
+            query: call.query_pairs(),
+            method: call.method,
+            path: call.path,
+            content_type: call.content_type,
+            body: call.body,
             reply,
         }
     }
@@ -466,8 +439,7 @@ async fn api_errors_are_retried_with_backoff_and_a_deleted_object_is_recreated()
 
 #[tokio::test(start_paused = true)]
 async fn nothing_is_written_before_the_first_period_or_when_disabled() {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, mut handle) = apiserver::pair();
     let status = Arc::new(Status::new(Duration::from_secs(5)));
     let (stop, mut rx) = watch::channel(false);
     let task = telemetry::spawn(
@@ -518,8 +490,7 @@ fn a_bad_node_name_is_refused() {
         .build()
         .expect("runtime");
     let _guard = rt.enter();
-    let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "default");
+    let (client, _handle) = apiserver::pair();
     let e = telemetry::spawn(
         Settings::default(),
         "Node_1".into(),

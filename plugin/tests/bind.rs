@@ -9,19 +9,17 @@
 )]
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt as _;
-use kube::client::Body;
+use http::StatusCode;
 use serde_json::{Value, json};
 use tessera_api::assignment::{ASSIGNMENT, Assignment};
 use tessera_scheduler::bind::reserve::Reservations;
 use tessera_scheduler::bind::{BindError, Binder};
 use tessera_scheduler::extender::{ClusterView, ExtenderBindingArgs, GpuView, NodeView};
 use tessera_scheduler::server::{AppState, Routes, dispatch};
+use tessera_testkit::apiserver::Pods;
+use tessera_testkit::promtool::Promtool;
 
 const NODE: &str = "gpu-node-1";
 
@@ -76,195 +74,6 @@ fn args(name: &str) -> ExtenderBindingArgs {
     }
 }
 
-#[derive(Debug, Default)]
-struct State {
-    pods: BTreeMap<String, Value>,
-    rv: u64,
-    /// Patches still to refuse with 409 (the pod changing under them).
-    conflicts: u32,
-    /// Pods whose next patch is refused with 409 once.
-    conflict_once: std::collections::BTreeSet<String>,
-    /// Bindings to refuse (500), by `namespace/name`.
-    refuse_binding: std::collections::BTreeSet<String>,
-    /// Patches to refuse (403) that set an assignment, by `namespace/name`.
-    refuse_patch: std::collections::BTreeSet<String>,
-    /// (method, path, body) of every request.
-    log: Vec<(String, String, Value)>,
-    unsupported: Vec<String>,
-}
-
-#[derive(Clone, Debug, Default)]
-struct FakeApi(Arc<Mutex<State>>);
-
-fn reply(code: StatusCode, v: &Value) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(Body::from(serde_json::to_vec(v).unwrap()))
-        .unwrap()
-}
-
-fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
-    reply(
-        code,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code.as_u16()}),
-    )
-}
-
-fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            let t = target.as_object_mut().unwrap();
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
-impl FakeApi {
-    fn start(pods: Vec<Value>) -> (Self, kube::Client) {
-        let api = Self::default();
-        for p in pods {
-            api.insert(p);
-        }
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let server = api.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let server = server.clone();
-                tokio::spawn(async move { send.send_response(server.answer(request).await) });
-            }
-        });
-        (api, kube::Client::new(service, "default"))
-    }
-
-    fn insert(&self, mut pod: Value) {
-        let mut s = self.0.lock().unwrap();
-        s.rv += 1;
-        pod["metadata"]["resourceVersion"] = json!(s.rv.to_string());
-        let key = format!(
-            "{}/{}",
-            pod["metadata"]["namespace"].as_str().unwrap(),
-            pod["metadata"]["name"].as_str().unwrap()
-        );
-        s.pods.insert(key, pod);
-    }
-
-    fn pod(&self, name: &str) -> Value {
-        self.0.lock().unwrap().pods[&format!("ml/{name}")].clone()
-    }
-
-    fn log(&self) -> Vec<(String, String, Value)> {
-        self.0.lock().unwrap().log.clone()
-    }
-
-    async fn answer(&self, request: Request<Body>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
-        let body = body.collect().await.unwrap().to_bytes();
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let path = parts.uri.path().to_owned();
-        let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let mut s = self.0.lock().unwrap();
-        s.log
-            .push((parts.method.to_string(), path.clone(), body.clone()));
-        match (&parts.method, seg.as_slice()) {
-            (&Method::GET, ["api", "v1", "pods"]) => {
-                let items: Vec<Value> = s.pods.values().cloned().collect();
-                reply(
-                    StatusCode::OK,
-                    &json!({"apiVersion": "v1", "kind": "PodList",
-                        "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
-                )
-            }
-            (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => {
-                match s.pods.get(&format!("{ns}/{name}")) {
-                    Some(p) => reply(StatusCode::OK, p),
-                    None => status(StatusCode::NOT_FOUND, "NotFound", "pod not found"),
-                }
-            }
-            (&Method::PATCH, ["api", "v1", "namespaces", ns, "pods", name]) => {
-                let key = format!("{ns}/{name}");
-                if s.refuse_patch.contains(&key)
-                    && !body["metadata"]["annotations"][ASSIGNMENT].is_null()
-                {
-                    return status(StatusCode::FORBIDDEN, "Forbidden", "pods is forbidden");
-                }
-                let once = s.conflict_once.remove(&key);
-                if once || s.conflicts > 0 {
-                    if !once {
-                        s.conflicts -= 1;
-                    }
-                    s.rv += 1;
-                    let rv = s.rv.to_string();
-                    if let Some(p) = s.pods.get_mut(&key) {
-                        p["metadata"]["resourceVersion"] = json!(rv);
-                    }
-                    return status(
-                        StatusCode::CONFLICT,
-                        "Conflict",
-                        "the object has been modified",
-                    );
-                }
-                s.rv += 1;
-                let rv = s.rv.to_string();
-                let Some(p) = s.pods.get_mut(&key) else {
-                    return status(StatusCode::NOT_FOUND, "NotFound", "pod not found");
-                };
-                let want = &body["metadata"]["resourceVersion"];
-                if !want.is_null() && *want != p["metadata"]["resourceVersion"] {
-                    return status(
-                        StatusCode::CONFLICT,
-                        "Conflict",
-                        "the object has been modified",
-                    );
-                }
-                merge(p, &body);
-                p["metadata"]["resourceVersion"] = json!(rv);
-                reply(StatusCode::OK, p)
-            }
-            (&Method::POST, ["api", "v1", "namespaces", ns, "pods", name, "binding"]) => {
-                s.rv += 1;
-                if s.refuse_binding.contains(&format!("{ns}/{name}")) {
-                    return status(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "InternalError",
-                        "etcd timed out",
-                    );
-                }
-                let Some(p) = s.pods.get_mut(&format!("{ns}/{name}")) else {
-                    return status(StatusCode::NOT_FOUND, "NotFound", "pod not found");
-                };
-                if !p["spec"]["nodeName"].is_null() {
-                    return status(StatusCode::CONFLICT, "Conflict", "pod is already assigned");
-                }
-                p["spec"]["nodeName"] = body["target"]["name"].clone();
-                reply(
-                    StatusCode::CREATED,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-                )
-            }
-            _ => {
-                s.unsupported.push(format!("{} {path}", parts.method));
-                status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "unsupported by the fake",
-                )
-            }
-        }
-    }
-}
-
 fn assignment_of(pod: &Value) -> Option<Assignment> {
     let text = pod["metadata"]["annotations"][ASSIGNMENT].as_str()?;
     Some(Assignment::parse(text).expect("the contract's parser accepts what bind wrote"))
@@ -272,12 +81,12 @@ fn assignment_of(pod: &Value) -> Option<Assignment> {
 
 #[tokio::test]
 async fn bind_writes_the_contracts_assignment_then_the_binding() {
-    let (api, client) = FakeApi::start(vec![pod("p", 4000, 30)]);
+    let (api, client) = Pods::start(vec![pod("p", 4000, 30)]);
     let binder = Binder::new(client, Reservations::default());
     let view = view(2, 10_000);
     binder.bind(&args("p"), &view).await.unwrap();
 
-    let stored = api.pod("p");
+    let stored = api.pod("ml/p");
     let a = assignment_of(&stored).expect("annotation written");
     assert_eq!(a.node, NODE);
     assert_eq!(a.containers.len(), 1);
@@ -318,27 +127,27 @@ async fn bind_writes_the_contracts_assignment_then_the_binding() {
 
 #[tokio::test]
 async fn a_conflict_rereads_the_pod_and_retries() {
-    let (api, client) = FakeApi::start(vec![pod("p", 4000, 30)]);
-    api.0.lock().unwrap().conflicts = 1;
+    let (api, client) = Pods::start(vec![pod("p", 4000, 30)]);
+    api.faults(|f| f.conflicts = 1);
     let binder = Binder::new(client, Reservations::default());
     binder.bind(&args("p"), &view(1, 10_000)).await.unwrap();
     let methods: Vec<String> = api.log().into_iter().map(|(m, _, _)| m).collect();
     assert_eq!(methods, ["GET", "PATCH", "GET", "PATCH", "POST"]);
-    assert!(assignment_of(&api.pod("p")).is_some());
+    assert!(assignment_of(&api.pod("ml/p")).is_some());
 
     // Conflicts without end: a clear refusal, nothing bound.
-    let (api, client) = FakeApi::start(vec![pod("q", 4000, 30)]);
-    api.0.lock().unwrap().conflicts = u32::MAX;
+    let (api, client) = Pods::start(vec![pod("q", 4000, 30)]);
+    api.faults(|f| f.conflicts = u32::MAX);
     let binder = Binder::new(client, Reservations::default());
     let e = binder.bind(&args("q"), &view(1, 10_000)).await.unwrap_err();
     assert!(matches!(e, BindError::Conflicts { .. }), "{e}");
     assert!(e.to_string().contains("ml/q"), "{e}");
-    assert!(api.pod("q")["spec"]["nodeName"].is_null());
+    assert!(api.pod("ml/q")["spec"]["nodeName"].is_null());
 }
 
 #[tokio::test]
 async fn a_pod_that_no_longer_fits_is_refused_and_writes_nothing() {
-    let (api, client) = FakeApi::start(vec![
+    let (api, client) = Pods::start(vec![
         pod("a", 6000, 10),
         pod("big", 6000, 10),
         pod("rest", 4000, 10),
@@ -355,10 +164,10 @@ async fn a_pod_that_no_longer_fits_is_refused_and_writes_nothing() {
         .map(|(m, _, _)| m.clone())
         .collect();
     assert_eq!(after, ["GET"], "nothing written for the refused pod");
-    assert!(assignment_of(&api.pod("big")).is_none());
+    assert!(assignment_of(&api.pod("ml/big")).is_none());
     // The refused pod holds nothing: exactly the rest still fits.
     binder.bind(&args("rest"), &view).await.unwrap();
-    assert!(assignment_of(&api.pod("rest")).is_some());
+    assert!(assignment_of(&api.pod("ml/rest")).is_some());
 }
 
 /// A bind whose Binding or whose write the API server refuses leaves
@@ -366,16 +175,16 @@ async fn a_pod_that_no_longer_fits_is_refused_and_writes_nothing() {
 /// reserved is free for the next pod (which takes exactly that room).
 #[tokio::test]
 async fn a_refused_binding_or_write_removes_the_assignment_and_frees_the_room() {
-    let (api, client) = FakeApi::start(vec![
+    let (api, client) = Pods::start(vec![
         pod("x", 6000, 60),
         pod("w", 6000, 60),
         pod("y", 6000, 60),
     ]);
-    {
-        let mut s = api.0.lock().unwrap();
-        s.refuse_binding.insert("ml/x".into());
-        s.refuse_patch.insert("ml/w".into());
-    }
+    api.faults(|f| {
+        f.refuse_binding
+            .insert("ml/x".into(), "etcd timed out".into());
+        f.refuse_annotation.insert("ml/w".into(), ASSIGNMENT.into());
+    });
     let binder = Binder::new(client, Reservations::default());
     let view = view(1, 10_000);
     let e = binder.bind(&args("x"), &view).await.unwrap_err();
@@ -385,19 +194,19 @@ async fn a_refused_binding_or_write_removes_the_assignment_and_frees_the_room() 
         "{}",
         e.full_message()
     );
-    let x = api.pod("x");
+    let x = api.pod("ml/x");
     assert!(assignment_of(&x).is_none(), "assignment removed: {x}");
     assert!(x["spec"]["nodeName"].is_null());
     let e = binder.bind(&args("w"), &view).await.unwrap_err();
     assert!(matches!(e, BindError::Patch { .. }), "{e}");
-    assert!(assignment_of(&api.pod("w")).is_none());
+    assert!(assignment_of(&api.pod("ml/w")).is_none());
     binder.bind(&args("y"), &view).await.unwrap();
-    assert!(assignment_of(&api.pod("y")).is_some());
+    assert!(assignment_of(&api.pod("ml/y")).is_some());
 }
 
 #[tokio::test]
 async fn pods_bound_before_a_restart_are_counted() {
-    let (api, client) = FakeApi::start(vec![pod("old", 7000, 50), pod("new", 7000, 50)]);
+    let (api, client) = Pods::start(vec![pod("old", 7000, 50), pod("new", 7000, 50)]);
     let view = view(1, 10_000);
     Binder::new(client.clone(), Reservations::default())
         .bind(&args("old"), &view)
@@ -413,7 +222,7 @@ async fn pods_bound_before_a_restart_are_counted() {
     assert_eq!(restarted.refresh(&view).await.unwrap(), 1);
     let e = restarted.bind(&args("new"), &view).await.unwrap_err();
     assert!(matches!(e, BindError::NoFit { .. }), "{e}");
-    assert!(assignment_of(&api.pod("new")).is_none());
+    assert!(assignment_of(&api.pod("ml/new")).is_none());
 }
 
 /// 200 pods bound at once against 4 GPUs, some of their writes refused
@@ -434,9 +243,8 @@ async fn two_hundred_concurrent_binds_never_over_commit_and_lose_nothing() {
             )
         })
         .collect();
-    let (api, client) = FakeApi::start(pods);
-    api.0.lock().unwrap().conflict_once =
-        (0..PODS).step_by(5).map(|i| format!("ml/p{i}")).collect();
+    let (api, client) = Pods::start(pods);
+    api.faults(|f| f.conflict_once = (0..PODS).step_by(5).map(|i| format!("ml/p{i}")).collect());
     let binder = Arc::new(Binder::new(client, Reservations::new(10)));
     let view = Arc::new(view(GPUS, MEM));
     let tasks: Vec<_> = (0..PODS)
@@ -449,7 +257,7 @@ async fn two_hundred_concurrent_binds_never_over_commit_and_lose_nothing() {
     let mut bound = 0;
     for (i, t) in tasks.into_iter().enumerate() {
         let result = t.await.unwrap();
-        let stored = api.pod(&format!("p{i}"));
+        let stored = api.pod(&format!("ml/p{i}"));
         match result {
             Ok(_) => {
                 bound += 1;
@@ -465,7 +273,7 @@ async fn two_hundred_concurrent_binds_never_over_commit_and_lose_nothing() {
     }
     let mut per_gpu = BTreeMap::<String, (u64, u32, u32)>::new();
     for i in 0..PODS {
-        let stored = api.pod(&format!("p{i}"));
+        let stored = api.pod(&format!("ml/p{i}"));
         let Some(a) = assignment_of(&stored) else {
             continue;
         };
@@ -489,13 +297,13 @@ async fn two_hundred_concurrent_binds_never_over_commit_and_lose_nothing() {
         refused.keys().all(|r| *r == "no_fit"),
         "refused only for lack of room: {refused:?}"
     );
-    assert!(api.0.lock().unwrap().unsupported.is_empty());
+    assert!(api.unsupported().is_empty(), "{:?}", api.unsupported());
     println!("bound {bound}, refused {refused:?}, per GPU {per_gpu:?}");
 }
 
 #[tokio::test]
 async fn metrics_pass_promtool_and_count_binds() {
-    let (_api, client) = FakeApi::start(vec![pod("p", 4000, 30), pod("huge", 40_000, 30)]);
+    let (_api, client) = Pods::start(vec![pod("p", 4000, 30), pod("huge", 40_000, 30)]);
     let state = AppState {
         view: view(2, 10_000).into(),
         binder: Some(Binder::new(client, Reservations::default())),
@@ -543,32 +351,7 @@ async fn metrics_pass_promtool_and_count_binds() {
     let hidden = dispatch(Routes::Webhook, "GET", "/metrics", b"", &state).await;
     assert_eq!(hidden.status, StatusCode::NOT_FOUND);
 
-    let Some(promtool) = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("promtool"))
-            .find(|p| p.is_file())
-    }) else {
-        println!("skipped: prometheus is not installed (cargo xtask setup installs it)");
-        return;
-    };
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let promtool = tessera_testkit::or_skip!(Promtool::find());
+    let checked = promtool.check_metrics(&text);
+    assert!(checked.success, "promtool: {}\n{text}", checked.said);
 }

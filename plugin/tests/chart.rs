@@ -4,7 +4,7 @@
 //! its Python binding (`pip install helm-python-sdk==0.2.2`), and check
 //! every rendered object against the Kubernetes 1.34 JSON schemas with
 //! `kubernetes-validate==1.34.1` (both installed by `cargo xtask setup`,
-//! both reached only through `helm_check.py`); without them they print
+//! both reached only through `tessera_testkit::helm`); without them they print
 //! "skipped: helm not installed" or "skipped: kubernetes-validate not
 //! installed" and pass (`cargo xtask test` fails on a skip under CI=true).
 //! The others always run.
@@ -21,6 +21,7 @@ use std::process::Command;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tessera_scheduler::{manifest, resources, webhook};
+use tessera_testkit::helm::{self, NO_HELM, NO_VALIDATE, render};
 
 #[allow(dead_code)] // not every test crate uses every helper
 mod support;
@@ -188,33 +189,15 @@ fn gpunode_printer_columns_point_into_the_schema() {
 }
 
 /// The chart's files as `helm package` archives them (path below the
-/// chart's folder → text); `None` when the Helm SDK is missing.
-fn packaged_chart() -> Option<BTreeMap<String, String>> {
-    let output = Command::new("python3")
-        .arg(repo().join("plugin/tests/helm_check.py"))
-        .arg("--package")
-        .arg(repo().join("deploy/helm/tessera"))
-        .output()
-        .ok()?;
-    if output.status.code() == Some(3) {
-        return None;
-    }
-    assert!(
-        output.status.success(),
-        "packaging the chart failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let files: BTreeMap<String, String> = serde_json::from_value(report["files"].clone()).unwrap();
-    Some(
-        files
-            .into_iter()
-            .map(|(path, text)| {
-                let (_chart, inside) = path.split_once('/').unwrap();
-                (inside.to_owned(), text)
-            })
-            .collect(),
-    )
+/// chart's folder → text); `Err(why)` when the Helm SDK is missing.
+fn packaged_chart() -> Result<BTreeMap<String, String>, String> {
+    Ok(helm::package()?
+        .into_iter()
+        .map(|(path, text)| {
+            let (_chart, inside) = path.split_once('/').unwrap();
+            (inside.to_owned(), text)
+        })
+        .collect())
 }
 
 /// What a user installs is the packaged chart, not the chart folder (whose
@@ -222,8 +205,8 @@ fn packaged_chart() -> Option<BTreeMap<String, String>> {
 /// CRDs of `deploy/crds`, byte for byte.
 #[test]
 fn the_chart_ships_the_same_crd() {
-    let Some(packaged) = packaged_chart() else {
-        println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+    let Ok(packaged) = packaged_chart() else {
+        println!("skipped: {NO_HELM}");
         return;
     };
     let shipped: BTreeMap<&str, &str> = packaged
@@ -285,28 +268,6 @@ fn the_example_policy_has_defaults_and_rules() {
             rule["name"]
         );
     }
-}
-
-/// Renders the chart with `values`; `None` when the Helm SDK is missing.
-fn render(values: &Value) -> Option<Result<Value, String>> {
-    let script = repo().join("plugin/tests/helm_check.py");
-    let chart = repo().join("deploy/helm/tessera");
-    let output = match Command::new("python3")
-        .arg(script)
-        .arg(chart)
-        .arg(values.to_string())
-        .output()
-    {
-        Ok(output) => output,
-        Err(_) => return None,
-    };
-    if output.status.code() == Some(3) {
-        return None;
-    }
-    if !output.status.success() {
-        return Some(Err(String::from_utf8_lossy(&output.stderr).into_owned()));
-    }
-    Some(Ok(serde_json::from_slice(&output.stdout).unwrap()))
 }
 
 struct Rendered {
@@ -421,8 +382,8 @@ fn the_extender_args_check_catches_flags_serve_does_not_take() {
 
 #[test]
 fn the_helm_chart_renders_and_lints() {
-    let Some(defaults) = render(&json!({})) else {
-        println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+    let Ok(defaults) = render(&json!({})) else {
+        println!("skipped: {NO_HELM}");
         return;
     };
     let report = defaults.unwrap();
@@ -532,8 +493,8 @@ fn scheduler_config(chart: &Rendered) -> Value {
 #[test]
 fn the_helm_chart_leaves_binding_to_kube_scheduler_only_when_asked() {
     let values = json!({"scheduler": {"extender": {"bind": false}}});
-    let Some(report) = render(&values) else {
-        println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+    let Ok(report) = render(&values) else {
+        println!("skipped: {NO_HELM}");
         return;
     };
     let chart = rendered(&report.unwrap());
@@ -545,7 +506,7 @@ fn the_helm_chart_leaves_binding_to_kube_scheduler_only_when_asked() {
 }
 
 fn skip_no_helm() {
-    println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+    println!("skipped: {NO_HELM}");
 }
 
 /// The extender container of the rendered scheduler Deployment.
@@ -632,7 +593,7 @@ fn assert_webhook_wired(chart: &Rendered) -> (String, String, String) {
 /// name, the name the API server checks.
 #[test]
 fn the_webhook_is_on_by_default_with_a_generated_certificate_that_serves() {
-    let Some(report) = render(&json!({})) else {
+    let Ok(report) = render(&json!({})) else {
         return skip_no_helm();
     };
     let chart = rendered(&report.unwrap());
@@ -679,7 +640,7 @@ fn the_webhook_is_on_by_default_with_a_generated_certificate_that_serves() {
 fn the_webhook_takes_an_operator_secret_or_cert_manager_or_can_be_off() {
     // The operator's own secret, signed by the CA they give.
     let values = json!({"webhook": {"tls": {"caBundle": "Q0E=", "secretName": "my-tls"}}});
-    let Some(report) = render(&values) else {
+    let Ok(report) = render(&values) else {
         return skip_no_helm();
     };
     let chart = rendered(&report.unwrap());
@@ -911,8 +872,8 @@ fn assert_agent_pod(pod: &Value) {
 /// nothing more (no wildcard, no secrets, no nodes, no events).
 #[test]
 fn the_agent_role_grants_what_the_agent_calls_and_no_more() {
-    let Some(report) = render(&json!({})) else {
-        println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+    let Ok(report) = render(&json!({})) else {
+        println!("skipped: {NO_HELM}");
         return;
     };
     let chart = rendered(&report.unwrap());
@@ -1002,16 +963,14 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
         }),
     ];
     for values in &value_sets {
-        let Some(report) = render(values) else {
-            println!("skipped: helm not installed (pip install helm-python-sdk==0.2.2)");
+        let Ok(report) = render(values) else {
+            println!("skipped: {NO_HELM}");
             return;
         };
         let report = report.unwrap();
         rendered(&report);
         let Some(errors) = schema_errors(&report) else {
-            println!(
-                "skipped: kubernetes-validate not installed (pip install kubernetes-validate==1.34.1)"
-            );
+            println!("skipped: {NO_VALIDATE}");
             return;
         };
         assert!(errors.is_empty(), "values {values}: {errors:#?}");

@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt as _;
+use http::{Method, Response, StatusCode};
 use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use serde_json::{Value, json};
@@ -23,6 +22,7 @@ use tessera_scheduler::bind::Binder;
 use tessera_scheduler::bind::reserve::Reservations;
 use tessera_scheduler::server::{AppState, Routes, Telemetry, dispatch};
 use tessera_scheduler::telemetry::{Cache, Staleness};
+use tessera_testkit::apiserver::{self, Call, Pods};
 
 const GPUNODES: &str = "/apis/tessera.dev/v1alpha1/gpunodes";
 
@@ -52,61 +52,50 @@ fn pod(name: &str, mem: u64) -> Value {
         "status": {"phase": "Pending"}})
 }
 
-#[derive(Debug, Default)]
-struct State {
-    rv: u64,
-    /// GpuNode events: (resourceVersion, type, object).
-    events: Vec<(u64, &'static str, Value)>,
-    pods: BTreeMap<String, Value>,
-    unsupported: Vec<String>,
-}
-
+/// GpuNodes published as a list and a watch (their own resourceVersion
+/// counter), and the pods `/bind` reads, patches and binds (the
+/// workspace's fake pods).
 #[derive(Clone, Debug, Default)]
-struct FakeApi(Arc<Mutex<State>>);
-
-fn reply(code: StatusCode, body: Vec<u8>) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap()
+struct FakeApi {
+    pods: Pods,
+    gpunodes: Arc<Mutex<GpuNodes>>,
 }
 
-fn json_reply(code: StatusCode, v: &Value) -> Response<Body> {
-    reply(code, serde_json::to_vec(v).unwrap())
+#[derive(Debug, Default)]
+struct GpuNodes {
+    /// The last resourceVersion.
+    rv: u64,
+    /// The events: (resourceVersion, type, object).
+    events: Vec<(u64, &'static str, Value)>,
 }
 
 impl FakeApi {
     fn start() -> (Self, kube::Client) {
         let api = Self::default();
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let server = api.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let server = server.clone();
-                tokio::spawn(async move { send.send_response(server.answer(request).await) });
-            }
+        let client = apiserver::serve(move |call| {
+            let server = server.clone();
+            async move { server.answer(call).await }
         });
-        (api, kube::Client::new(service, "default"))
+        (api, client)
     }
 
     /// Publishes a GpuNode as added or modified.
     fn publish(&self, kind: &'static str, mut node: Value) {
-        let mut s = self.0.lock().unwrap();
+        let mut s = self.gpunodes.lock().unwrap();
         s.rv += 1;
-        node["metadata"]["resourceVersion"] = json!(s.rv.to_string());
         let rv = s.rv;
+        node["metadata"]["resourceVersion"] = json!(rv.to_string());
         s.events.push((rv, kind, node));
     }
 
     fn add_pod(&self, pod: Value) {
-        let key = format!("ml/{}", pod["metadata"]["name"].as_str().unwrap());
-        self.0.lock().unwrap().pods.insert(key, pod);
+        self.pods.insert(pod);
     }
 
     /// The nodes as they stand, and the resourceVersion of that list.
     fn current(&self) -> (Vec<Value>, u64) {
-        let s = self.0.lock().unwrap();
+        let s = self.gpunodes.lock().unwrap();
         let mut nodes: BTreeMap<String, Value> = BTreeMap::new();
         for (_, _, n) in &s.events {
             nodes.insert(
@@ -117,71 +106,20 @@ impl FakeApi {
         (nodes.into_values().collect(), s.rv)
     }
 
-    async fn answer(&self, request: Request<Body>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
-        let body = body.collect().await.unwrap().to_bytes();
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let path = parts.uri.path().to_owned();
-        let query = parts.uri.query().unwrap_or("").to_owned();
-        if parts.method == Method::GET && path == GPUNODES {
-            return self.gpunodes(&query).await;
+    async fn answer(&self, call: Call) -> Response<Body> {
+        if call.method == Method::GET && call.path == GPUNODES {
+            return self.list_or_watch(&call.query).await;
         }
-        let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let mut s = self.0.lock().unwrap();
-        match (&parts.method, seg.as_slice()) {
-            (&Method::GET, ["api", "v1", "pods"]) => {
-                let items: Vec<Value> = s.pods.values().cloned().collect();
-                json_reply(
-                    StatusCode::OK,
-                    &json!({"apiVersion": "v1", "kind": "PodList",
-                        "metadata": {"resourceVersion": "1"}, "items": items}),
-                )
-            }
-            (&Method::GET, ["api", "v1", "namespaces", ns, "pods", name]) => {
-                match s.pods.get(&format!("{ns}/{name}")) {
-                    Some(p) => json_reply(StatusCode::OK, p),
-                    None => json_reply(
-                        StatusCode::NOT_FOUND,
-                        &json!({"kind": "Status",
-                        "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
-                    ),
-                }
-            }
-            (&Method::PATCH, ["api", "v1", "namespaces", ns, "pods", name]) => {
-                let p = s.pods.get_mut(&format!("{ns}/{name}")).unwrap();
-                for (k, v) in body["metadata"]["annotations"].as_object().unwrap() {
-                    p["metadata"]["annotations"][k] = v.clone();
-                }
-                json_reply(StatusCode::OK, p)
-            }
-            (&Method::POST, ["api", "v1", "namespaces", ns, "pods", name, "binding"]) => {
-                let p = s.pods.get_mut(&format!("{ns}/{name}")).unwrap();
-                p["spec"]["nodeName"] = body["target"]["name"].clone();
-                json_reply(
-                    StatusCode::CREATED,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                        "status": "Success", "code": 201}),
-                )
-            }
-            _ => {
-                s.unsupported
-                    .push(format!("{} {path}?{query}", parts.method));
-                json_reply(
-                    StatusCode::BAD_REQUEST,
-                    &json!({"kind": "Status",
-                    "apiVersion": "v1", "status": "Failure", "reason": "BadRequest", "code": 400}),
-                )
-            }
-        }
+        self.pods.answer(&call)
     }
 
     /// A list, or a watch answered with the events after its
     /// resourceVersion (waiting up to a second for one, then ending the
     /// stream so the watcher asks again).
-    async fn gpunodes(&self, query: &str) -> Response<Body> {
+    async fn list_or_watch(&self, query: &str) -> Response<Body> {
         if !query.contains("watch=true") {
             let (items, rv) = self.current();
-            return json_reply(
+            return apiserver::json(
                 StatusCode::OK,
                 &json!({"apiVersion": "tessera.dev/v1alpha1", "kind": "GpuNodeList",
                     "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
@@ -195,7 +133,7 @@ impl FakeApi {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
         loop {
             let lines: Vec<u8> = {
-                let s = self.0.lock().unwrap();
+                let s = self.gpunodes.lock().unwrap();
                 s.events
                     .iter()
                     .filter(|(rv, _, _)| *rv > since)
@@ -208,7 +146,7 @@ impl FakeApi {
                     .collect()
             };
             if !lines.is_empty() || tokio::time::Instant::now() > deadline {
-                return reply(StatusCode::OK, lines);
+                return apiserver::bytes(StatusCode::OK, lines);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -306,8 +244,12 @@ async fn filter_answers_from_the_watched_gpunodes_and_drops_them_when_stale() {
         refused["Error"].as_str().unwrap().contains("gpu-a"),
         "{refused}"
     );
-    assert!(api.0.lock().unwrap().pods["ml/p"]["spec"]["nodeName"].is_null());
-    assert!(api.0.lock().unwrap().unsupported.is_empty());
+    assert!(api.pods.pod("ml/p")["spec"]["nodeName"].is_null());
+    assert!(
+        api.pods.unsupported().is_empty(),
+        "{:?}",
+        api.pods.unsupported()
+    );
 }
 
 #[tokio::test]
@@ -323,10 +265,7 @@ async fn filter_counts_what_bind_reserved_before_telemetry_shows_it() {
     assert_eq!(before["NodeNames"], json!(["gpu-a", "gpu-b"]), "{before}");
     // 8000 of gpu-a's 10000 MiB bound; its GpuNode is not updated.
     assert_eq!(bind(&state, "big", "gpu-a").await["Error"], "");
-    assert_eq!(
-        api.0.lock().unwrap().pods["ml/big"]["spec"]["nodeName"],
-        "gpu-a"
-    );
+    assert_eq!(api.pods.pod("ml/big")["spec"]["nodeName"], "gpu-a");
     let after = filter(&state, &next, &["gpu-a", "gpu-b"]).await;
     assert_eq!(after["NodeNames"], json!(["gpu-b"]), "{after}");
     let reason = after["FailedNodes"]["gpu-a"]
@@ -352,7 +291,11 @@ async fn filter_counts_what_bind_reserved_before_telemetry_shows_it() {
             .unwrap()
     };
     assert!(score("gpu-a") < score("gpu-b"), "{scores}");
-    assert!(api.0.lock().unwrap().unsupported.is_empty());
+    assert!(
+        api.pods.unsupported().is_empty(),
+        "{:?}",
+        api.pods.unsupported()
+    );
 }
 
 #[tokio::test]
@@ -371,5 +314,9 @@ async fn filter_refuses_a_gpu_out_of_share_slots() {
             || r["FailedAndUnresolvableNodes"]["gpu-a"].is_string(),
         "{r}"
     );
-    assert!(api.0.lock().unwrap().unsupported.is_empty());
+    assert!(
+        api.pods.unsupported().is_empty(),
+        "{:?}",
+        api.pods.unsupported()
+    );
 }

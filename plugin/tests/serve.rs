@@ -115,13 +115,21 @@ fn serve_refuses_a_bad_node_file() {
 
 /// `serve` started with `args`, and the address it reports listening on.
 fn start_serve(args: &[&str]) -> (std::process::Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
+    start_serve_with(args, |_| {})
+}
+
+/// [`start_serve`] with `env` changing its command first (its environment).
+fn start_serve_with(
+    args: &[&str],
+    env: impl FnOnce(&mut Command),
+) -> (std::process::Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"));
+    command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(args)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .env("RUST_LOG", "info");
+    env(&mut command);
+    let mut child = command.stderr(Stdio::piped()).spawn().unwrap();
     let mut log = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     while !line.contains("serving") {
@@ -266,38 +274,10 @@ fn serve_without_a_node_file_filters_against_the_watched_gpunodes() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-scheduler"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--telemetry-max-age-s",
-            "300",
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut log = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("serving") {
-        line.clear();
-        assert!(
-            log.read_line(&mut line).unwrap() > 0,
-            "serve exited before listening"
-        );
-    }
-    std::thread::spawn(move || std::io::copy(&mut log, &mut std::io::sink()));
-    let addr = line
-        .split("listen=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let (mut child, addr) = start_serve_with(&["--telemetry-max-age-s", "300"], |c| {
+        c.env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST");
+    });
     let pod = json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]}});
     let request = json!({"Pod": pod, "NodeNames": ["live", "gone"]});

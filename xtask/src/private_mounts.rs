@@ -33,7 +33,7 @@ pub const HIDDEN: [&str; 3] = ["bpf", "tracefs", "debugfs"];
 /// The hidden subcommand's name.
 pub const SUBCOMMAND: &str = "in-private-mounts";
 
-const MOUNTINFO: &str = "/proc/self/mountinfo";
+const MOUNTINFO: &str = tessera_mountinfo::SELF;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -106,48 +106,16 @@ pub fn enter() -> Result<Vec<PathBuf>> {
 /// (`proc(5)`), deepest first and, at one mount point, the last mounted
 /// (the visible one) first.
 pub fn hidden_mounts(text: &str) -> Vec<PathBuf> {
-    let mut found: Vec<(usize, PathBuf)> = text
-        .lines()
+    let mut found: Vec<(usize, PathBuf)> = tessera_mountinfo::parse(text)
         .enumerate()
-        .filter_map(|(order, line)| {
-            // "<id> <parent> <dev> <root> <mount point> <options> [<optional>…]
-            //  - <type> <source> <super options>"
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            let fs_type = right.split_whitespace().next()?;
-            HIDDEN
-                .contains(&fs_type)
-                .then(|| (order, PathBuf::from(unescape(mount_point))))
-        })
+        .filter(|(_, m)| HIDDEN.contains(&m.fs_type.as_str()))
+        .map(|(order, m)| (order, m.mount_point))
         .collect();
     found.sort_by(|(a_order, a), (b_order, b)| {
         let depth = |p: &Path| p.components().count();
         depth(b).cmp(&depth(a)).then(b_order.cmp(a_order))
     });
     found.into_iter().map(|(_, p)| p).collect()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
-        match (bytes[i], octal) {
-            (b'\\', Some(b)) => {
-                out.push(b);
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

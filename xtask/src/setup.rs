@@ -131,7 +131,7 @@ pub fn run(args: &Args) -> Result<Tools> {
 /// Python packages the tests use, as (distribution, pinned version): the
 /// Helm 4 SDK, which renders and lints the chart, and kubernetes-validate,
 /// whose Kubernetes JSON schemas (1.34) every rendered object is checked
-/// against (`plugin/tests/helm_check.py`, used by `plugin/tests/chart.rs`
+/// against (`xtask/testkit/helm_check.py`, used by `plugin/tests/chart.rs`
 /// and `agent/tests/chart_agent.rs`).
 const PYTHON_PACKAGES: [(&str, &str); 2] = [
     ("helm-python-sdk", "0.2.2"),

@@ -66,13 +66,8 @@ pub fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Whether `program` is found on `PATH`.
-pub fn on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
+/// Where `program` is on `PATH`, if it is (the tests' lookup).
+pub use tessera_testkit::programs::on_path;
 
 /// Whether this process runs as root.
 pub fn is_root() -> bool {

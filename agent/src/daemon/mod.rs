@@ -12,10 +12,12 @@
 //! With `[kubelet] enabled = true` the device plugin ([`plugin`]) runs
 //! beside the loop, on the same runtime and stop signal: it removes its
 //! socket on the way out, and `/readyz` fails while it is not registered
-//! with kubelet.
+//! with kubelet. The loop, the device plugin and the telemetry writer
+//! share one NVML ([`nvml`]): one handle, one retry policy.
 
 pub mod ebpf;
 pub mod http;
+pub mod nvml;
 pub mod plugin;
 pub mod status;
 pub mod telemetry;
@@ -124,12 +126,14 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         status.require_device_plugin();
         let plugin = tokio::spawn(plugin::run(
             config.clone(),
+            agent.nvml(),
             client.clone(),
             status.clone(),
             stopped(stop_rx.clone()),
         ));
         let telemetry = tokio::spawn(telemetry::run(
             config.clone(),
+            agent.nvml(),
             client,
             status.clone(),
             stop_rx.clone(),

@@ -1,15 +1,16 @@
 //! The device plugin inside `tessera-agent run` (`[kubelet] enabled =
-//! true`): NVML is loaded (retried every `nvml_retry_ms` until it works),
-//! then [`crate::kubelet::serve`] runs until the daemon stops, its
-//! registration state feeding `/readyz`.
+//! true`): once the daemon's NVML is loaded ([`super::nvml`], retried
+//! every `nvml_retry_ms` until it works), [`crate::kubelet::serve`] runs
+//! on that handle until the daemon stops, its registration state feeding
+//! `/readyz`.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::nvml::SharedNvml;
 use super::status::Status;
 use crate::config::Config;
-use crate::gpu::NvmlBackend;
 use crate::kubelet::{AllocateSetup, Wiring};
 
 /// Where the device nodes are on the host.
@@ -18,6 +19,7 @@ pub const DEV_DIR: &str = "/dev";
 /// Runs the device plugin until `stop` completes.
 pub async fn run(
     config: Config,
+    nvml: Arc<SharedNvml>,
     client: kube::Client,
     status: Arc<Status>,
     stop: impl std::future::Future<Output = ()>,
@@ -29,21 +31,11 @@ pub async fn run(
         tracing::error!("the device plugin has no node name; not started");
         return;
     };
-    let nvml = loop {
-        let lib = config.nvml_lib.clone();
-        match tokio::task::spawn_blocking(move || NvmlBackend::load(lib.as_os_str())).await {
-            Ok(Ok(n)) => break Arc::new(n),
-            Ok(Err(e)) => tracing::warn!(
-                error = %crate::error_chain::with_causes(&e),
-                retry_ms = config.nvml_retry.as_millis() as u64,
-                "device plugin: NVML unavailable"
-            ),
-            Err(e) => tracing::error!(error = %e, "device plugin: NVML load panicked"),
-        }
-        tokio::select! {
-            () = &mut stop => return,
-            () = tokio::time::sleep(config.nvml_retry) => {}
-        }
+    let Some(nvml) = nvml
+        .wait_for("device plugin", |n| Ok(n.clone()), &mut stop)
+        .await
+    else {
+        return;
     };
     let (tx, mut rx) = watch::channel(false);
     let feed = {

@@ -1,18 +1,21 @@
 //! The `GpuNode` status writer inside `tessera-agent run`: started with the
-//! device plugin (it needs the node's name and the API server), once NVML
-//! answers (the status carries the inventory: model, SM count, NUMA,
-//! NVLink), then [`crate::telemetry`] runs until the daemon stops.
+//! device plugin (it needs the node's name and the API server), once the
+//! daemon's NVML ([`super::nvml`]) answers with the inventory (the status
+//! carries it: model, SM count, NUMA, NVLink), then [`crate::telemetry`]
+//! runs until the daemon stops.
 
 use std::sync::Arc;
 
+use super::nvml::SharedNvml;
 use super::status::Status;
 use crate::config::Config;
-use crate::gpu::{Inventory, NvmlBackend};
+use crate::gpu::Inventory;
 
 /// Runs the writer until `stop` turns true (it is awaited twice: while
 /// NVML is retried, then by the writer).
 pub async fn run(
     config: Config,
+    nvml: Arc<SharedNvml>,
     client: kube::Client,
     status: Arc<Status>,
     stop: tokio::sync::watch::Receiver<bool>,
@@ -23,25 +26,13 @@ pub async fn run(
         return;
     };
     let mut stop_seen = stop.clone();
-    let inventory = loop {
-        let lib = config.nvml_lib.clone();
-        let collected = tokio::task::spawn_blocking(move || {
-            NvmlBackend::load(lib.as_os_str()).and_then(|n| Inventory::collect(&n))
+    let inventory = nvml
+        .wait_for("telemetry", |n| Inventory::collect(&**n), async move {
+            let _ = stop_seen.wait_for(|s| *s).await;
         })
         .await;
-        match collected {
-            Ok(Ok(i)) => break i,
-            Ok(Err(e)) => tracing::warn!(
-                error = %crate::error_chain::with_causes(&e),
-                retry_ms = config.nvml_retry.as_millis() as u64,
-                "telemetry: NVML unavailable"
-            ),
-            Err(e) => tracing::error!(error = %e, "telemetry: NVML loading panicked"),
-        }
-        tokio::select! {
-            _ = stop_seen.wait_for(|s| *s) => return,
-            () = tokio::time::sleep(config.nvml_retry) => {}
-        }
+    let Some(inventory) = inventory else {
+        return;
     };
     let mut rx = stop;
     let stopped = async move {

@@ -34,19 +34,6 @@ control = "/dev/null"
 uvm = "/dev/zero"
 "#;
 
-/// The line a test prints when the Debian package is missing.
-pub const NOT_INSTALLED: &str =
-    "skipped: prometheus is not installed (cargo xtask setup installs it)";
-
-/// `name` on `PATH`.
-pub fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
 /// One container of the scene.
 pub struct Workload {
     pub id: &'static str,

@@ -12,34 +12,9 @@ use anyhow::{Context, Result, bail};
 /// `/sys/fs/cgroup` on unified hosts, `/sys/fs/cgroup/unified` on hybrid
 /// ones. The first `cgroup2` mount wins.
 pub(super) fn v2_root_in(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|line| {
-        // `id parent major:minor root mount-point options [optional…] - fstype …`
-        let (left, right) = line.split_once(" - ")?;
-        (right.split_whitespace().next()? == "cgroup2")
-            .then(|| left.split_whitespace().nth(4).map(unescape))?
-    })
-}
-
-/// Mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(field: &str) -> PathBuf {
-    let mut out = Vec::new();
-    let b = field.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && let Some(v) = b
-                .get(i + 1..i + 4)
-                .and_then(|o| std::str::from_utf8(o).ok())
-                .and_then(|o| u8::from_str_radix(o, 8).ok())
-        {
-            out.push(v);
-            i += 4;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    PathBuf::from(String::from_utf8_lossy(&out).into_owned())
+    tessera_mountinfo::parse(mountinfo)
+        .find(|m| m.fs_type == "cgroup2")
+        .map(|m| m.mount_point)
 }
 
 /// This run's cgroups.
@@ -52,8 +27,8 @@ pub(super) struct Cgroups {
 impl Cgroups {
     /// Creates the parent under the detected v2 root.
     pub(super) fn create() -> Result<Self> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-            .context("cannot read /proc/self/mountinfo")?;
+        let mountinfo = std::fs::read_to_string(tessera_mountinfo::SELF)
+            .with_context(|| format!("cannot read {}", tessera_mountinfo::SELF))?;
         let Some(root) = v2_root_in(&mountinfo) else {
             bail!("no cgroup2 file system is mounted");
         };

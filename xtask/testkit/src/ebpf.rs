@@ -29,13 +29,7 @@ pub fn not_root() -> Option<String> {
     (euid != 0).then(|| "not root".to_owned())
 }
 
-/// Where `program` is on `PATH`, if it is.
-pub fn on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
+pub use crate::programs::on_path;
 
 /// Why this machine cannot run privileged eBPF tests, if it cannot.
 pub fn skip_reason() -> Option<String> {

@@ -11,7 +11,14 @@
 //!   endpoint (also the demo's reader of the agent's view);
 //! - [`control`] (feature `agent`): closed-loop runs of the agent's compute
 //!   controller on the simulator, judged by the simulator's timeline (the
-//!   controller tests and the accuracy benchmark).
+//!   controller tests and the accuracy benchmark);
+//! - [`programs`]: finding a program on `PATH`;
+//! - [`promtool`]: `promtool check metrics`, the judge of `/metrics` texts;
+//! - [`helm`] (feature `helm`): the Helm chart rendered and packaged
+//!   through the Helm SDK, its objects checked against the Kubernetes
+//!   schemas;
+//! - [`apiserver`] (feature `apiserver`): a scripted fake Kubernetes API
+//!   server behind a real `kube::Client`, and its pods.
 //!
 //! The skip convention of the workspace: a test that cannot run prints one
 //! line containing `skipped: <reason>` and returns ([`skip_if!`],
@@ -23,11 +30,17 @@
     reason = "test helpers fail the calling test on purpose"
 )]
 
+#[cfg(feature = "apiserver")]
+pub mod apiserver;
 #[cfg(feature = "agent")]
 pub mod control;
 #[cfg(feature = "agent")]
 pub mod ebpf;
+#[cfg(feature = "helm")]
+pub mod helm;
 pub mod poll;
+pub mod programs;
+pub mod promtool;
 pub mod sim;
 
 /// Returns from the calling test, printing `skipped: <why>`, when `$why`

@@ -18,7 +18,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tessera_region::control::ControlSpec;
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw};
@@ -41,6 +42,7 @@ use crate::policy::{Policy, Reloader};
 use crate::watchdog::{Facts, GpuMemory, Watchdog};
 
 use super::ebpf::{DaemonEbpf, Member, Seen};
+use super::nvml::SharedNvml;
 
 use super::status::Status;
 use super::view::{
@@ -61,7 +63,7 @@ struct NodeGpu {
 
 /// NVML and the node's GPUs.
 struct Gpus {
-    backend: NvmlBackend,
+    backend: Arc<NvmlBackend>,
     gpus: Vec<NodeGpu>,
 }
 
@@ -97,13 +99,13 @@ struct Managed {
 /// The loop's state.
 pub struct Agent {
     store: Store,
-    nvml_lib: PathBuf,
-    nvml_retry: Duration,
+    /// The daemon's one NVML (shared with the device plugin and the
+    /// telemetry writer).
+    nvml: Arc<SharedNvml>,
     cgroup_root: Option<PathBuf>,
     proc_root: PathBuf,
     gpus: Option<Gpus>,
     nvml_error: String,
-    nvml_next_try: Instant,
     managed: HashMap<ContainerId, Managed>,
     /// Skipped entries already logged (name → reason), to log changes only.
     reported: BTreeMap<String, String>,
@@ -149,12 +151,10 @@ impl Agent {
         }
         Self {
             store: Store::new(&config.root),
-            nvml_lib: config.nvml_lib.clone(),
-            nvml_retry: config.nvml_retry,
+            nvml: Arc::new(SharedNvml::new(config.nvml_lib.clone(), config.nvml_retry)),
             proc_root: config.proc_root.clone(),
             gpus: None,
             nvml_error: "not initialised yet".to_owned(),
-            nvml_next_try: Instant::now(),
             managed: HashMap::new(),
             reported: BTreeMap::new(),
             periods: 0,
@@ -175,6 +175,11 @@ impl Agent {
     /// watchdog tests set one directly).
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
+    }
+
+    /// The loop's NVML, for the other parts of the daemon to share.
+    pub fn nvml(&self) -> Arc<SharedNvml> {
+        self.nvml.clone()
     }
 
     /// The store.

@@ -3,34 +3,41 @@
 
 use super::*;
 
+/// The GPUs NVML lists (those with a UUID the region spec can hold).
+fn node_gpus(backend: &NvmlBackend) -> Result<Vec<NodeGpu>, crate::gpu::GpuError> {
+    let mut gpus = Vec::new();
+    for index in 0..backend.device_count()? {
+        let d = backend.device(index)?;
+        if let Some(uuid) = tessera_region::spec::parse_uuid(&d.uuid) {
+            gpus.push(NodeGpu { index, uuid });
+        }
+    }
+    Ok(gpus)
+}
+
 impl Agent {
     pub(super) fn ensure_nvml(&mut self, status: &Status) {
-        if self.gpus.is_some() || Instant::now() < self.nvml_next_try {
+        if self.gpus.is_some() {
             return;
         }
-        self.nvml_next_try = Instant::now() + self.nvml_retry;
-        let loaded = NvmlBackend::load(self.nvml_lib.as_os_str()).and_then(|backend| {
-            let n = backend.device_count()?;
-            let mut gpus = Vec::new();
-            for index in 0..n {
-                let d = backend.device(index)?;
-                if let Some(uuid) = tessera_region::spec::parse_uuid(&d.uuid) {
-                    gpus.push(NodeGpu { index, uuid });
-                }
-            }
-            Ok(Gpus { backend, gpus })
-        });
-        match loaded {
+        // (message, whether to log it here: a load failure the shared
+        // loader has logged already).
+        let listed = match self.nvml.get() {
+            Err(e) => Err((with_causes(&*e), false)),
+            Ok(backend) => node_gpus(&backend)
+                .map(|gpus| Gpus { backend, gpus })
+                .map_err(|e| (with_causes(&e), true)),
+        };
+        match listed {
             Ok(g) => {
-                tracing::info!(gpus = g.gpus.len(), lib = %self.nvml_lib.display(), "NVML initialised");
+                tracing::info!(gpus = g.gpus.len(), "the node's GPUs listed");
                 self.gpus = Some(g);
                 self.nvml_error.clear();
                 status.set_nvml(Ok(()));
             }
-            Err(e) => {
-                let msg = with_causes(&e);
-                if msg != self.nvml_error {
-                    tracing::warn!(error = %msg, retry_ms = self.nvml_retry.as_millis() as u64, "NVML unavailable");
+            Err((msg, log)) => {
+                if log && msg != self.nvml_error {
+                    tracing::warn!(error = %msg, "NVML cannot list the node's GPUs");
                 }
                 self.nvml_error.clone_from(&msg);
                 status.set_nvml(Err(msg));

@@ -1,6 +1,9 @@
 //! The mounts of this process's mount namespace, from
 //! `/proc/self/mountinfo` (`proc(5)`): what is mounted where, and which
-//! part of its file system.
+//! part of its file system. The agent's (cgroup v2 root, bpffs and
+//! tracefs mounts) and xtask's (the tests' private mount namespace, the
+//! demo's cgroups) one reader of that table; std only, so that xtask can
+//! use it without building the agent.
 
 use std::path::PathBuf;
 
