@@ -348,4 +348,42 @@ mod tests {
         assert!(!t.contains("tessera_container_ioctls_total{"), "{t}");
         assert!(t.contains("tessera_container_warps_total{"), "{t}");
     }
+
+    #[test]
+    fn the_collector_gathers_what_the_scrape_writes_sorted_as_a_registry_would() {
+        let m = Metrics::new().unwrap();
+        // Ids out of order, pods in reverse: the text must still be sorted.
+        m.observe(view(vec![
+            container("c", 30, Some("a")),
+            container("a", 10, Some("c")),
+            container("b", 20, None),
+        ]));
+        let text = m.render().unwrap();
+        let inner = m.inner.lock().unwrap();
+        let c = ViewCollector::new(&inner.descs, inner.view.as_deref(), &inner.counters);
+        assert_eq!(
+            prometheus::core::Collector::desc(&c).len(),
+            ViewFamily::ALL.len()
+        );
+        let families = prometheus::core::Collector::collect(&c);
+        let gathered = TextEncoder::new().encode_to_string(&families).unwrap();
+        assert!(text.ends_with(&gathered), "{text}\n---\n{gathered}");
+        for mf in &families {
+            assert!(!mf.get_metric().is_empty(), "{}", mf.name());
+            let values: Vec<Vec<&str>> = mf
+                .get_metric()
+                .iter()
+                .map(|m| {
+                    let names: Vec<&str> = m.get_label().iter().map(|l| l.name()).collect();
+                    let mut sorted = names.clone();
+                    sorted.sort_unstable();
+                    assert_eq!(names, sorted, "{}", mf.name());
+                    m.get_label().iter().map(|l| l.value()).collect()
+                })
+                .collect();
+            let mut sorted = values.clone();
+            sorted.sort();
+            assert_eq!(values, sorted, "{}", mf.name());
+        }
+    }
 }
