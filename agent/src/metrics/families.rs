@@ -72,27 +72,28 @@ pub enum ViewFamily {
 }
 
 impl ViewFamily {
-    /// Every one, in the order `/metrics` writes them.
+    /// Every one, in the order `/metrics` writes them: by name, as a
+    /// registry gathers (after the agent's own `tessera_agent_*`).
     pub const ALL: [ViewFamily; 19] = [
-        ViewFamily::GpuMemoryUsed,
-        ViewFamily::GpuMemoryTotal,
-        ViewFamily::GpuSmUtilization,
-        ViewFamily::GpuUp,
-        ViewFamily::MemoryUsed,
-        ViewFamily::MemoryLimit,
-        ViewFamily::SmUtilization,
-        ViewFamily::SmTarget,
-        ViewFamily::SmCap,
-        ViewFamily::ControlError,
+        ViewFamily::Bypass,
+        ViewFamily::Opens,
+        ViewFamily::Enforcement,
+        ViewFamily::Ioctls,
         ViewFamily::LaunchRateLimit,
         ViewFamily::Launches,
-        ViewFamily::Warps,
-        ViewFamily::Throttled,
-        ViewFamily::Ioctls,
-        ViewFamily::Opens,
-        ViewFamily::Bypass,
-        ViewFamily::Enforcement,
+        ViewFamily::MemoryLimit,
+        ViewFamily::MemoryUsed,
         ViewFamily::Problems,
+        ViewFamily::SmCap,
+        ViewFamily::ControlError,
+        ViewFamily::SmTarget,
+        ViewFamily::SmUtilization,
+        ViewFamily::Throttled,
+        ViewFamily::Warps,
+        ViewFamily::GpuMemoryTotal,
+        ViewFamily::GpuMemoryUsed,
+        ViewFamily::GpuSmUtilization,
+        ViewFamily::GpuUp,
     ];
 
     /// Its name, help, type and label names (in the order the values are
@@ -328,6 +329,9 @@ mod tests {
     #[test]
     fn every_view_family_is_valid_and_container_series_lead_with_the_container_labels() {
         let mut names = std::collections::HashSet::new();
+        let order: Vec<&str> = ViewFamily::ALL.iter().map(|f| f.def().0).collect();
+        assert!(order.is_sorted(), "{order:?}");
+        assert!(order.iter().all(|n| *n > "tessera_agent_~"), "{order:?}");
         for f in ViewFamily::ALL {
             let (name, _, kind, labels) = f.def();
             f.desc().unwrap();

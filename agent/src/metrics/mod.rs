@@ -386,4 +386,39 @@ mod tests {
             assert_eq!(values, sorted, "{}", mf.name());
         }
     }
+
+    /// The text the former registry of labelled children wrote for this
+    /// view (`tests/fixtures/metrics_registry_golden.prom`, rendered by it
+    /// before it was replaced): the scrape-time families write the same
+    /// bytes — names, help, types, label order, series order, values.
+    #[test]
+    fn the_scrape_writes_what_the_registry_of_labelled_children_wrote() {
+        let m = Metrics::new().unwrap();
+        let mut a = container("c", 30, Some("a"));
+        a.gpus.push(GpuView {
+            uuid: "GPU-00000000-0000-0000-0000-000000000002".into(),
+            cap_percent: Some(30.0),
+            error_pp: Some(-1.5),
+            launch_rate: Some(77),
+            ebpf_used_bytes: Some(9),
+            ..GpuView::default()
+        });
+        let mut v = view(vec![
+            a,
+            container("a", 10, Some("c")),
+            container("b", 20, None),
+        ]);
+        v.devices = vec![crate::daemon::view::DeviceView {
+            index: 0,
+            uuid: GPU.into(),
+            memory_used_bytes: Some(5),
+            memory_total_bytes: Some(10),
+            sm_percent: Some(12.5),
+            healthy: true,
+        }];
+        m.observe(v.clone());
+        m.observe(v);
+        let golden = include_str!("../../tests/fixtures/metrics_registry_golden.prom");
+        assert_eq!(m.render().unwrap(), golden);
+    }
 }
