@@ -180,24 +180,31 @@ pub struct WriterLock {
 /// unchanged content.
 #[derive(Debug, Default)]
 pub struct MetaCache {
-    entries: std::collections::HashMap<PathBuf, (FileKey, std::sync::Arc<Metadata>)>,
+    /// By path: identity, parsed metadata, and the listing that last used
+    /// it (entries no listing used since are forgotten after it).
+    entries: std::collections::HashMap<PathBuf, (FileKey, std::sync::Arc<Metadata>, u64)>,
+    /// Listings so far.
+    listing: u64,
 }
 
 impl MetaCache {
     /// `path`'s metadata: the cached copy while the file's identity is the
     /// one it was read with, else read afresh (and cached if valid).
     fn read(&mut self, path: &Path) -> Result<(std::sync::Arc<Metadata>, FileKey), StoreError> {
+        let listing = self.listing;
         if let Ok(m) = std::fs::symlink_metadata(path)
             && m.is_file()
-            && let Some((key, meta)) = self.entries.get(path)
+            && let Some((key, meta, used)) = self.entries.get_mut(path)
             && *key == key_of(&m)
         {
+            *used = listing;
             return Ok((meta.clone(), *key));
         }
         match read_meta(path) {
             Ok((meta, key)) => {
                 let meta = std::sync::Arc::new(meta);
-                self.entries.insert(path.to_path_buf(), (key, meta.clone()));
+                self.entries
+                    .insert(path.to_path_buf(), (key, meta.clone(), listing));
                 Ok((meta, key))
             }
             Err(e) => {
@@ -207,9 +214,17 @@ impl MetaCache {
         }
     }
 
-    /// Forgets the files not in `keep`.
-    fn retain(&mut self, keep: &std::collections::HashSet<PathBuf>) {
-        self.entries.retain(|p, _| keep.contains(p));
+    /// Starts a listing: entries it does not read are forgotten by
+    /// [`Self::end_listing`].
+    fn start_listing(&mut self) {
+        self.listing += 1;
+    }
+
+    /// Forgets the files the listing just done did not read (their
+    /// containers are gone or unusable).
+    fn end_listing(&mut self) {
+        let listing = self.listing;
+        self.entries.retain(|_, (_, _, used)| *used == listing);
     }
 }
 
@@ -522,13 +537,9 @@ impl Store {
     /// [`Self::list`], parsing only the metadata files that changed since
     /// `cache` saw them (the daemon's period).
     pub fn list_cached(&self, cache: &mut MetaCache) -> Result<Listing, StoreError> {
+        cache.start_listing();
         let out = self.list_with(Some(cache))?;
-        let keep = out
-            .containers
-            .iter()
-            .map(|c| c.dir.join(META_FILE))
-            .collect();
-        cache.retain(&keep);
+        cache.end_listing();
         Ok(out)
     }
 
@@ -598,4 +609,85 @@ pub fn publish(dir: &Path, meta: &Metadata, _lock: &WriterLock) -> Result<(), St
 /// `dir/control` exists as a regular file (not a link).
 pub fn has_control(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir.join(CONTROL_FILE)).is_ok_and(|m| m.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::containers::meta::{GpuGrant, META_VERSION};
+
+    fn meta(target: u32) -> Metadata {
+        Metadata {
+            version: META_VERSION,
+            namespace: None,
+            pod: None,
+            container: None,
+            pod_uid: None,
+            cgroup: None,
+            sm_target: target,
+            mode: None,
+            priority: None,
+            labels: Default::default(),
+            fail_open: false,
+            gpus: vec![GpuGrant {
+                uuid: "GPU-5e1a0000-0000-4000-8000-000051510000".into(),
+                memory_limit_bytes: Some(1 << 30),
+                context_overhead_bytes: 0,
+            }],
+        }
+    }
+
+    fn targets(store: &Store, cache: &mut MetaCache) -> Vec<(String, u32)> {
+        let l = store.list_cached(cache).unwrap();
+        l.containers
+            .iter()
+            .map(|c| (c.id.to_string(), c.meta.sm_target))
+            .collect()
+    }
+
+    /// The cache never serves metadata that changed on disk (replaced,
+    /// rewritten in place, or of a container removed and made again), and
+    /// forgets the containers a listing no longer finds.
+    #[test]
+    fn the_metadata_cache_follows_the_files_and_forgets_gone_containers() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(root.path());
+        let mut cache = MetaCache::default();
+        let (a, b) = (
+            ContainerId::new("a").unwrap(),
+            ContainerId::new("b").unwrap(),
+        );
+        store.add(&a, &meta(10)).unwrap();
+        store.add(&b, &meta(20)).unwrap();
+        assert_eq!(
+            targets(&store, &mut cache),
+            [("a".into(), 10), ("b".into(), 20)]
+        );
+        assert_eq!(cache.entries.len(), 2);
+        // Replaced through the store (a rename).
+        store
+            .set(&a, |m| {
+                m.sm_target = 11;
+                Ok(())
+            })
+            .unwrap();
+        // Rewritten in place (same inode, another length).
+        let path = store.dir(&b).join(META_FILE);
+        let mut m = meta(20);
+        m.pod = Some("rewritten".into());
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        let l = store.list_cached(&mut cache).unwrap();
+        assert_eq!(l.containers[0].meta.sm_target, 11);
+        assert_eq!(l.containers[1].meta.pod.as_deref(), Some("rewritten"));
+        // Gone: forgotten by the next listing; made again: read afresh.
+        store.remove(&b).unwrap();
+        assert_eq!(targets(&store, &mut cache), [("a".into(), 11)]);
+        assert_eq!(cache.entries.len(), 1, "b's entry is forgotten");
+        store.add(&b, &meta(30)).unwrap();
+        assert_eq!(
+            targets(&store, &mut cache),
+            [("a".into(), 11), ("b".into(), 30)]
+        );
+        assert_eq!(cache.entries.len(), 2);
+    }
 }

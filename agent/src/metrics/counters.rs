@@ -6,7 +6,7 @@
 //! This runs every control period, so it allocates only for containers
 //! and GPUs it has not seen before.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::monotonic::Counter;
 use crate::daemon::view::{ContainerView, Reason, View};
@@ -26,22 +26,26 @@ pub struct GpuCounters {
 /// One container's counters.
 #[derive(Debug, Default)]
 pub struct ContainerCounters {
-    /// By GPU UUID.
-    pub gpus: HashMap<String, GpuCounters>,
+    /// By GPU UUID, in the order of the container's latest view.
+    gpus: Vec<(String, GpuCounters)>,
     /// NVIDIA ioctls (eBPF).
     pub ioctls: Counter,
     /// Device opens (eBPF).
     pub opens: Counter,
     /// Bypass events (eBPF).
     pub bypass: Counter,
-    /// Watchdog actions.
-    pub enforcement: BTreeMap<(Reason, Action), Counter>,
+    /// Watchdog actions, by [`Reason::ALL`] then [`Action::ALL`] index.
+    enforcement: [[Counter; Action::ALL.len()]; Reason::ALL.len()],
+    /// The update that last saw the container.
+    seen: u64,
 }
 
 /// Every counter of the agent.
 #[derive(Debug, Default)]
 pub struct Counters {
     containers: HashMap<String, ContainerCounters>,
+    /// Updates so far.
+    updates: u64,
     /// Policies loaded.
     pub policy_loads: Counter,
 }
@@ -49,17 +53,17 @@ pub struct Counters {
 impl Counters {
     /// Advances every counter from `view` and forgets what it lacks.
     pub fn update(&mut self, view: &View) {
-        let ids: HashSet<&str> = view.containers.iter().map(|c| c.id.as_str()).collect();
-        self.containers.retain(|id, _| ids.contains(id.as_str()));
+        self.updates += 1;
+        let now = self.updates;
         for c in &view.containers {
-            if !self.containers.contains_key(&c.id) {
-                self.containers
-                    .insert(c.id.clone(), ContainerCounters::default());
-            }
-            if let Some(cc) = self.containers.get_mut(&c.id) {
-                cc.update(c);
-            }
+            let cc = match self.containers.get_mut(c.id.as_str()) {
+                Some(cc) => cc,
+                None => self.containers.entry(c.id.clone()).or_default(),
+            };
+            cc.seen = now;
+            cc.update(c);
         }
+        self.containers.retain(|_, cc| cc.seen == now);
         self.policy_loads.advance(view.policy.loads);
     }
 
@@ -69,45 +73,63 @@ impl Counters {
     }
 }
 
+fn index<T: PartialEq>(all: &[T], x: &T) -> usize {
+    all.iter().position(|a| a == x).unwrap_or_default()
+}
+
 impl ContainerCounters {
     fn update(&mut self, c: &ContainerView) {
-        self.gpus
-            .retain(|uuid, _| c.gpus.iter().any(|g| &g.uuid == uuid));
-        for g in &c.gpus {
-            if !self.gpus.contains_key(&g.uuid) {
-                self.gpus.insert(g.uuid.clone(), GpuCounters::default());
-            }
-            if let Some(gc) = self.gpus.get_mut(&g.uuid) {
-                gc.launches.advance(g.launches);
-                gc.warps.advance(g.warps);
-                gc.throttled_ns.advance(g.throttled_ns);
-            }
+        // The same GPUs as last time (the steady state): advance in
+        // place; otherwise keep the GPUs still granted, in the new order.
+        let same = self.gpus.len() == c.gpus.len()
+            && self
+                .gpus
+                .iter()
+                .zip(&c.gpus)
+                .all(|((u, _), g)| *u == g.uuid);
+        if !same {
+            let mut old = std::mem::take(&mut self.gpus);
+            self.gpus = c
+                .gpus
+                .iter()
+                .map(|g| {
+                    let kept = old
+                        .iter()
+                        .position(|(u, _)| *u == g.uuid)
+                        .map(|i| old.swap_remove(i).1);
+                    (g.uuid.clone(), kept.unwrap_or_default())
+                })
+                .collect();
+        }
+        for ((_, gc), g) in self.gpus.iter_mut().zip(&c.gpus) {
+            gc.launches.advance(g.launches);
+            gc.warps.advance(g.warps);
+            gc.throttled_ns.advance(g.throttled_ns);
         }
         if let Some(e) = &c.ebpf {
             self.ioctls.advance(e.ioctls);
             self.opens.advance(e.opens);
             self.bypass.advance(e.bypass_events);
         }
-        for reason in Reason::ALL {
-            for action in Action::ALL {
-                let count = c
-                    .enforcement
-                    .actions
-                    .iter()
-                    .filter(|a| a.reason == reason && a.action == action)
-                    .fold(0u64, |s, a| s.saturating_add(a.count));
-                self.enforcement
-                    .entry((reason, action))
-                    .or_default()
-                    .advance(count);
+        let mut counts = [[0u64; Action::ALL.len()]; Reason::ALL.len()];
+        for a in &c.enforcement.actions {
+            let n = &mut counts[index(&Reason::ALL, &a.reason)][index(&Action::ALL, &a.action)];
+            *n = n.saturating_add(a.count);
+        }
+        for (row, counted) in self.enforcement.iter_mut().zip(counts) {
+            for (counter, count) in row.iter_mut().zip(counted) {
+                counter.advance(count);
             }
         }
     }
 
+    /// The counters of GPU `uuid` (`GPU-…`).
+    pub fn gpu(&self, uuid: &str) -> Option<&GpuCounters> {
+        self.gpus.iter().find(|(u, _)| u == uuid).map(|(_, g)| g)
+    }
+
     /// The total of one (reason, action).
     pub fn enforcement(&self, reason: Reason, action: Action) -> u64 {
-        self.enforcement
-            .get(&(reason, action))
-            .map_or(0, Counter::total)
+        self.enforcement[index(&Reason::ALL, &reason)][index(&Action::ALL, &action)].total()
     }
 }

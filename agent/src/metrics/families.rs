@@ -1,41 +1,244 @@
 //! Every series the agent exports: names, help, labels (one place).
 //! The README's "Metrics" table lists the same.
+//!
+//! Two kinds:
+//! - [`Families`]: the agent's own series (period histogram, health
+//!   gauges), a handful of unlabelled metrics kept in a `prometheus`
+//!   registry and advanced every period;
+//! - [`ViewFamily`]: the per-GPU and per-container series. No child of
+//!   them is kept between scrapes: each is built from the latest view
+//!   when `/metrics` is read ([`super::scrape`]), so the agent holds no
+//!   per-(container, GPU) metric objects and a gone container cannot
+//!   linger.
 
-use prometheus::{
-    CounterVec, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
-};
+use prometheus::core::Desc;
+use prometheus::proto::MetricType;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
 
 use super::MetricsError;
-use super::labels::names;
+use super::labels;
 
 /// Label names of a per-GPU series of the node.
 pub const GPU: [&str; 2] = ["gpu", "index"];
+/// Label names of a per-(container, GPU) series: [`labels::CONTAINER`]
+/// then `gpu`.
+pub const CG: [&str; 5] = ["namespace", "pod", "container", "id", "gpu"];
+/// [`CG`] then `source`.
+pub const CG_SOURCE: [&str; 6] = ["namespace", "pod", "container", "id", "gpu", "source"];
+/// [`labels::CONTAINER`] then `reason` and `action`.
+pub const C_REASON_ACTION: [&str; 6] = ["namespace", "pod", "container", "id", "reason", "action"];
 
-/// The metric families.
+/// A family built from the latest view at each scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewFamily {
+    /// `tessera_gpu_memory_used_bytes`.
+    GpuMemoryUsed,
+    /// `tessera_gpu_memory_total_bytes`.
+    GpuMemoryTotal,
+    /// `tessera_gpu_sm_utilization_ratio`.
+    GpuSmUtilization,
+    /// `tessera_gpu_up`.
+    GpuUp,
+    /// `tessera_container_memory_used_bytes`.
+    MemoryUsed,
+    /// `tessera_container_memory_limit_bytes`.
+    MemoryLimit,
+    /// `tessera_container_sm_utilization_ratio`.
+    SmUtilization,
+    /// `tessera_container_sm_target_ratio`.
+    SmTarget,
+    /// `tessera_container_sm_cap_ratio`.
+    SmCap,
+    /// `tessera_container_sm_control_error_ratio`.
+    ControlError,
+    /// `tessera_container_launch_rate_limit_warps_per_second`.
+    LaunchRateLimit,
+    /// `tessera_container_launches_total`.
+    Launches,
+    /// `tessera_container_warps_total`.
+    Warps,
+    /// `tessera_container_throttled_seconds_total`.
+    Throttled,
+    /// `tessera_container_ioctls_total`.
+    Ioctls,
+    /// `tessera_container_device_opens_total`.
+    Opens,
+    /// `tessera_container_bypass_events_total`.
+    Bypass,
+    /// `tessera_container_enforcement_actions_total`.
+    Enforcement,
+    /// `tessera_container_problems`.
+    Problems,
+}
+
+impl ViewFamily {
+    /// Every one, in the order `/metrics` writes them: by name, as a
+    /// registry gathers (after the agent's own `tessera_agent_*`).
+    pub const ALL: [ViewFamily; 19] = [
+        ViewFamily::Bypass,
+        ViewFamily::Opens,
+        ViewFamily::Enforcement,
+        ViewFamily::Ioctls,
+        ViewFamily::LaunchRateLimit,
+        ViewFamily::Launches,
+        ViewFamily::MemoryLimit,
+        ViewFamily::MemoryUsed,
+        ViewFamily::Problems,
+        ViewFamily::SmCap,
+        ViewFamily::ControlError,
+        ViewFamily::SmTarget,
+        ViewFamily::SmUtilization,
+        ViewFamily::Throttled,
+        ViewFamily::Warps,
+        ViewFamily::GpuMemoryTotal,
+        ViewFamily::GpuMemoryUsed,
+        ViewFamily::GpuSmUtilization,
+        ViewFamily::GpuUp,
+    ];
+
+    /// Its name, help, type and label names (in the order the values are
+    /// given).
+    pub fn def(
+        self,
+    ) -> (
+        &'static str,
+        &'static str,
+        MetricType,
+        &'static [&'static str],
+    ) {
+        match self {
+            Self::GpuMemoryUsed => (
+                "tessera_gpu_memory_used_bytes",
+                "Memory allocated on the GPU by all processes (NVML).",
+                MetricType::GAUGE,
+                &GPU,
+            ),
+            Self::GpuMemoryTotal => (
+                "tessera_gpu_memory_total_bytes",
+                "The GPU's framebuffer size (NVML).",
+                MetricType::GAUGE,
+                &GPU,
+            ),
+            Self::GpuSmUtilization => (
+                "tessera_gpu_sm_utilization_ratio",
+                "Fraction of the last period in which a kernel ran on the GPU (NVML process samples, 0-1).",
+                MetricType::GAUGE,
+                &GPU,
+            ),
+            Self::GpuUp => (
+                "tessera_gpu_up",
+                "1 when NVML answered for the GPU this period.",
+                MetricType::GAUGE,
+                &GPU,
+            ),
+            Self::MemoryUsed => (
+                "tessera_container_memory_used_bytes",
+                "GPU memory of the container by source: nvml (its processes as NVML reports them), preload (the interposer's accounting), ebpf (the observer's estimate from allocation ioctls).",
+                MetricType::GAUGE,
+                &CG_SOURCE,
+            ),
+            Self::MemoryLimit => (
+                "tessera_container_memory_limit_bytes",
+                "The container's memory limit on the GPU (absent: unlimited).",
+                MetricType::GAUGE,
+                &CG,
+            ),
+            Self::SmUtilization => (
+                "tessera_container_sm_utilization_ratio",
+                "Fraction of the GPU's time the container's kernels ran over the last period (NVML process samples, 0-1).",
+                MetricType::GAUGE,
+                &CG,
+            ),
+            Self::SmTarget => (
+                "tessera_container_sm_target_ratio",
+                "The container's SM target from its metadata (0-1).",
+                MetricType::GAUGE,
+                &CG,
+            ),
+            Self::SmCap => (
+                "tessera_container_sm_cap_ratio",
+                "The SM share the launch rate aims at: the target of a hard container, the allocation of an elastic one (0-1).",
+                MetricType::GAUGE,
+                &CG,
+            ),
+            Self::ControlError => (
+                "tessera_container_sm_control_error_ratio",
+                "Measured SM share minus the cap (0-1 scale; 0.01 is one percentage point).",
+                MetricType::GAUGE,
+                &CG,
+            ),
+            Self::LaunchRateLimit => (
+                "tessera_container_launch_rate_limit_warps_per_second",
+                "The launch rate written to the control region (absent: unlimited).",
+                MetricType::GAUGE,
+                &CG,
+            ),
+            Self::Launches => (
+                "tessera_container_launches_total",
+                "Kernel launches admitted by the interposer.",
+                MetricType::COUNTER,
+                &CG,
+            ),
+            Self::Warps => (
+                "tessera_container_warps_total",
+                "Warps admitted by the interposer's launch bucket.",
+                MetricType::COUNTER,
+                &CG,
+            ),
+            Self::Throttled => (
+                "tessera_container_throttled_seconds_total",
+                "Time the container's launches waited for the launch bucket.",
+                MetricType::COUNTER,
+                &CG,
+            ),
+            Self::Ioctls => (
+                "tessera_container_ioctls_total",
+                "NVIDIA ioctls issued by the container's processes (eBPF observer).",
+                MetricType::COUNTER,
+                &labels::CONTAINER,
+            ),
+            Self::Opens => (
+                "tessera_container_device_opens_total",
+                "Opens of GPU device nodes by the container's processes (eBPF observer).",
+                MetricType::COUNTER,
+                &labels::CONTAINER,
+            ),
+            Self::Bypass => (
+                "tessera_container_bypass_events_total",
+                "Processes of the container seen using the GPU without the interposer (eBPF observer).",
+                MetricType::COUNTER,
+                &labels::CONTAINER,
+            ),
+            Self::Enforcement => (
+                "tessera_container_enforcement_actions_total",
+                "Actions the watchdog took on the container, by reason and action.",
+                MetricType::COUNTER,
+                &C_REASON_ACTION,
+            ),
+            Self::Problems => (
+                "tessera_container_problems",
+                "Problems with the container in the last period (usage region unreadable, cgroup missing, control not written ...).",
+                MetricType::GAUGE,
+                &labels::CONTAINER,
+            ),
+        }
+    }
+
+    /// Its descriptor (validates the name and the label names).
+    pub fn desc(self) -> Result<Desc, MetricsError> {
+        let (name, help, _, labels) = self.def();
+        Desc::new(
+            name.to_owned(),
+            help.to_owned(),
+            labels.iter().map(|l| (*l).to_owned()).collect(),
+            std::collections::HashMap::new(),
+        )
+        .map_err(|source| MetricsError::Define { name, source })
+    }
+}
+
+/// The agent's own series, kept in the registry.
 pub struct Families {
-    pub gpu_memory_used: IntGaugeVec,
-    pub gpu_memory_total: IntGaugeVec,
-    pub gpu_sm_utilization: GaugeVec,
-    pub gpu_up: IntGaugeVec,
-
-    pub memory_used: IntGaugeVec,
-    pub memory_limit: IntGaugeVec,
-    pub sm_utilization: GaugeVec,
-    pub sm_target: GaugeVec,
-    pub sm_cap: GaugeVec,
-    pub control_error: GaugeVec,
-    pub launch_rate_limit: IntGaugeVec,
-    pub launches: IntCounterVec,
-    pub warps: IntCounterVec,
-    pub throttled: CounterVec,
-
-    pub ioctls: IntCounterVec,
-    pub opens: IntCounterVec,
-    pub bypass: IntCounterVec,
-    pub enforcement: IntCounterVec,
-    pub problems: IntGaugeVec,
-
     pub period_duration: Histogram,
     pub periods: IntCounter,
     pub containers: IntGauge,
@@ -59,138 +262,14 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(
 }
 
 impl Families {
-    /// Defines every family in `registry`.
+    /// Defines the agent's own families in `registry`.
     pub fn new(r: &Registry) -> Result<Self, MetricsError> {
-        let cg = names(&["gpu"]);
-        let c = names(&[]);
-        macro_rules! family {
-            ($kind:ident, $name:literal, $help:literal, $labels:expr) => {
-                register(r, $name, $kind::new(Opts::new($name, $help), &$labels))?
-            };
-        }
         macro_rules! one {
             ($kind:ident, $name:literal, $help:literal) => {
                 register(r, $name, $kind::new($name, $help))?
             };
         }
         Ok(Self {
-            gpu_memory_used: family!(
-                IntGaugeVec,
-                "tessera_gpu_memory_used_bytes",
-                "Memory allocated on the GPU by all processes (NVML).",
-                GPU
-            ),
-            gpu_memory_total: family!(
-                IntGaugeVec,
-                "tessera_gpu_memory_total_bytes",
-                "The GPU's framebuffer size (NVML).",
-                GPU
-            ),
-            gpu_sm_utilization: family!(
-                GaugeVec,
-                "tessera_gpu_sm_utilization_ratio",
-                "Fraction of the last period in which a kernel ran on the GPU (NVML process samples, 0-1).",
-                GPU
-            ),
-            gpu_up: family!(
-                IntGaugeVec,
-                "tessera_gpu_up",
-                "1 when NVML answered for the GPU this period.",
-                GPU
-            ),
-
-            memory_used: family!(
-                IntGaugeVec,
-                "tessera_container_memory_used_bytes",
-                "GPU memory of the container by source: nvml (its processes as NVML reports them), preload (the interposer's accounting), ebpf (the observer's estimate from allocation ioctls).",
-                names(&["gpu", "source"])
-            ),
-            memory_limit: family!(
-                IntGaugeVec,
-                "tessera_container_memory_limit_bytes",
-                "The container's memory limit on the GPU (absent: unlimited).",
-                cg
-            ),
-            sm_utilization: family!(
-                GaugeVec,
-                "tessera_container_sm_utilization_ratio",
-                "Fraction of the GPU's time the container's kernels ran over the last period (NVML process samples, 0-1).",
-                cg
-            ),
-            sm_target: family!(
-                GaugeVec,
-                "tessera_container_sm_target_ratio",
-                "The container's SM target from its metadata (0-1).",
-                cg
-            ),
-            sm_cap: family!(
-                GaugeVec,
-                "tessera_container_sm_cap_ratio",
-                "The SM share the launch rate aims at: the target of a hard container, the allocation of an elastic one (0-1).",
-                cg
-            ),
-            control_error: family!(
-                GaugeVec,
-                "tessera_container_sm_control_error_ratio",
-                "Measured SM share minus the cap (0-1 scale; 0.01 is one percentage point).",
-                cg
-            ),
-            launch_rate_limit: family!(
-                IntGaugeVec,
-                "tessera_container_launch_rate_limit_warps_per_second",
-                "The launch rate written to the control region (absent: unlimited).",
-                cg
-            ),
-            launches: family!(
-                IntCounterVec,
-                "tessera_container_launches_total",
-                "Kernel launches admitted by the interposer.",
-                cg
-            ),
-            warps: family!(
-                IntCounterVec,
-                "tessera_container_warps_total",
-                "Warps admitted by the interposer's launch bucket.",
-                cg
-            ),
-            throttled: family!(
-                CounterVec,
-                "tessera_container_throttled_seconds_total",
-                "Time the container's launches waited for the launch bucket.",
-                cg
-            ),
-
-            ioctls: family!(
-                IntCounterVec,
-                "tessera_container_ioctls_total",
-                "NVIDIA ioctls issued by the container's processes (eBPF observer).",
-                c
-            ),
-            opens: family!(
-                IntCounterVec,
-                "tessera_container_device_opens_total",
-                "Opens of GPU device nodes by the container's processes (eBPF observer).",
-                c
-            ),
-            bypass: family!(
-                IntCounterVec,
-                "tessera_container_bypass_events_total",
-                "Processes of the container seen using the GPU without the interposer (eBPF observer).",
-                c
-            ),
-            enforcement: family!(
-                IntCounterVec,
-                "tessera_container_enforcement_actions_total",
-                "Actions the watchdog took on the container, by reason and action.",
-                names(&["reason", "action"])
-            ),
-            problems: family!(
-                IntGaugeVec,
-                "tessera_container_problems",
-                "Problems with the container in the last period (usage region unreadable, cgroup missing, control not written ...).",
-                c
-            ),
-
             period_duration: register(
                 r,
                 "tessera_agent_period_duration_seconds",
@@ -240,5 +319,31 @@ impl Families {
                 "1 while the newest policy file is refused (the previous policy stays in force)."
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_view_family_is_valid_and_container_series_lead_with_the_container_labels() {
+        let mut names = std::collections::HashSet::new();
+        let order: Vec<&str> = ViewFamily::ALL.iter().map(|f| f.def().0).collect();
+        assert!(order.is_sorted(), "{order:?}");
+        assert!(order.iter().all(|n| *n > "tessera_agent_~"), "{order:?}");
+        for f in ViewFamily::ALL {
+            let (name, _, kind, labels) = f.def();
+            f.desc().unwrap();
+            assert!(names.insert(name), "{name} twice");
+            assert_eq!(
+                kind == MetricType::COUNTER,
+                name.ends_with("_total"),
+                "{name}"
+            );
+            if name.starts_with("tessera_container_") {
+                assert_eq!(&labels[..4], labels::CONTAINER.as_slice(), "{name}");
+            }
+        }
     }
 }

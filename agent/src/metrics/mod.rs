@@ -17,15 +17,17 @@ pub mod counters;
 pub mod families;
 pub mod labels;
 pub mod monotonic;
+pub mod scrape;
 
 use std::sync::Mutex;
 
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::core::Desc;
+use prometheus::{Registry, TextEncoder};
 
-use crate::daemon::view::{ContainerView, Reason, View};
-use crate::policy::Action;
-use counters::{ContainerCounters, Counters};
-use families::Families;
+use crate::daemon::view::View;
+use counters::Counters;
+use families::{Families, ViewFamily};
+use scrape::ViewCollector;
 
 /// The content type of `/metrics`.
 pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
@@ -48,11 +50,17 @@ pub enum MetricsError {
 }
 
 struct Inner {
+    /// The agent's own series.
     registry: Registry,
     f: Families,
+    /// [`ViewFamily::ALL`]'s descriptors, in that order.
+    descs: Vec<Desc>,
     counters: Counters,
     /// The latest period's view (none before the first period).
     view: Option<std::sync::Arc<View>>,
+    /// The length of the previous scrape's text (the next one is sized
+    /// for it, so the text is not copied as it grows).
+    last_len: usize,
 }
 
 /// The agent's metrics (shared by the loop and the endpoint).
@@ -60,25 +68,23 @@ pub struct Metrics {
     inner: Mutex<Inner>,
 }
 
-fn ratio(percent: Option<f64>) -> Option<f64> {
-    percent.filter(|p| p.is_finite()).map(|p| p / 100.0)
-}
-
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 impl Metrics {
     /// Every family defined, no series yet.
     pub fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let f = Families::new(&registry)?;
+        let descs = ViewFamily::ALL
+            .iter()
+            .map(|v| v.desc())
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             inner: Mutex::new(Inner {
                 registry,
                 f,
+                descs,
                 counters: Counters::default(),
                 view: None,
+                last_len: 0,
             }),
         })
     }
@@ -101,78 +107,42 @@ impl Metrics {
         inner.view = Some(view);
     }
 
-    /// The text format of every series of the latest period.
+    /// The text format of every series of the latest period: the agent's
+    /// own families, then each view family, built, encoded and dropped
+    /// one at a time.
     pub fn render(&self) -> Result<String, MetricsError> {
-        let guard = self
+        let mut guard = self
             .inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         guard.fill();
-        let mut out = Vec::new();
-        TextEncoder::new()
-            .encode(&guard.registry.gather(), &mut out)
+        let mut out = String::with_capacity(guard.last_len + guard.last_len / 8);
+        let encoder = TextEncoder::new();
+        encoder
+            .encode_utf8(&guard.registry.gather(), &mut out)
             .map_err(MetricsError::Render)?;
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        let inner = &*guard;
+        let collector = ViewCollector::new(&inner.descs, inner.view.as_deref(), &inner.counters);
+        for f in ViewFamily::ALL {
+            if let Some(mf) = collector.family(f) {
+                encoder
+                    .encode_utf8(std::slice::from_ref(&mf), &mut out)
+                    .map_err(MetricsError::Render)?;
+            }
+        }
+        drop(collector);
+        guard.last_len = out.len();
+        Ok(out)
     }
 }
 
 impl Inner {
-    /// Sets every labelled family from the latest view.
+    /// Sets the agent's own gauges from the latest view.
     fn fill(&self) {
         let f = &self.f;
-        for v in [
-            &f.gpu_memory_used,
-            &f.gpu_memory_total,
-            &f.gpu_up,
-            &f.memory_used,
-            &f.memory_limit,
-            &f.launch_rate_limit,
-            &f.problems,
-        ] {
-            v.reset();
-        }
-        for v in [
-            &f.gpu_sm_utilization,
-            &f.sm_utilization,
-            &f.sm_target,
-            &f.sm_cap,
-            &f.control_error,
-        ] {
-            v.reset();
-        }
-        for v in [
-            &f.launches,
-            &f.warps,
-            &f.ioctls,
-            &f.opens,
-            &f.bypass,
-            &f.enforcement,
-        ] {
-            v.reset();
-        }
-        f.throttled.reset();
         let Some(view) = &self.view else {
             return;
         };
-        for d in &view.devices {
-            let index = d.index.to_string();
-            let l = [d.uuid.as_str(), index.as_str()];
-            if let Some(b) = d.memory_used_bytes {
-                f.gpu_memory_used.with_label_values(&l).set(int(b));
-            }
-            if let Some(b) = d.memory_total_bytes {
-                f.gpu_memory_total.with_label_values(&l).set(int(b));
-            }
-            if let Some(r) = ratio(d.sm_percent) {
-                f.gpu_sm_utilization.with_label_values(&l).set(r);
-            }
-            f.gpu_up.with_label_values(&l).set(i64::from(d.healthy));
-        }
-        for c in &view.containers {
-            if let Some(cc) = self.counters.container(&c.id) {
-                container(f, cc, c);
-            }
-        }
         f.containers.set(view.containers.len() as i64);
         f.skipped.set(view.skipped.len() as i64);
         f.nvml_up.set(i64::from(view.nvml == "ready"));
@@ -184,73 +154,13 @@ impl Inner {
     }
 }
 
-/// One container's series; counter values are `cc`'s totals.
-fn container(f: &Families, cc: &ContainerCounters, c: &ContainerView) {
-    let base = labels::container(&c.id, &c.meta);
-    let base: Vec<&str> = base.iter().map(String::as_str).collect();
-    let with = |more: &[&str]| -> Vec<String> {
-        base.iter().chain(more).map(|s| (*s).to_owned()).collect()
-    };
-    f.problems
-        .with_label_values(&base)
-        .set(c.problems.len() as i64);
-    let target = f64::from(c.meta.sm_target) / 100.0;
-    for g in &c.gpus {
-        let l = with(&[&g.uuid]);
-        let by_source = [
-            ("nvml", g.nvml_used_bytes),
-            ("preload", Some(g.preload_used_bytes)),
-            ("ebpf", g.ebpf_used_bytes),
-        ];
-        for (source, bytes) in by_source {
-            if let Some(b) = bytes {
-                f.memory_used
-                    .with_label_values(&with(&[&g.uuid, source]))
-                    .set(int(b));
-            }
-        }
-        if let Some(b) = g.memory_limit_bytes {
-            f.memory_limit.with_label_values(&l).set(int(b));
-        }
-        if let Some(r) = g.launch_rate {
-            f.launch_rate_limit.with_label_values(&l).set(int(r));
-        }
-        if let Some(r) = ratio(g.sm_percent) {
-            f.sm_utilization.with_label_values(&l).set(r);
-        }
-        f.sm_target.with_label_values(&l).set(target);
-        if let Some(r) = ratio(g.cap_percent) {
-            f.sm_cap.with_label_values(&l).set(r);
-        }
-        if let Some(r) = ratio(g.error_pp) {
-            f.control_error.with_label_values(&l).set(r);
-        }
-        if let Some(gc) = cc.gpus.get(&g.uuid) {
-            f.launches.with_label_values(&l).inc_by(gc.launches.total());
-            f.warps.with_label_values(&l).inc_by(gc.warps.total());
-            f.throttled
-                .with_label_values(&l)
-                .inc_by(gc.throttled_ns.total() as f64 / 1e9);
-        }
-    }
-    if c.ebpf.is_some() {
-        f.ioctls.with_label_values(&base).inc_by(cc.ioctls.total());
-        f.opens.with_label_values(&base).inc_by(cc.opens.total());
-        f.bypass.with_label_values(&base).inc_by(cc.bypass.total());
-    }
-    for reason in Reason::ALL {
-        for action in Action::ALL {
-            f.enforcement
-                .with_label_values(&with(&[reason.as_str(), action.as_str()]))
-                .inc_by(cc.enforcement(reason, action));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::view::{ActionCount, EbpfView, EnforcementView, GpuView};
+    use crate::daemon::view::{
+        ActionCount, ContainerView, EbpfView, EnforcementView, GpuView, Reason,
+    };
+    use crate::policy::Action;
     use crate::policy::Policy;
 
     const GPU: &str = "GPU-00000000-0000-0000-0000-000000000001";
@@ -437,5 +347,78 @@ mod tests {
         let t = m.render().unwrap();
         assert!(!t.contains("tessera_container_ioctls_total{"), "{t}");
         assert!(t.contains("tessera_container_warps_total{"), "{t}");
+    }
+
+    #[test]
+    fn the_collector_gathers_what_the_scrape_writes_sorted_as_a_registry_would() {
+        let m = Metrics::new().unwrap();
+        // Ids out of order, pods in reverse: the text must still be sorted.
+        m.observe(view(vec![
+            container("c", 30, Some("a")),
+            container("a", 10, Some("c")),
+            container("b", 20, None),
+        ]));
+        let text = m.render().unwrap();
+        let inner = m.inner.lock().unwrap();
+        let c = ViewCollector::new(&inner.descs, inner.view.as_deref(), &inner.counters);
+        assert_eq!(
+            prometheus::core::Collector::desc(&c).len(),
+            ViewFamily::ALL.len()
+        );
+        let families = prometheus::core::Collector::collect(&c);
+        let gathered = TextEncoder::new().encode_to_string(&families).unwrap();
+        assert!(text.ends_with(&gathered), "{text}\n---\n{gathered}");
+        for mf in &families {
+            assert!(!mf.get_metric().is_empty(), "{}", mf.name());
+            let values: Vec<Vec<&str>> = mf
+                .get_metric()
+                .iter()
+                .map(|m| {
+                    let names: Vec<&str> = m.get_label().iter().map(|l| l.name()).collect();
+                    let mut sorted = names.clone();
+                    sorted.sort_unstable();
+                    assert_eq!(names, sorted, "{}", mf.name());
+                    m.get_label().iter().map(|l| l.value()).collect()
+                })
+                .collect();
+            let mut sorted = values.clone();
+            sorted.sort();
+            assert_eq!(values, sorted, "{}", mf.name());
+        }
+    }
+
+    /// The text the former registry of labelled children wrote for this
+    /// view (`tests/fixtures/metrics_registry_golden.prom`, rendered by it
+    /// before it was replaced): the scrape-time families write the same
+    /// bytes — names, help, types, label order, series order, values.
+    #[test]
+    fn the_scrape_writes_what_the_registry_of_labelled_children_wrote() {
+        let m = Metrics::new().unwrap();
+        let mut a = container("c", 30, Some("a"));
+        a.gpus.push(GpuView {
+            uuid: "GPU-00000000-0000-0000-0000-000000000002".into(),
+            cap_percent: Some(30.0),
+            error_pp: Some(-1.5),
+            launch_rate: Some(77),
+            ebpf_used_bytes: Some(9),
+            ..GpuView::default()
+        });
+        let mut v = view(vec![
+            a,
+            container("a", 10, Some("c")),
+            container("b", 20, None),
+        ]);
+        v.devices = vec![crate::daemon::view::DeviceView {
+            index: 0,
+            uuid: GPU.into(),
+            memory_used_bytes: Some(5),
+            memory_total_bytes: Some(10),
+            sm_percent: Some(12.5),
+            healthy: true,
+        }];
+        m.observe(v.clone());
+        m.observe(v);
+        let golden = include_str!("../../tests/fixtures/metrics_registry_golden.prom");
+        assert_eq!(m.render().unwrap(), golden);
     }
 }

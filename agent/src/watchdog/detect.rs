@@ -176,7 +176,12 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
     // Bypass: listed by NVML, or reported by eBPF, with no slot.
     let mut bypass: Vec<u32> = Vec::new();
     let mut bypass_gpu = None;
-    let mut uuids: Vec<&[u8; 16]> = f.nvml.keys().collect();
+    // (A container without host processes has none listed by NVML.)
+    let mut uuids: Vec<&[u8; 16]> = if host.is_empty() {
+        Vec::new()
+    } else {
+        f.nvml.keys().collect()
+    };
     uuids.sort();
     for uuid in &uuids {
         let mut pids: Vec<u32> = f.nvml[*uuid].keys().copied().collect();
@@ -229,7 +234,7 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
         let Some(listed) = f.nvml.get(uuid) else {
             continue;
         };
-        let gpu = format_uuid(uuid);
+        let gpu = || format_uuid(uuid);
         let mine: Vec<(u32, u64)> = listed
             .iter()
             .filter(|(pid, _)| host.contains_key(pid))
@@ -254,6 +259,7 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             if used > bound {
                 let mut pids: Vec<u32> = mine.iter().map(|(p, _)| *p).collect();
                 pids.sort_unstable();
+                let gpu = gpu();
                 out.push(Finding {
                     reason: Reason::MemoryOverage,
                     gpu: Some(gpu.clone()),
@@ -284,6 +290,7 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
         if real > account.saturating_add(slack) {
             let mut pids: Vec<u32> = registered.iter().map(|(p, _)| *p).collect();
             pids.sort_unstable();
+            let gpu = gpu();
             out.push(Finding {
                 reason: Reason::Tampering,
                 gpu: Some(gpu.clone()),
@@ -329,11 +336,11 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             let span = f.now.duration_since(t0);
             let r_max = q.iter().map(|s| s.3).max().unwrap_or(UNLIMITED);
             let b_max = q.iter().map(|s| s.4).max().unwrap_or(0);
-            let gpu = granted.get(i).map(format_uuid);
+            let gpu = || granted.get(i).map(format_uuid);
             if warps < w0 || launches < l0 {
                 out.push(Finding {
                     reason: Reason::Tampering,
-                    gpu: gpu.clone(),
+                    gpu: gpu(),
                     pids: Vec::new(),
                     what: format!(
                         "launch bucket {i}'s counters went back (warps {w0} to {warps}, launches {l0} to {launches})"
@@ -345,7 +352,7 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             {
                 out.push(Finding {
                     reason: Reason::Tampering,
-                    gpu: gpu.clone(),
+                    gpu: gpu(),
                     pids: Vec::new(),
                     what: format!(
                         "launch bucket {i} admitted {} warps in {} ms at a rate of {r_max} warps/s (token bucket reset)",
@@ -363,7 +370,7 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             if epoch > f.control_epoch {
                 out.push(Finding {
                     reason: Reason::Tampering,
-                    gpu: gpu.clone(),
+                    gpu: gpu(),
                     pids: Vec::new(),
                     what: format!(
                         "launch bucket {i} names control epoch {epoch}, the control region is at {}",
@@ -376,7 +383,7 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             {
                 out.push(Finding {
                     reason: Reason::Tampering,
-                    gpu,
+                    gpu: gpu(),
                     pids: Vec::new(),
                     what: format!(
                         "launch bucket {i} went back {} µs without a new control epoch (token bucket reset)",

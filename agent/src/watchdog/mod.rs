@@ -111,9 +111,9 @@ impl Watchdog {
         &self.settings
     }
 
-    /// Forgets containers not in `present`.
-    pub fn retain(&mut self, present: &[ContainerId]) {
-        self.watches.retain(|id, _| present.contains(id));
+    /// Forgets the containers for which `present` is false.
+    pub fn retain(&mut self, present: impl Fn(&ContainerId) -> bool) {
+        self.watches.retain(|id, _| present(id));
     }
 
     /// One period of container `id` (cgroup directory `cgroup`, absolute):

@@ -29,14 +29,21 @@ impl Agent {
                 busy_percent: sm.get(&gpu.uuid).map(SmSamples::total),
                 containers: Vec::new(),
             };
-            // Who is on this GPU: id → (container, its GPU index).
-            let mut present: HashMap<&str, (usize, usize)> = HashMap::new();
+            // Who is on this GPU: (id, container, its GPU index), sorted
+            // by id as `ready` is.
+            let mut present: Vec<(&str, usize, usize)> = Vec::with_capacity(ready.len());
+            let find = |present: &[(&str, usize, usize)], id: &str| {
+                present
+                    .binary_search_by(|(k, _, _)| (*k).cmp(id))
+                    .ok()
+                    .map(|at| (present[at].1, present[at].2))
+            };
             for (ci, ((c, o), p)) in ready.iter().zip(observed).zip(per).enumerate() {
                 let Some(i) = p.uuids.iter().position(|u| u == &gpu.uuid) else {
                     continue;
                 };
                 let id = c.id.as_str();
-                present.insert(id, (ci, i));
+                present.push((id, ci, i));
                 let control = c.meta.control(&p.policy);
                 let known = ctl.contains(id);
                 let applied = if known {
@@ -66,14 +73,14 @@ impl Agent {
             let gone: Vec<String> = ctl
                 .containers()
                 .map(|(k, _)| k)
-                .filter(|k| !present.contains_key(k))
+                .filter(|k| find(&present, k).is_none())
                 .map(str::to_owned)
                 .collect();
             for k in gone {
                 ctl.remove(&k);
             }
             for d in ctl.tick(now, &sample) {
-                if let Some(&(ci, i)) = present.get(d.id.as_str()) {
+                if let Some((ci, i)) = find(&present, d.id.as_str()) {
                     out[ci][i] = Some(d);
                 }
             }

@@ -215,8 +215,9 @@ impl Agent {
         };
         // Forget what is gone; open what is new (a restarted agent
         // resumes every existing container here).
-        self.managed
-            .retain(|id, _| containers.iter().any(|c| &c.id == id));
+        // (The listing is sorted by id.)
+        let listed = |id: &ContainerId| containers.binary_search_by(|c| c.id.cmp(id)).is_ok();
+        self.managed.retain(|id, _| listed(id));
         let mut ready = Vec::new();
         for c in containers {
             if !self.managed.contains_key(&c.id) {
@@ -238,6 +239,9 @@ impl Agent {
             }
             ready.push(c);
         }
+        // (`ready` keeps the listing's order.)
+        self.watchdog
+            .retain(|id| ready.binary_search_by(|c: &Container| c.id.cmp(id)).is_ok());
         self.report_skipped(&skipped);
         let memory = self.sample_gpus();
         let sm = self.sample_sm();
@@ -256,8 +260,6 @@ impl Agent {
                 (*u, by_pid)
             })
             .collect();
-        let ids: Vec<ContainerId> = ready.iter().map(|c| c.id.clone()).collect();
-        self.watchdog.retain(&ids);
         let mut per: Vec<PerContainer> = ready
             .iter()
             .map(|c| PerContainer {
