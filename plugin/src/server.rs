@@ -169,7 +169,14 @@ pub struct AppState {
     pub binder: Option<Binder>,
     /// What `/metrics` serves.
     pub metrics: Metrics,
+    /// The last view with the reservations counted ([`AppState::current`]).
+    pub overlay: Overlay,
 }
+
+/// The last telemetry view with the binder's reservations counted, by
+/// (view id, table version): reused while neither changed.
+#[derive(Debug, Clone, Default)]
+pub struct Overlay(Arc<std::sync::Mutex<Option<(u64, u64, ClusterView)>>>);
 
 /// Failures of the server itself (never of a request): its settings and
 /// its listener.
@@ -237,15 +244,31 @@ impl AppState {
     /// does not show yet counted on each GPU
     /// ([`crate::bind::reserve::Reservations::apply`]), so a node bind
     /// would refuse fails filter with a reason instead.
+    ///
+    /// The counted view is kept by (view id, table version) and reused
+    /// while neither changed: the version is read before the table is, so
+    /// a reservation made meanwhile only costs one more recount.
     pub fn current(&self) -> std::borrow::Cow<'_, Snapshot> {
         let now = self.view.now();
-        let Some(reserved) = self
-            .binder
-            .as_ref()
-            .and_then(|b| b.table().apply(&now.view))
-        else {
+        let Some(binder) = &self.binder else {
             return now;
         };
+        let table = binder.table();
+        let key = (now.view.id(), table.version());
+        let mut memo = self
+            .overlay
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let reserved = match memo.as_ref() {
+            Some((id, version, view)) if (*id, *version) == key => view.clone(),
+            _ => {
+                let view = table.apply(&now.view).unwrap_or_else(|| now.view.clone());
+                *memo = Some((key.0, key.1, view.clone()));
+                view
+            }
+        };
+        drop(memo);
         std::borrow::Cow::Owned(Snapshot {
             view: reserved,
             stale: now.stale.clone(),

@@ -107,6 +107,8 @@ pub struct Reservations {
     max_shares: u32,
     gpus: RwLock<HashMap<String, Arc<Mutex<Book>>>>,
     epoch: AtomicU64,
+    /// Bumped after every change of what is held ([`Self::version`]).
+    changes: AtomicU64,
 }
 
 impl Default for Reservations {
@@ -163,7 +165,16 @@ impl Reservations {
             max_shares: max_shares.max(1),
             gpus: RwLock::default(),
             epoch: AtomicU64::new(1),
+            changes: AtomicU64::new(0),
         }
+    }
+
+    /// A number that changes after every change of what the table holds
+    /// (a reservation made or released, a rebuild). Read it before
+    /// [`Self::apply`]: a view derived then is current while the number
+    /// stays the same.
+    pub fn version(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     /// Shares allowed per GPU.
@@ -325,6 +336,7 @@ impl Reservations {
                 },
             );
         }
+        self.changes.fetch_add(1, Ordering::SeqCst);
         true
     }
 
@@ -333,6 +345,7 @@ impl Reservations {
         for uuid in gpus {
             if let Some(book) = self.book(uuid) {
                 lock(&book).holders.remove(pod);
+                self.changes.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
@@ -381,6 +394,7 @@ impl Reservations {
                     });
             }
         }
+        self.changes.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Every GPU's capacity and use, by UUID.

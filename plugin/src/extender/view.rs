@@ -189,8 +189,10 @@ impl NodeView {
 /// Every node with GPU telemetry, by name. Cloning it shares the nodes
 /// and the estimate (no node is copied), so a view kept between requests
 /// costs one map of pointers per copy.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ClusterView {
+    /// Unique per view built ([`ClusterView::id`]); copies share it.
+    id: u64,
     /// Each node's view with its placement form, converted once
     /// ([`super::fit::node_of`]) so requests do not repeat it.
     nodes: BTreeMap<String, Arc<(NodeView, Node)>>,
@@ -216,9 +218,17 @@ impl ClusterView {
             .collect();
         let workload = Workload::from_tasks(&tasks).most_popular(MAX_WORKLOAD_CLASSES);
         Self {
+            id: next_id(),
             nodes,
             workload: Arc::new(workload),
         }
+    }
+
+    /// An identity of this view: equal for its copies, different for any
+    /// view built or derived ([`Self::with_nodes`], [`Self::with_workload`])
+    /// since, so a result computed from a view can be kept by its id.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The workload estimate: the running shares' classes, or — when no
@@ -251,6 +261,7 @@ impl ClusterView {
     /// shares' (a replay that knows the workload it sends).
     pub fn with_workload(mut self, workload: Workload) -> Self {
         self.workload = Arc::new(workload.most_popular(MAX_WORKLOAD_CLASSES));
+        self.id = next_id();
         self
     }
 
@@ -258,6 +269,7 @@ impl ClusterView {
     /// GPUs; the workload estimate stays).
     pub fn with_nodes(&self, nodes: impl IntoIterator<Item = NodeView>) -> Self {
         let mut out = self.clone();
+        out.id = next_id();
         for n in nodes {
             let placed = node_of(&n);
             out.nodes.insert(n.name.clone(), Arc::new((n, placed)));
@@ -273,5 +285,18 @@ impl ClusterView {
     /// Whether the view has no node.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
+    }
+}
+
+/// The next [`ClusterView::id`].
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl PartialEq for ClusterView {
+    /// Views are equal when their nodes and estimates are (ids aside).
+    fn eq(&self, other: &Self) -> bool {
+        self.nodes == other.nodes && self.workload == other.workload
     }
 }

@@ -418,3 +418,53 @@ async fn connections_beyond_the_cap_wait_until_one_ends() {
     stop.send(()).unwrap();
     let _ = server.await;
 }
+
+/// The view with reservations counted is reused, and follows every
+/// reservation made or released (judged by the GPU's committed memory
+/// the filter would see).
+#[tokio::test]
+async fn the_counted_view_follows_every_reservation() {
+    use crate::annotations::GpuPolicy;
+    use crate::bind::reserve::Reservations;
+    use crate::placement::Workload;
+    use crate::request::PodRequest;
+    use crate::resources::{GpuShare, Memory};
+
+    let (service, _handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let client = kube::Client::new(service, "default");
+    let state = AppState {
+        binder: Some(Binder::new(client, Reservations::default())),
+        ..state()
+    };
+    let used = |state: &AppState| state.current().view.node("gpu-1").unwrap().gpus[0].used_mib;
+    assert_eq!(used(&state), 0);
+    let request = |mib| PodRequest {
+        shares: vec![GpuShare {
+            container: "c".into(),
+            count: 1,
+            memory: Some(Memory::Mib(mib)),
+            cores: Some(10),
+            priority: None,
+        }],
+        policy: GpuPolicy::default(),
+    };
+    let table = state.binder.as_ref().unwrap().table();
+    let node = state.view.now().view.node("gpu-1").unwrap().clone();
+    table
+        .reserve("p1", &node, &request(4000), &Workload::default())
+        .unwrap()
+        .confirm();
+    assert_eq!(used(&state), 4000);
+    assert_eq!(used(&state), 4000, "reused");
+    let second = table
+        .reserve("p2", &node, &request(1000), &Workload::default())
+        .unwrap();
+    assert_eq!(used(&state), 5000);
+    drop(second);
+    assert_eq!(used(&state), 4000, "a released reservation is gone");
+    table.rebuild(Vec::new(), table.begin_refresh());
+    assert_eq!(used(&state), 0, "a rebuild that lists nothing empties it");
+}
