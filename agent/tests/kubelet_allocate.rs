@@ -492,7 +492,7 @@ fn two_agents_racing_for_the_same_pods_never_both_take_a_container() {
                     let id = format!("{}_main", uid(200 + i));
                     assert!(a.contains(&id) || b.contains(&id), "{id}");
                 }
-                assert!(api.unsupported().is_empty(), "{:?}", api.unsupported());
+                api.assert_all_supported();
             });
         },
     );

@@ -297,7 +297,7 @@ async fn two_hundred_concurrent_binds_never_over_commit_and_lose_nothing() {
         refused.keys().all(|r| *r == "no_fit"),
         "refused only for lack of room: {refused:?}"
     );
-    assert!(api.unsupported().is_empty(), "{:?}", api.unsupported());
+    api.assert_all_supported();
     println!("bound {bound}, refused {refused:?}, per GPU {per_gpu:?}");
 }
 

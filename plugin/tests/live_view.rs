@@ -245,11 +245,7 @@ async fn filter_answers_from_the_watched_gpunodes_and_drops_them_when_stale() {
         "{refused}"
     );
     assert!(api.pods.pod("ml/p")["spec"]["nodeName"].is_null());
-    assert!(
-        api.pods.unsupported().is_empty(),
-        "{:?}",
-        api.pods.unsupported()
-    );
+    api.pods.assert_all_supported();
 }
 
 #[tokio::test]
@@ -291,11 +287,7 @@ async fn filter_counts_what_bind_reserved_before_telemetry_shows_it() {
             .unwrap()
     };
     assert!(score("gpu-a") < score("gpu-b"), "{scores}");
-    assert!(
-        api.pods.unsupported().is_empty(),
-        "{:?}",
-        api.pods.unsupported()
-    );
+    api.pods.assert_all_supported();
 }
 
 #[tokio::test]
@@ -314,9 +306,5 @@ async fn filter_refuses_a_gpu_out_of_share_slots() {
             || r["FailedAndUnresolvableNodes"]["gpu-a"].is_string(),
         "{r}"
     );
-    assert!(
-        api.pods.unsupported().is_empty(),
-        "{:?}",
-        api.pods.unsupported()
-    );
+    api.pods.assert_all_supported();
 }

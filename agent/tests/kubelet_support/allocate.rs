@@ -62,11 +62,7 @@ impl Env {
             .unwrap()
             .unwrap()
             .unwrap();
-        assert!(
-            self.api.unsupported().is_empty(),
-            "{:?}",
-            self.api.unsupported()
-        );
+        self.api.assert_all_supported();
         self.kubelet.take().unwrap().stop().await;
     }
 }

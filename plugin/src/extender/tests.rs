@@ -286,24 +286,18 @@ fn scores_follow_the_placement_policy() {
             },
         ]
     );
-    let spread = pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"}),
-        json!({"tessera.dev/placement": "spread"}),
-    );
-    let scores: Vec<i64> = prioritize(&args(spread, &["empty", "half"]), &view)
-        .iter()
-        .map(|h| h.score)
-        .collect();
-    assert_eq!(scores, [10, 9]);
-    let binpack = pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"}),
-        json!({"tessera.dev/placement": "binpack"}),
-    );
-    let scores: Vec<i64> = prioritize(&args(binpack, &["empty", "half"]), &view)
-        .iter()
-        .map(|h| h.score)
-        .collect();
-    assert_eq!(scores, [9, 10]);
+    let scores_as = |placement: &str| -> Vec<i64> {
+        let pod = pod(
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"}),
+            json!({"tessera.dev/placement": placement}),
+        );
+        prioritize(&args(pod, &["empty", "half"]), &view)
+            .iter()
+            .map(|h| h.score)
+            .collect()
+    };
+    assert_eq!(scores_as("spread"), [10, 9]);
+    assert_eq!(scores_as("binpack"), [9, 10]);
 }
 
 #[test]

@@ -100,7 +100,9 @@ pub fn class_fragment(node: &Node, task: &Task) -> u64 {
         .sum()
 }
 
-/// `F_n(M)`: the node's fragmentation for the workload, milli-GPU.
+/// `F_n(M)`: the node's fragmentation for the workload, milli-GPU. This
+/// is the definition, recounted over every class and GPU; placement uses
+/// [`Fragments`], which is tested to give the same to the bit.
 pub fn fragmentation(node: &Node, workload: &Workload) -> f64 {
     workload
         .classes

@@ -158,32 +158,17 @@ pub fn evaluate(
     node: &Node,
     workload: &Workload,
 ) -> Result<Scored, Unfit> {
-    match policy {
-        Policy::Random => {
-            let placed = place(task, node, &mut Fullest)?;
-            let room = live_room(task, node, &placed);
-            Ok(Scored {
-                placed,
-                score: Score([room, 0.0, 0.0]),
-            })
-        }
+    let (placed, keys) = match policy {
+        Policy::Random => (place(task, node, &mut Fullest)?, [0.0, 0.0]),
         Policy::Binpack => {
             let placed = place(task, node, &mut Fullest)?;
             let u = utilisation(&placed.after);
-            let room = live_room(task, node, &placed);
-            Ok(Scored {
-                placed,
-                score: Score([room, u, 0.0]),
-            })
+            (placed, [u, 0.0])
         }
         Policy::Spread => {
             let placed = place(task, node, &mut Emptiest)?;
             let u = utilisation(&placed.after);
-            let room = live_room(task, node, &placed);
-            Ok(Scored {
-                placed,
-                score: Score([room, 1.0 - u, 0.0]),
-            })
+            (placed, [1.0 - u, 0.0])
         }
         Policy::Fgd | Policy::Tessera => {
             let prepared = Fragments::new(node, workload);
@@ -202,22 +187,23 @@ pub fn evaluate(
                 _ => Fragments::new(&placed.after, workload).total(),
             };
             let growth = after - before;
-            let (growth, second) = if policy == Policy::Tessera {
+            let keys = if policy == Policy::Tessera {
                 // Fragmentation is a sum of products of popularities and
                 // milli: equal growths may differ in the last bits, so
                 // compare them to a millionth of a milli-GPU.
                 let growth = (growth * 1e6).round() / 1e6;
-                (growth, -(placed.after.free_gpu_milli() as f64))
+                [-growth, -(placed.after.free_gpu_milli() as f64)]
             } else {
-                (growth, 0.0)
+                [-growth, 0.0]
             };
-            let room = live_room(task, node, &placed);
-            Ok(Scored {
-                placed,
-                score: Score([room, -growth, second]),
-            })
+            (placed, keys)
         }
-    }
+    };
+    let room = live_room(task, node, &placed);
+    Ok(Scored {
+        placed,
+        score: Score([room, keys[0], keys[1]]),
+    })
 }
 
 /// Share of the GPUs taken by `task`'s elastic asks whose measured use on

@@ -439,6 +439,16 @@ impl Pods {
         self.0.lock().unwrap().unsupported.clone()
     }
 
+    /// Panics, listing them, if any request was refused as unsupported
+    /// (the code under test called something this fake does not serve).
+    pub fn assert_all_supported(&self) {
+        let unsupported = self.unsupported();
+        assert!(
+            unsupported.is_empty(),
+            "unsupported requests: {unsupported:?}"
+        );
+    }
+
     /// Records and answers `call`: one of the pod calls, or refused as
     /// unsupported.
     pub fn answer(&self, call: &Call) -> Response<Body> {
