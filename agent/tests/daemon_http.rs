@@ -253,7 +253,9 @@ fn malformed_and_foreign_entries_are_skipped_and_reported() {
     assert!(agent.view()["period"].as_u64().unwrap() > p0 + 1);
     assert_eq!(agent.get("/healthz").0, 200);
     let warned = agent
-        .log()
+        .wait_log("the skip of badjson", |l| {
+            l.contains("skipping") && l.contains("badjson")
+        })
         .iter()
         .filter(|l| l.contains("skipping") && l.contains("badjson"))
         .count();

@@ -237,7 +237,9 @@ fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
     eprintln!("broken file: r {sr:.1} %");
     assert!(sr >= 60.0, "the old (elastic) policy stays: {sr}");
     let logged = agent
-        .log()
+        .wait_log("the refused policy file", |l| {
+            l.contains("policy file not applied")
+        })
         .iter()
         .filter(|l| l.contains("policy file not applied"))
         .count();

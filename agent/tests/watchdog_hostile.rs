@@ -157,11 +157,9 @@ fn a_cleared_usage_region_does_not_buy_memory_past_the_limit() {
         "{a:?}"
     );
     assert!(a.contains(&("tampering".into(), "alert".into())), "{a:?}");
-    let log = s.agent.log().join("\n");
-    assert!(
-        log.contains("watchdog acted") && log.contains("pod tenants/hostile"),
-        "{log}"
-    );
+    s.agent.wait_log("the kill, naming the pod", |l| {
+        l.contains("watchdog acted") && l.contains("pod tenants/hostile")
+    });
     let _ = &s.root;
 }
 

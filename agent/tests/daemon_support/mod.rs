@@ -40,6 +40,9 @@ pub struct Agent {
     pub child: Child,
     pub addr: SocketAddr,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// Copies the agent's stderr into `log`; it ends at EOF, once the
+    /// agent has exited.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Agent {
@@ -69,7 +72,7 @@ impl Agent {
         let (tx, rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if let Some(rest) = line.split("listen=").nth(1)
@@ -90,7 +93,12 @@ impl Agent {
                 log.lock().unwrap()
             );
         };
-        Self { child, addr, log }
+        Self {
+            child,
+            addr,
+            log,
+            reader: Some(reader),
+        }
     }
 
     /// `GET path`.
@@ -143,12 +151,38 @@ impl Agent {
         let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
         assert_eq!(rc, 0);
         let status = wait_for(Duration::from_secs(10), || self.child.try_wait().unwrap());
-        status.unwrap_or_else(|| panic!("the agent did not exit on signal {signal}"))
+        let status = status.unwrap_or_else(|| panic!("the agent did not exit on signal {signal}"));
+        // Everything it wrote is in the log before this returns: the
+        // reader stops at EOF (unless something else holds the pipe).
+        let drained = wait_for(Duration::from_secs(5), || {
+            self.reader
+                .as_ref()
+                .is_none_or(|r| r.is_finished())
+                .then_some(())
+        });
+        if drained.is_some()
+            && let Some(r) = self.reader.take()
+        {
+            let _ = r.join();
+        }
+        status
     }
 
-    /// The log so far.
+    /// The log so far. A line the agent wrote a moment ago may not be
+    /// here yet (a thread copies it from the pipe): to look for one that
+    /// follows an event, use [`Agent::wait_log`].
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (at most 10 s) until some log line satisfies `f`, and returns
+    /// the log then.
+    pub fn wait_log(&self, what: &str, f: impl Fn(&str) -> bool) -> Vec<String> {
+        wait_for(Duration::from_secs(10), || {
+            let log = self.log();
+            log.iter().any(|l| f(l)).then_some(log)
+        })
+        .unwrap_or_else(|| panic!("no log line with {what}: {:#?}", self.log()))
     }
 }
 
