@@ -70,6 +70,41 @@ impl NvmlBackend {
                 source => device_error(index, "handle")(source),
             })
     }
+
+    /// GPU `index`'s live state, with each process's SM use from `sm`
+    /// (pid → percent) instead of a query of its own: the daemon reads
+    /// per-process utilisation once a period for its controllers and
+    /// reuses it here (each NVML query of it is a driver round trip).
+    pub fn usage_with(
+        &self,
+        index: u32,
+        sm: impl Fn(u32) -> Option<u32>,
+    ) -> Result<GpuUsage, GpuError> {
+        let d = self.handle(index)?;
+        let err = |what| device_error(index, what);
+        let memory = d.memory_info().map_err(err("memory"))?;
+        let util = d.utilization_rates().map_err(err("utilisation"))?;
+        let processes = d
+            .running_compute_processes()
+            .map_err(err("processes"))?
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used_memory_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                sm_percent: sm(p.pid),
+            })
+            .collect();
+        Ok(GpuUsage {
+            memory_used_bytes: memory.used,
+            memory_free_bytes: memory.free,
+            utilization_gpu_percent: util.gpu,
+            utilization_memory_percent: util.memory,
+            processes,
+        })
+    }
 }
 
 /// Turns a failed query on GPU `index` into a [`GpuError`].
@@ -171,34 +206,13 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn usage(&self, index: u32, since_unix_us: u64) -> Result<GpuUsage, GpuError> {
-        let d = self.handle(index)?;
-        let err = |what| device_error(index, what);
-        let memory = d.memory_info().map_err(err("memory"))?;
-        let util = d.utilization_rates().map_err(err("utilisation"))?;
-        let samples = match d.process_utilization_stats(since_unix_us) {
+        let samples = match self.handle(index)?.process_utilization_stats(since_unix_us) {
             Ok(s) => s,
             Err(NvmlError::NotFound) => Vec::new(),
-            Err(e) => return Err(err("process utilisation")(e)),
+            Err(e) => return Err(device_error(index, "process utilisation")(e)),
         };
-        let processes = d
-            .running_compute_processes()
-            .map_err(err("processes"))?
-            .into_iter()
-            .map(|p| GpuProcess {
-                pid: p.pid,
-                used_memory_bytes: match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => Some(b),
-                    UsedGpuMemory::Unavailable => None,
-                },
-                sm_percent: samples.iter().find(|s| s.pid == p.pid).map(|s| s.sm_util),
-            })
-            .collect();
-        Ok(GpuUsage {
-            memory_used_bytes: memory.used,
-            memory_free_bytes: memory.free,
-            utilization_gpu_percent: util.gpu,
-            utilization_memory_percent: util.memory,
-            processes,
+        self.usage_with(index, |pid| {
+            samples.iter().find(|s| s.pid == pid).map(|s| s.sm_util)
         })
     }
 }

@@ -142,7 +142,10 @@ impl<T: Region> Drop for Mapped<T> {
     }
 }
 
-fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RegionError + 'a {
+pub(crate) fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> RegionError + 'a {
     move |source| RegionError::Io {
         action,
         path: path.to_path_buf(),
@@ -283,7 +286,9 @@ pub fn open_usage(path: &Path) -> Result<Mapped<UsageRegion>, RegionError> {
 /// Opens a usage file for the agent to read: never through a symlink,
 /// never blocking on a FIFO, and only a regular file (the container
 /// controls the file).
-fn open_usage_for_reading(path: &Path) -> Result<(File, std::fs::Metadata), RegionError> {
+pub(crate) fn open_usage_for_reading(
+    path: &Path,
+) -> Result<(File, std::fs::Metadata), RegionError> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -315,29 +320,13 @@ pub fn read_usage_bytes(path: &Path) -> Result<Vec<u8>, RegionError> {
 
 /// Reads the first `len` bytes (at most [`USAGE_SIZE`]) of a usage file
 /// into `buf` (agent side; its capacity is kept between calls, so a loop
-/// over many containers allocates nothing). The same refusals as
+/// over many containers allocates nothing; a reader that comes back every
+/// period keeps the file open with [`crate::usage_file::UsageFile`]). The same refusals as
 /// [`read_usage_bytes`]; a file shorter than a whole region is refused by
 /// its size, whatever `len` is, so a truncated file never passes as a
 /// short read.
 pub fn read_usage_prefix(path: &Path, len: usize, buf: &mut Vec<u8>) -> Result<(), RegionError> {
-    use std::io::Read;
-    let (file, meta) = open_usage_for_reading(path)?;
-    if meta.len() < USAGE_SIZE as u64 {
-        return Err(RegionError::field(
-            "usage",
-            "size",
-            format!(
-                "file {} is {} bytes; expected {USAGE_SIZE}",
-                path.display(),
-                meta.len()
-            ),
-        ));
-    }
-    buf.clear();
-    file.take(len.min(USAGE_SIZE) as u64)
-        .read_to_end(buf)
-        .map_err(io_err("read", path))?;
-    Ok(())
+    crate::usage_file::UsageFile::default().read_prefix(path, len, buf)
 }
 
 #[cfg(test)]

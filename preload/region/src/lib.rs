@@ -25,6 +25,7 @@ pub mod rate;
 pub mod reader;
 pub mod spec;
 pub mod usage;
+pub mod usage_file;
 
 pub use control::{ControlSnapshot, ControlSpec, GpuLimits};
 pub use error::RegionError;

@@ -19,13 +19,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use tessera_region::control::ControlSpec;
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw};
 use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
 use tessera_region::reader::UsageSnapshot;
 use tessera_region::spec::format_uuid;
+use tessera_region::usage_file::UsageFile;
 
 use crate::config::Config;
 use crate::containers::pids::{self, ProcessView};
@@ -92,6 +93,9 @@ struct PerContainer {
 /// What the loop keeps per managed container (a cache of the host state).
 struct Managed {
     control: Mapped<ControlRegion>,
+    /// Its usage file, kept open between periods (reopened whenever the
+    /// path names another file).
+    usage: UsageFile,
     /// The period in which this agent took the container over.
     since: u64,
 }
@@ -110,7 +114,6 @@ pub struct Agent {
     /// Skipped entries already logged (name → reason), to log changes only.
     reported: BTreeMap<String, String>,
     periods: u64,
-    last_sample_us: u64,
     /// One compute controller per GPU (by UUID).
     controllers: HashMap<[u8; 16], GpuController>,
     /// Start of each GPU's next SM sample window (µs).
@@ -127,12 +130,6 @@ pub struct Agent {
     ebpf: DaemonEbpf,
     /// Usage regions are read into this buffer, one after the other.
     usage_buf: Vec<u8>,
-}
-
-fn unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 impl Agent {
@@ -158,7 +155,6 @@ impl Agent {
             managed: HashMap::new(),
             reported: BTreeMap::new(),
             periods: 0,
-            last_sample_us: unix_us(),
             controllers: HashMap::new(),
             sm_since: HashMap::new(),
             meta_cache: MetaCache::default(),
@@ -225,8 +221,14 @@ impl Agent {
                     Ok(control) => {
                         tracing::info!(id = %c.id, dir = %c.dir.display(), "managing container");
                         let since = self.periods;
-                        self.managed
-                            .insert(c.id.clone(), Managed { control, since });
+                        self.managed.insert(
+                            c.id.clone(),
+                            Managed {
+                                control,
+                                usage: UsageFile::default(),
+                                since,
+                            },
+                        );
                     }
                     Err(e) => {
                         skipped.push(Skipped {
@@ -243,11 +245,23 @@ impl Agent {
         self.watchdog
             .retain(|id| ready.binary_search_by(|c: &Container| c.id.cmp(id)).is_ok());
         self.report_skipped(&skipped);
-        let memory = self.sample_gpus();
         let sm = self.sample_sm();
+        let memory = self.sample_gpus(&sm);
         // Observe every container, then decide per GPU, then write.
         let mut buf = std::mem::take(&mut self.usage_buf);
-        let observed: Vec<Observed> = ready.iter().map(|c| self.observe(c, &mut buf)).collect();
+        let mut observed: Vec<Observed> = Vec::with_capacity(ready.len());
+        for c in &ready {
+            // (Every ready container is managed: opened above.)
+            let mut file = self
+                .managed
+                .get_mut(&c.id)
+                .map(|m| std::mem::take(&mut m.usage))
+                .unwrap_or_default();
+            observed.push(self.observe(c, &mut buf, &mut file));
+            if let Some(m) = self.managed.get_mut(&c.id) {
+                m.usage = file;
+            }
+        }
         self.usage_buf = buf;
         let seen = self.observe_ebpf(&ready, &observed);
         let nvml: HashMap<[u8; 16], GpuMemory> = memory

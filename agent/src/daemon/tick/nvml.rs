@@ -45,16 +45,25 @@ impl Agent {
         }
     }
 
-    /// NVML's live state of every GPU, by UUID (empty without NVML).
-    pub(super) fn sample_gpus(&mut self) -> HashMap<[u8; 16], GpuUsage> {
+    /// NVML's live state of every GPU, by UUID (empty without NVML), each
+    /// process's SM use taken from this period's samples `sm` (NVML's
+    /// per-process utilisation is read once a period, by
+    /// [`sample_sm`](Self::sample_sm)).
+    pub(super) fn sample_gpus(
+        &self,
+        sm: &HashMap<[u8; 16], SmSamples>,
+    ) -> HashMap<[u8; 16], GpuUsage> {
         let mut out = HashMap::new();
-        let since = self.last_sample_us;
-        self.last_sample_us = unix_us();
         let Some(g) = &self.gpus else {
             return out;
         };
         for gpu in &g.gpus {
-            match g.backend.usage(gpu.index, since) {
+            let samples = sm.get(&gpu.uuid);
+            let of = |pid: u32| {
+                let v = samples?.by_pid.get(&pid)?;
+                Some(v.round().clamp(0.0, 100.0) as u32)
+            };
+            match g.backend.usage_with(gpu.index, of) {
                 Ok(u) => {
                     out.insert(gpu.uuid, u);
                 }

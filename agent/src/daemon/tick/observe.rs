@@ -2,7 +2,6 @@
 //! region (untrusted, I3), its processes (cgroup members joined with the
 //! region's slots), and the eBPF observer's view of them.
 
-use tessera_region::file::read_usage_prefix;
 use tessera_region::reader::{Scope, read_usage_in};
 
 use super::*;
@@ -46,14 +45,20 @@ impl Agent {
         }
     }
 
-    /// A container's usage region and processes. The region is read into
-    /// `buf` (kept between containers and periods), and only as far as
+    /// A container's usage region and processes. The region is read from
+    /// `file` (kept open between periods) into `buf` (kept between
+    /// containers and periods), and only as far as
     /// this container's GPUs go ([`Scope::granted`]): the control region
     /// has no other GPU, so nothing charged beyond them can raise a limit.
-    pub(super) fn observe(&self, c: &Container, buf: &mut Vec<u8>) -> Observed {
+    pub(super) fn observe(
+        &self,
+        c: &Container,
+        buf: &mut Vec<u8>,
+        file: &mut UsageFile,
+    ) -> Observed {
         let mut problems = Vec::new();
         let scope = Scope::granted(c.meta.gpus.len());
-        let read = read_usage_prefix(&c.dir.join(USAGE_FILE), scope.len(), buf);
+        let read = file.read_prefix(&c.dir.join(USAGE_FILE), scope.len(), buf);
         let usage = read
             .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
             .ok()
