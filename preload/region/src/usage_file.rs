@@ -100,14 +100,20 @@ mod tests {
         path
     }
 
-    #[test]
-    fn a_kept_file_follows_rewrites_and_a_replaced_one_is_reopened() {
+    /// A usage file of ones at `dir/usage`, read once (so it is kept).
+    fn kept() -> (tempfile::TempDir, std::path::PathBuf, UsageFile, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("usage");
         std::fs::rename(region(dir.path(), 1), &path).unwrap();
         let mut f = UsageFile::default();
         let mut buf = Vec::new();
         f.read_prefix(&path, 64, &mut buf).unwrap();
+        (dir, path, f, buf)
+    }
+
+    #[test]
+    fn a_kept_file_follows_rewrites_and_a_replaced_one_is_reopened() {
+        let (dir, path, mut f, mut buf) = kept();
         assert_eq!(buf, vec![1; 64]);
         // Written in place (as the preload does): the kept file shows it.
         std::fs::OpenOptions::new()
@@ -119,21 +125,14 @@ mod tests {
         f.read_prefix(&path, 16, &mut buf).unwrap();
         assert_eq!(buf, [[7; 8], [1; 8]].concat());
         // Replaced by another file: read from the new one at once.
-        let old = std::fs::File::open(&path).unwrap();
         std::fs::rename(region(dir.path(), 2), &path).unwrap();
         f.read_prefix(&path, 64, &mut buf).unwrap();
         assert_eq!(buf, vec![2; 64], "read the file the path no longer names");
-        drop(old);
     }
 
     #[test]
     fn a_symlink_fifo_or_short_file_in_its_place_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("usage");
-        std::fs::rename(region(dir.path(), 1), &path).unwrap();
-        let mut f = UsageFile::default();
-        let mut buf = Vec::new();
-        f.read_prefix(&path, 64, &mut buf).unwrap();
+        let (dir, path, mut f, mut buf) = kept();
         // A symlink to a valid region, planted over the kept file.
         let elsewhere = region(dir.path(), 3);
         std::fs::remove_file(&path).unwrap();
