@@ -92,6 +92,14 @@ const NO_GPU: usize = usize::MAX;
 
 /// A thread's batch and its launches not yet counted.
 struct Local {
+    /// The enforcer the batch was taken from (`None`: no batch, e.g. in a
+    /// forked child, whose first launch then takes the full path).
+    enforcer: Cell<Option<&'static Enforcer>>,
+    /// The container had exactly one GPU under `epoch`, so the batch's GPU
+    /// (0) holds for every launch of this thread while the control epoch
+    /// is `epoch`: the fast path ([`try_admit_fast`]) needs no device
+    /// lookup.
+    single: Cell<bool>,
     /// Control GPU index of the batch (`NO_GPU`: none).
     gpu: Cell<usize>,
     /// Control epoch the batch was taken in.
@@ -115,6 +123,8 @@ struct Local {
 impl Local {
     const fn new() -> Self {
         Self {
+            enforcer: Cell::new(None),
+            single: Cell::new(false),
             gpu: Cell::new(NO_GPU),
             epoch: Cell::new(0),
             expires: Cell::new(0),
@@ -160,17 +170,40 @@ thread_local! {
     static FLUSH_AT_THREAD_EXIT: FlushAtThreadExit = const { FlushAtThreadExit };
 }
 
+/// The launch fast path, before any other check of the hook: spends
+/// `cost` warps from this thread's batch if the thread's previous launch
+/// found the container with one GPU under the control epoch that still
+/// holds, and the batch holds enough and has not expired (see
+/// [`Local::try_spend`]). `false`: the caller takes the full path
+/// (dispatch, device lookup, [`admit`]).
+///
+/// Skipping the mode and fork checks is sound: a batch exists only if a
+/// launch of this thread went through [`admit`] under limits, the mode
+/// never changes once set, and a forked child's only thread starts with
+/// no batch ([`forget`]).
+#[inline(always)]
+pub fn try_admit_fast(cost: u64) -> bool {
+    LOCAL.with(|l| match l.enforcer.get() {
+        // (The field, not `ControlRegion::epoch`: a call into another
+        // crate that is not inlined.)
+        Some(e) if l.single.get() => {
+            l.try_spend(0, e.control.header.epoch.load(Ordering::Acquire), cost)
+        }
+        _ => false,
+    })
+}
+
 /// Waits until a launch of `cost` warps on control GPU `gpu` may start,
-/// and counts it.
+/// and counts it. `single`: the control epoch under which the container
+/// had exactly one GPU (`gpu` is then 0), if it had; the batch then serves
+/// [`try_admit_fast`] while that epoch holds.
 #[inline]
-pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
-    // (The field, not `ControlRegion::epoch`: a call into another crate
-    // that is not inlined.)
+pub fn admit(e: &'static Enforcer, gpu: usize, cost: u64, single: Option<u64>) {
     let epoch = e.control.header.epoch.load(Ordering::Acquire);
-    // The fast path alone inside the thread-local access, so that it
-    // inlines into the hook; the slow path looks the thread-local up again.
+    // The per-launch check alone inside the thread-local access; the slow
+    // path looks the thread-local up again.
     if !LOCAL.with(|l| l.try_spend(gpu, epoch, cost)) {
-        LOCAL.with(|l| refill(e, l, gpu, cost));
+        LOCAL.with(|l| refill(e, l, gpu, cost, single));
     }
 }
 
@@ -189,6 +222,8 @@ pub fn forget() {
             c.set(0);
         }
         l.gpu.set(NO_GPU);
+        l.enforcer.set(None);
+        l.single.set(false);
         l.unlimited.set(false);
         l.hooked.set(false);
     });
@@ -198,7 +233,7 @@ pub fn forget() {
 /// its batch, and admits this launch with a new batch.
 #[cold]
 #[inline(never)]
-fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
+fn refill(e: &'static Enforcer, l: &Local, gpu: usize, cost: u64, single: Option<u64>) {
     flush(e, l);
     hook_exits(l);
     let before_expiry = l.gpu.get() == gpu && sys::coarse_ns() < l.expires.get();
@@ -210,6 +245,7 @@ fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
         spent
     };
     l.gpu.set(gpu);
+    l.enforcer.set(Some(e));
     l.left.set(0);
     l.size.set(0);
     l.unlimited.set(false);
@@ -217,6 +253,10 @@ fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
     loop {
         let (rate, burst, epoch) = e.control.launch_limits(gpu);
         l.epoch.set(epoch);
+        // One GPU under the very epoch the batch is keyed on: a GPU set
+        // written between the count and these limits leaves the batch to
+        // the per-launch path (and the next launch looks again).
+        l.single.set(gpu == 0 && single == Some(epoch));
         if rate == UNLIMITED {
             // Counted only, in the usage region every FLUSH_EVERY launches.
             l.unlimited.set(true);

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::process::Stdio;
 
 use common::{Container, Link, MIB, Node, field};
+use tessera_region::UNLIMITED;
 use tessera_region::control::{ControlSpec, GpuLimits};
 
 /// Two 4 GiB GPUs, contexts free (so only allocations are charged), and a
@@ -144,4 +145,86 @@ fn launches_on_a_gpu_added_later_draw_from_its_own_bucket() {
         "410 launches on GPU 1 took {elapsed} ms of GPU time; its bucket allows them in 200 ms"
     );
     p.kill();
+}
+
+/// One thread alternating between two GPUs, launch after launch: each
+/// launch is drawn from the bucket of the GPU its context is on, never
+/// from the one the thread's previous launch (or its batch) was for. One
+/// GPU is limited to 1000 one-warp launches/s with a burst of 10, the
+/// other is unlimited, then the other way round; the simulator's per-GPU
+/// launch log judges.
+#[test]
+fn a_thread_switching_gpus_draws_each_launch_from_its_gpus_bucket() {
+    let (rate, burst) = (1000u64, 10u64);
+    // 4 × 30 launches on the limited GPU between 4 × 500 on the other,
+    // then single launches alternating every time.
+    let mut ops = String::new();
+    for _ in 0..4 {
+        ops += "dev L launch tiny 1 32 30 dev U launch tiny 1 32 500 ";
+    }
+    for _ in 0..20 {
+        ops += "dev L launch tiny 1 32 1 dev U launch tiny 1 32 1 ";
+    }
+    for limited in [0usize, 1] {
+        let node = Node::new(TWO_GPUS);
+        let sim = node.sim();
+        let c = Container::on(node, GpuLimits::unlimited);
+        let gpus = (0..2)
+            .map(|i| GpuLimits {
+                launch_rate: if i == limited { rate } else { UNLIMITED },
+                launch_burst: burst,
+                ..GpuLimits::unlimited(sim.uuid_bytes(i))
+            })
+            .collect();
+        c.control.write(&ControlSpec { flags: 0, gpus }).unwrap();
+        let ops = ops
+            .replace('L', &limited.to_string())
+            .replace('U', &(1 - limited).to_string());
+        let mut cmd = c.command(&common::sim::workload(Link::Direct));
+        cmd.args(ops.split_whitespace());
+        let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let pid = child.id() as i32;
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        let ran = |gpu| {
+            sim.launches(gpu)
+                .unwrap()
+                .into_iter()
+                .find(|l| l.pid == pid)
+                .unwrap_or_else(|| panic!("no launches of {pid} on GPU {gpu}"))
+        };
+        let (lim, free) = (ran(limited), ran(1 - limited));
+        assert_eq!((lim.kernels, free.kernels), (140, 2020), "{stdout}");
+        // The limited GPU never exceeds its rate: in any k whole
+        // milliseconds (which span less than k ms) at most rate × k ms +
+        // burst warps, plus the one launch taken alone that may end a
+        // window (as in any GCRA). Its launches drawn from the other GPU's
+        // unlimited bucket (or batch) would break this.
+        let (first, last) = (lim.per_ms[0].0, lim.last_ms);
+        let log: Vec<u64> = (first..=last)
+            .map(|m| lim.warps_between(m, m + 1))
+            .collect();
+        for i in 0..log.len() {
+            let mut sum = 0;
+            for (w, &n) in log[i..].iter().enumerate() {
+                sum += n;
+                let allowed = rate * (w as u64 + 1) / 1000 + burst + 1;
+                assert!(
+                    sum <= allowed,
+                    "GPU {limited} ran {sum} warps in {} ms (allowed {allowed})",
+                    w + 1
+                );
+            }
+        }
+        // The unlimited GPU is not held back: its 2020 launches drawn from
+        // the limited bucket would take over 2 s; drawn from its own, the
+        // whole run takes about the 130 ms the limited GPU's launches need.
+        let span = free.last_ms.max(last) - free.per_ms[0].0.min(first);
+        assert!(
+            span < 1000,
+            "the run took {span} ms: GPU {}'s launches were held back",
+            1 - limited
+        );
+    }
 }
