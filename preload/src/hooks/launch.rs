@@ -3,15 +3,16 @@
 //! ceil(threads per block / 32)); graphs are in `graph.rs`.
 
 use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering;
 
 use tessera_region::rate::launch_cost;
 
 use super::{dispatch, hook};
-use crate::accounting::{current_device, gpu_index};
+use crate::accounting::{current_context_device, gpu_index};
 use crate::ffi::*;
 use crate::real::real_cuda;
 use crate::state::Enforcer;
-use crate::throttle;
+use crate::throttle::{self, Route};
 
 /// Warps of a launch of `grid` blocks of `block` threads. A dimension of
 /// 0 (a launch the driver refuses) makes the count 0, which costs one warp
@@ -35,12 +36,24 @@ pub fn launch(e: &'static Enforcer, warps: u64, real: impl FnOnce() -> CUresult)
 /// Admits a launch of `warps` on the current device (waiting for its
 /// turn), or says what to answer instead.
 fn admit(e: &'static Enforcer, warps: u64) -> Result<(), CUresult> {
-    let single = e.single_gpu_epoch();
-    let gpu = match single {
-        Some(_) => 0,
-        None => current_device().and_then(|d| gpu_index(e, d))?,
+    if let Some(epoch) = e.single_gpu_epoch() {
+        throttle::admit(e, 0, warps, Route::Single, epoch);
+        return Ok(());
+    }
+    // The epoch before the lookup: the route is kept only if the batch's
+    // limits are read under this same epoch, i.e. no write of the control
+    // region began or ended between the lookup and them.
+    let epoch = e.control.header.epoch.load(Ordering::Acquire);
+    let current = current_context_device()?;
+    let gpu = gpu_index(e, current.device)?;
+    let route = match current.ctx {
+        0 => Route::Lookup,
+        ctx => Route::Context {
+            ctx,
+            generation: current.generation,
+        },
     };
-    throttle::admit(e, gpu, warps, single);
+    throttle::admit(e, gpu, warps, route, epoch);
     Ok(())
 }
 
@@ -61,9 +74,14 @@ fn gate(warps: u64) -> CUresult {
     gate_slow(warps)
 }
 
-/// [`gate`] past the fast path: the mode, the device, the bucket.
+/// [`gate`] past the one-GPU fast path: the same batch if the thread's
+/// current context is the previous launch's, else the mode, the device,
+/// the bucket.
 #[inline(never)]
 fn gate_slow(warps: u64) -> CUresult {
+    if throttle::try_admit_in_context(warps) {
+        return CUDA_SUCCESS;
+    }
     dispatch(
         || CUDA_SUCCESS,
         |e| match admit(e, warps) {
