@@ -13,7 +13,15 @@
 //!   admission, and under the control epoch it was taken in; what is left
 //!   after that is dropped, never returned;
 //! - a batch holds at most [`batch_max`] warps for that bound;
-//! - a forked child starts with no batch (its parent's is the parent's).
+//! - a forked child starts with no batch (its parent's is the parent's);
+//! - a batch is spent on the GPU it was taken for only: a launch spends it
+//!   without a device lookup only while its [`Route`] (one GPU under the
+//!   batch's epoch, or the same current context in the same context
+//!   generation) still leads to that GPU, else it looks its device up.
+//!
+//! The hooks try [`try_admit_fast`] before any other check (the one-GPU
+//! route), then [`try_admit_in_context`] (the context route), and only
+//! then dispatch and [`admit`].
 //!
 //! Batches grow (doubling) while a thread spends each one before it
 //! expires, and shrink to what was spent when one expires, so a thread
@@ -174,7 +182,7 @@ impl Local {
         fresh
     }
 
-    /// [`Local::try_spend`] on the batch's GPU if the thread's route is
+    /// `Local::try_spend` on the batch's GPU if the thread's route is
     /// [`Route::Context`] and its current context is still the route's,
     /// with no context destroyed since.
     fn try_spend_in_context(&self, epoch: u64, cost: u64) -> bool {
@@ -204,7 +212,7 @@ thread_local! {
 /// `cost` warps from this thread's batch if the control epoch is still
 /// the batch's, the container had one GPU under it ([`Route::Single`]),
 /// and the batch holds enough and has not expired (see
-/// [`Local::try_spend`]). `false`: the caller takes the full path
+/// `Local::try_spend`). `false`: the caller takes the full path
 /// ([`try_admit_in_context`], then dispatch, device lookup, [`admit`]).
 ///
 /// Skipping the mode and fork checks is sound: a batch exists only if a
