@@ -9,12 +9,21 @@
 //! launch wait, so the token bucket's fast path (a thread spending a batch
 //! taken ahead) is what is measured. The three configurations run in turn,
 //! 15 times (5 rounds each), and the best time of each is kept (the
-//! machine is shared).
+//! machine is shared). A fourth runs the launches on a node of two GPUs
+//! in a container granted both (the same limit on each), where a launch's
+//! GPU depends on the thread's current context, against the simulator
+//! alone on that node.
 //!
 //! Wall-clock figures on a busy 2-core machine wobble by tens of ns, so
 //! when valgrind is installed the runner also counts *instructions* per
 //! call with callgrind (exact and repeatable): the difference between two
-//! runs of different lengths, divided by the extra calls.
+//! runs of different lengths, divided by the extra calls. (Valgrind serves
+//! `clock_gettime` by a system call rather than the vDSO, which it counts
+//! as one instruction: the coarse-clock read of a limited launch costs a
+//! few dozen instructions more outside it.) With
+//! `TESSERA_BENCH_CALLGRIND_DIR=<dir>` the launch runs also leave their
+//! callgrind profiles there (`--dump-instr=yes`, one per configuration),
+//! for `callgrind_annotate`.
 //!
 //! Use release artifacts (`TESSERA_ARTIFACTS=target/tessera/release`).
 
@@ -29,6 +38,12 @@ fn artifacts() -> PathBuf {
     std::env::var_os("TESSERA_ARTIFACTS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tessera/release"))
+}
+
+/// The bench node: one GPU, or two.
+fn node_toml(gpus: usize) -> String {
+    "[[gpu]]\nmodel = \"bench\"\nmemory_mib = 81920\nsm_count = 132\n".repeat(gpus)
+        + "[cost.functions.empty]\nfixed_ns = 1\n[cost]\ncontext_overhead_mib = 0\n[ioctl]\nenabled = false\n"
 }
 
 fn run(program: &Path, env: &[(&str, &Path)]) -> (f64, f64) {
@@ -73,42 +88,42 @@ fn main() {
         .status()
         .expect("run cc");
     assert!(status.success(), "cc failed");
-    let node = dir.path().join("node.toml");
-    std::fs::write(
-        &node,
-        "[[gpu]]\nmodel = \"bench\"\nmemory_mib = 81920\nsm_count = 132\n\
-         [cost.functions.empty]\nfixed_ns = 1\n[cost]\ncontext_overhead_mib = 0\n[ioctl]\nenabled = false\n",
-    )
-    .expect("write node");
-    let state = dir.path().join("state");
-    let uuid = gpusim::Sim::open(&gpusim::state::Config {
-        node_path: Some(node.clone()),
-        state_path: state.clone(),
-    })
-    .expect("open node")
-    .uuid_bytes(0);
-    let region = |name: &str, rate: u64, burst: u64| -> PathBuf {
+    // (node file, state file, GPU UUIDs) of a node of `gpus` GPUs.
+    let node_of = |gpus: usize| -> (PathBuf, PathBuf, Vec<[u8; 16]>) {
+        let node = dir.path().join(format!("node{gpus}.toml"));
+        std::fs::write(&node, node_toml(gpus)).expect("write node");
+        let state = dir.path().join(format!("state{gpus}"));
+        let sim = gpusim::Sim::open(&gpusim::state::Config {
+            node_path: Some(node.clone()),
+            state_path: state.clone(),
+        })
+        .expect("open node");
+        let uuids = (0..gpus).map(|i| sim.uuid_bytes(i)).collect();
+        (node, state, uuids)
+    };
+    let (node, state, uuids) = node_of(1);
+    let (node2, state2, uuids2) = node_of(2);
+    let region = |name: &str, uuids: &[[u8; 16]], rate: u64, burst: u64| -> PathBuf {
         let d = dir.path().join(name);
         std::fs::create_dir_all(&d).expect("region dir");
-        create_control(
-            &d,
-            &ControlSpec {
-                flags: 0,
-                gpus: vec![GpuLimits {
-                    memory_limit: 40 << 30,
-                    launch_rate: rate,
-                    launch_burst: burst,
-                    ..GpuLimits::unlimited(uuid)
-                }],
-            },
-        )
-        .expect("control");
+        let gpus = uuids
+            .iter()
+            .map(|&uuid| GpuLimits {
+                memory_limit: 40 << 30,
+                launch_rate: rate,
+                launch_burst: burst,
+                ..GpuLimits::unlimited(uuid)
+            })
+            .collect();
+        create_control(&d, &ControlSpec { flags: 0, gpus }).expect("control");
         create_usage(&d).expect("usage");
         d
     };
-    let unlimited = region("unlimited", UNLIMITED, 0);
-    let bucket = region("bucket", 1 << 32, (1 << 32) / 10);
+    let unlimited = region("unlimited", &uuids, UNLIMITED, 0);
+    let bucket = region("bucket", &uuids, 1 << 32, (1 << 32) / 10);
+    let bucket2 = region("bucket2", &uuids2, 1 << 32, (1 << 32) / 10);
     let base: [(&str, &Path); 2] = [("GPUSIM_NODE", &node), ("GPUSIM_STATE", &state)];
+    let base2: [(&str, &Path); 2] = [("GPUSIM_NODE", &node2), ("GPUSIM_STATE", &state2)];
     let plain = run(&bin, &base);
     let with = |r: &Path| {
         let mut env = base.to_vec();
@@ -129,11 +144,15 @@ fn main() {
         env
     }
     let (mut plain, mut a, mut b) = (plain, with(&unlimited), with(&bucket));
+    let mut plain2 = run(&bin, &env_for(&base2, &lib, None));
+    let mut b2 = run(&bin, &env_for(&base2, &lib, Some(&bucket2)));
     let best = |x: (f64, f64), y: (f64, f64)| (x.0.min(y.0), x.1.min(y.1));
     for _ in 0..14 {
         plain = best(plain, run(&bin, &env_for(&base, &lib, None)));
         a = best(a, run(&bin, &env_for(&base, &lib, Some(&unlimited))));
         b = best(b, run(&bin, &env_for(&base, &lib, Some(&bucket))));
+        plain2 = best(plain2, run(&bin, &env_for(&base2, &lib, None)));
+        b2 = best(b2, run(&bin, &env_for(&base2, &lib, Some(&bucket2))));
     }
     println!("                              ns per call   added by libtessera.so");
     println!("cuLaunchKernel, simulator      {:>10.1}", plain.0);
@@ -147,6 +166,12 @@ fn main() {
         b.0,
         b.0 - plain.0
     );
+    println!("cuLaunchKernel, 2-GPU node     {:>10.1}", plain2.0);
+    println!(
+        "  + libtessera, 2 buckets      {:>10.1}   {:>+8.1}",
+        b2.0,
+        b2.0 - plain2.0
+    );
     println!("cuMemAlloc_v2+cuMemFree_v2     {:>10.1}", plain.1);
     println!(
         "  + libtessera, memory limit   {:>10.1}   {:>+8.1}",
@@ -157,10 +182,26 @@ fn main() {
         println!("(install valgrind for instruction counts)");
         return;
     }
-    if let (Some(p), Some(u), Some(t)) = (
-        instructions(&bin, &env_for(&base, &lib, None)),
-        instructions(&bin, &env_for(&base, &lib, Some(&unlimited))),
-        instructions(&bin, &env_for(&base, &lib, Some(&bucket))),
+    let profiles = std::env::var_os("TESSERA_BENCH_CALLGRIND_DIR").map(PathBuf::from);
+    let keep = |name: &str| {
+        profiles
+            .as_ref()
+            .map(|d| d.join(format!("callgrind.{name}")))
+    };
+    if let (Some(p), Some(u), Some(t), Some(p2), Some(t2)) = (
+        instructions(&bin, &env_for(&base, &lib, None), keep("plain")),
+        instructions(
+            &bin,
+            &env_for(&base, &lib, Some(&unlimited)),
+            keep("unlimited"),
+        ),
+        instructions(&bin, &env_for(&base, &lib, Some(&bucket)), keep("bucket")),
+        instructions(&bin, &env_for(&base2, &lib, None), keep("plain2")),
+        instructions(
+            &bin,
+            &env_for(&base2, &lib, Some(&bucket2)),
+            keep("bucket2"),
+        ),
     ) {
         println!();
         println!("                              instructions  added by libtessera.so");
@@ -175,6 +216,12 @@ fn main() {
             t.0,
             t.0 - p.0
         );
+        println!("cuLaunchKernel, 2-GPU node     {:>10.0}", p2.0);
+        println!(
+            "  + libtessera, 2 buckets      {:>10.0}   {:>+8.0}",
+            t2.0,
+            t2.0 - p2.0
+        );
         println!("cuMemAlloc_v2+cuMemFree_v2     {:>10.0}", p.1);
         println!(
             "  + libtessera, memory limit   {:>10.0}   {:>+8.0}",
@@ -184,11 +231,19 @@ fn main() {
     }
 }
 
-/// Instructions per launch and per alloc/free pair, from callgrind.
-fn instructions(bin: &Path, env: &[(&str, &Path)]) -> Option<(f64, f64)> {
+/// Instructions per launch and per alloc/free pair, from callgrind; the
+/// profile of the launch run is kept at `profile` if given.
+fn instructions(bin: &Path, env: &[(&str, &Path)], profile: Option<PathBuf>) -> Option<(f64, f64)> {
     let count = |launches: u32, allocs: u32| -> Option<f64> {
-        let out = Command::new("valgrind")
-            .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        let mut cmd = Command::new("valgrind");
+        cmd.arg("--tool=callgrind");
+        match &profile {
+            Some(path) if launches > 0 => cmd
+                .arg("--dump-instr=yes")
+                .arg(format!("--callgrind-out-file={}", path.display())),
+            _ => cmd.arg("--callgrind-out-file=/dev/null"),
+        };
+        let out = cmd
             .arg(bin)
             .args([launches.to_string(), allocs.to_string(), "1".into()])
             .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))

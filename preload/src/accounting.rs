@@ -38,19 +38,50 @@ pub fn contexts_changed() {
     CONTEXT_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
+/// The number of times a context may have been destroyed so far: a fact
+/// about a context handle learnt while it was this holds for as long as it
+/// still is.
+#[inline]
+pub fn context_generation() -> u64 {
+    CONTEXT_GENERATION.load(Ordering::Acquire)
+}
+
 /// The current context's device ordinal.
 pub fn current_device() -> Result<CUdevice, CUresult> {
+    current_context_device().map(|c| c.device)
+}
+
+/// The thread's current context and its device, and the
+/// [`context_generation`] they were found in.
+#[derive(Clone, Copy, Debug)]
+pub struct CurrentDevice {
+    /// Device ordinal.
+    pub device: CUdevice,
+    /// Context handle (0: none current).
+    pub ctx: usize,
+    /// Context generation, read after the handle and before its device.
+    pub generation: u64,
+}
+
+/// The current context, its device ordinal, and the generation that
+/// pairing holds for.
+pub fn current_context_device() -> Result<CurrentDevice, CUresult> {
     let ctx = current_context();
-    let generation = CONTEXT_GENERATION.load(Ordering::Acquire);
+    let generation = context_generation();
     let (g, c, d) = LAST_CONTEXT.get();
+    let found = |device| CurrentDevice {
+        device,
+        ctx,
+        generation,
+    };
     if ctx != 0 && g == generation && c == ctx && d >= 0 {
-        return Ok(d);
+        return Ok(found(d));
     }
     let mut d: CUdevice = 0;
     match real_cuda!(cuCtxGetDevice(&mut d)) {
         CUDA_SUCCESS => {
             LAST_CONTEXT.set((generation, ctx, d));
-            Ok(d)
+            Ok(found(d))
         }
         e => Err(e),
     }

@@ -423,29 +423,32 @@ impl Enforcer {
         Ok(index)
     }
 
-    /// Whether the container has exactly one GPU under the current control
-    /// epoch (launches then need no device lookup: they go to GPU 0).
+    /// The control epoch under which the container has exactly one GPU, if
+    /// it has one under the current control epoch (launches then need no
+    /// device lookup: they go to GPU 0); `None` if it has another number.
+    /// The epoch is that of the view the GPUs were counted in (even), so a
+    /// caller that caches "one GPU" keys it on that epoch.
     #[inline]
-    pub fn single_gpu(&self) -> bool {
+    pub fn single_gpu_epoch(&self) -> Option<u64> {
         let now = current_epoch(&self.control);
         let v = self.single.load(Ordering::Relaxed);
         if v == now {
-            return true;
+            return Some(now);
         }
         if v == now | 1 {
-            return false;
+            return None;
         }
         self.count_gpus()
     }
 
-    /// [`Enforcer::single_gpu`]'s slow path: counts the GPUs afresh.
+    /// [`Enforcer::single_gpu_epoch`]'s slow path: counts the GPUs afresh.
     #[cold]
-    fn count_gpus(&self) -> bool {
+    fn count_gpus(&self) -> Option<u64> {
         let view = self.control.snapshot();
         let single = view.gpus.len() == 1;
         let v = if single { view.epoch } else { view.epoch | 1 };
         self.single.store(v, Ordering::Relaxed);
-        single
+        single.then_some(view.epoch)
     }
 
     /// Cached allocation granularity of device `ordinal`.

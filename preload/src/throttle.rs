@@ -13,7 +13,15 @@
 //!   admission, and under the control epoch it was taken in; what is left
 //!   after that is dropped, never returned;
 //! - a batch holds at most [`batch_max`] warps for that bound;
-//! - a forked child starts with no batch (its parent's is the parent's).
+//! - a forked child starts with no batch (its parent's is the parent's);
+//! - a batch is spent on the GPU it was taken for only: a launch spends it
+//!   without a device lookup only while its [`Route`] (one GPU under the
+//!   batch's epoch, or the same current context in the same context
+//!   generation) still leads to that GPU, else it looks its device up.
+//!
+//! The hooks try [`try_admit_fast`] before any other check (the one-GPU
+//! route), then [`try_admit_in_context`] (the context route), and only
+//! then dispatch and [`admit`].
 //!
 //! Batches grow (doubling) while a thread spends each one before it
 //! expires, and shrink to what was spent when one expires, so a thread
@@ -90,8 +98,34 @@ fn life() -> Option<Life> {
 
 const NO_GPU: usize = usize::MAX;
 
+/// How a thread's launches find the GPU of its batch while the control
+/// epoch is the batch's, without looking the device up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// They do not: every launch looks its device up.
+    Lookup,
+    /// The container has exactly one GPU (index 0).
+    Single,
+    /// The GPU of context `ctx`, while it is the thread's current context
+    /// and no context was destroyed since `generation`
+    /// ([`crate::accounting::context_generation`]): a context's device
+    /// never changes, and a reused handle comes with a new generation.
+    Context {
+        /// The context handle.
+        ctx: usize,
+        /// The context generation it was looked up in.
+        generation: u64,
+    },
+}
+
 /// A thread's batch and its launches not yet counted.
 struct Local {
+    /// The enforcer the batch was taken from (`None`: no batch, e.g. in a
+    /// forked child, whose first launch then takes the full path).
+    enforcer: Cell<Option<&'static Enforcer>>,
+    /// How the next launches find the batch's GPU while the control epoch
+    /// is `epoch` (the fast path, [`try_admit_fast`]).
+    route: Cell<Route>,
     /// Control GPU index of the batch (`NO_GPU`: none).
     gpu: Cell<usize>,
     /// Control epoch the batch was taken in.
@@ -115,6 +149,8 @@ struct Local {
 impl Local {
     const fn new() -> Self {
         Self {
+            enforcer: Cell::new(None),
+            route: Cell::new(Route::Lookup),
             gpu: Cell::new(NO_GPU),
             epoch: Cell::new(0),
             expires: Cell::new(0),
@@ -146,6 +182,18 @@ impl Local {
         fresh
     }
 
+    /// `Local::try_spend` on the batch's GPU if the thread's route is
+    /// [`Route::Context`] and its current context is still the route's,
+    /// with no context destroyed since.
+    fn try_spend_in_context(&self, epoch: u64, cost: u64) -> bool {
+        let Route::Context { ctx, generation } = self.route.get() else {
+            return false;
+        };
+        crate::accounting::context_generation() == generation
+            && crate::accounting::current_context() == ctx
+            && self.try_spend(self.gpu.get(), epoch, cost)
+    }
+
     fn spend(&self, cost: u64) {
         self.left.set(self.left.get() - cost);
         self.launches.set(self.launches.get() + 1);
@@ -160,17 +208,51 @@ thread_local! {
     static FLUSH_AT_THREAD_EXIT: FlushAtThreadExit = const { FlushAtThreadExit };
 }
 
+/// The launch fast path, before any other check of the hook: spends
+/// `cost` warps from this thread's batch if the control epoch is still
+/// the batch's, the container had one GPU under it ([`Route::Single`]),
+/// and the batch holds enough and has not expired (see
+/// `Local::try_spend`). `false`: the caller takes the full path
+/// ([`try_admit_in_context`], then dispatch, device lookup, [`admit`]).
+///
+/// Skipping the mode and fork checks is sound: a batch exists only if a
+/// launch of this thread went through [`admit`] under limits, the mode
+/// never changes once set, and a forked child's only thread starts with
+/// no batch ([`forget`]).
+#[inline(always)]
+pub fn try_admit_fast(cost: u64) -> bool {
+    LOCAL.with(|l| {
+        let Some(e) = l.enforcer.get() else {
+            return false;
+        };
+        // (The field, not `ControlRegion::epoch`: a call into another
+        // crate that is not inlined.)
+        let epoch = e.control.header.epoch.load(Ordering::Acquire);
+        matches!(l.route.get(), Route::Single) && l.try_spend(l.gpu.get(), epoch, cost)
+    })
+}
+
+/// [`try_admit_fast`] for a thread whose route is [`Route::Context`]: the
+/// first thing the full path tries (out of the hook, so that the one-GPU
+/// fast path stays small).
+pub fn try_admit_in_context(cost: u64) -> bool {
+    LOCAL.with(|l| match l.enforcer.get() {
+        Some(e) => l.try_spend_in_context(e.control.header.epoch.load(Ordering::Acquire), cost),
+        None => false,
+    })
+}
+
 /// Waits until a launch of `cost` warps on control GPU `gpu` may start,
-/// and counts it.
+/// and counts it. `route` says how the launch found `gpu`, valid under
+/// control epoch `route_epoch`; the thread's batch serves
+/// [`try_admit_fast`] by that route if it is taken under that same epoch.
 #[inline]
-pub fn admit(e: &Enforcer, gpu: usize, cost: u64) {
-    // (The field, not `ControlRegion::epoch`: a call into another crate
-    // that is not inlined.)
+pub fn admit(e: &'static Enforcer, gpu: usize, cost: u64, route: Route, route_epoch: u64) {
     let epoch = e.control.header.epoch.load(Ordering::Acquire);
-    // The fast path alone inside the thread-local access, so that it
-    // inlines into the hook; the slow path looks the thread-local up again.
+    // The per-launch check alone inside the thread-local access; the slow
+    // path looks the thread-local up again.
     if !LOCAL.with(|l| l.try_spend(gpu, epoch, cost)) {
-        LOCAL.with(|l| refill(e, l, gpu, cost));
+        LOCAL.with(|l| refill(e, l, gpu, cost, route, route_epoch));
     }
 }
 
@@ -189,6 +271,8 @@ pub fn forget() {
             c.set(0);
         }
         l.gpu.set(NO_GPU);
+        l.enforcer.set(None);
+        l.route.set(Route::Lookup);
         l.unlimited.set(false);
         l.hooked.set(false);
     });
@@ -198,7 +282,7 @@ pub fn forget() {
 /// its batch, and admits this launch with a new batch.
 #[cold]
 #[inline(never)]
-fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
+fn refill(e: &'static Enforcer, l: &Local, gpu: usize, cost: u64, route: Route, route_epoch: u64) {
     flush(e, l);
     hook_exits(l);
     let before_expiry = l.gpu.get() == gpu && sys::coarse_ns() < l.expires.get();
@@ -210,6 +294,7 @@ fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
         spent
     };
     l.gpu.set(gpu);
+    l.enforcer.set(Some(e));
     l.left.set(0);
     l.size.set(0);
     l.unlimited.set(false);
@@ -217,6 +302,14 @@ fn refill(e: &Enforcer, l: &Local, gpu: usize, cost: u64) {
     loop {
         let (rate, burst, epoch) = e.control.launch_limits(gpu);
         l.epoch.set(epoch);
+        // The route under the very epoch the batch is keyed on: a GPU set
+        // written between the lookup and these limits leaves the batch to
+        // the per-launch path (and the next launch looks again).
+        l.route.set(if epoch == route_epoch {
+            route
+        } else {
+            Route::Lookup
+        });
         if rate == UNLIMITED {
             // Counted only, in the usage region every FLUSH_EVERY launches.
             l.unlimited.set(true);

@@ -9,6 +9,8 @@ use std::io::Write;
 use std::process::Stdio;
 
 use common::{Container, Link, MIB, Node, field};
+use gpusim::launch_log::Launches;
+use tessera_region::UNLIMITED;
 use tessera_region::control::{ControlSpec, GpuLimits};
 
 /// Two 4 GiB GPUs, contexts free (so only allocations are charged), and a
@@ -144,4 +146,133 @@ fn launches_on_a_gpu_added_later_draw_from_its_own_bucket() {
         "410 launches on GPU 1 took {elapsed} ms of GPU time; its bucket allows them in 200 ms"
     );
     p.kill();
+}
+
+/// Asserts that the simulator's log `ran` (one process on GPU `gpu`) never
+/// exceeds `rate` one-warp launches/s with `burst`: in any k whole
+/// milliseconds (which span less than k ms) at most rate × k ms + burst
+/// warps, plus the one launch taken alone that may end a window (as in
+/// any GCRA).
+fn assert_within_rate(ran: &Launches, rate: u64, burst: u64, gpu: usize) {
+    let (first, last) = (ran.per_ms[0].0, ran.last_ms);
+    let log: Vec<u64> = (first..=last)
+        .map(|m| ran.warps_between(m, m + 1))
+        .collect();
+    for i in 0..log.len() {
+        let mut sum = 0;
+        for (w, &n) in log[i..].iter().enumerate() {
+            sum += n;
+            let allowed = rate * (w as u64 + 1) / 1000 + burst + 1;
+            assert!(
+                sum <= allowed,
+                "GPU {gpu} ran {sum} warps in {} ms (allowed {allowed})",
+                w + 1
+            );
+        }
+    }
+}
+
+/// What process `pid` launched on GPU `gpu`, by the simulator's log.
+fn launched(sim: &gpusim::Sim, gpu: usize, pid: i32) -> Launches {
+    sim.launches(gpu)
+        .expect("read the simulator's launch log")
+        .into_iter()
+        .find(|l| l.pid == pid)
+        .unwrap_or_else(|| panic!("no launches of {pid} on GPU {gpu}"))
+}
+
+/// One thread alternating between two GPUs, launch after launch: each
+/// launch is drawn from the bucket of the GPU its context is on, never
+/// from the one the thread's previous launch (or its batch) was for. One
+/// GPU is limited to 1000 one-warp launches/s with a burst of 10, the
+/// other is unlimited, then the other way round; the simulator's per-GPU
+/// launch log judges.
+#[test]
+fn a_thread_switching_gpus_draws_each_launch_from_its_gpus_bucket() {
+    let (rate, burst) = (1000u64, 10u64);
+    // 4 × 30 launches on the limited GPU between 4 × 500 on the other,
+    // then single launches alternating every time.
+    let mut ops = String::new();
+    for _ in 0..4 {
+        ops += "dev L launch tiny 1 32 30 dev U launch tiny 1 32 500 ";
+    }
+    for _ in 0..20 {
+        ops += "dev L launch tiny 1 32 1 dev U launch tiny 1 32 1 ";
+    }
+    for limited in [0usize, 1] {
+        let node = Node::new(TWO_GPUS);
+        let sim = node.sim();
+        let c = Container::on(node, GpuLimits::unlimited);
+        let gpus = (0..2)
+            .map(|i| GpuLimits {
+                launch_rate: if i == limited { rate } else { UNLIMITED },
+                launch_burst: burst,
+                ..GpuLimits::unlimited(sim.uuid_bytes(i))
+            })
+            .collect();
+        c.control.write(&ControlSpec { flags: 0, gpus }).unwrap();
+        let ops = ops
+            .replace('L', &limited.to_string())
+            .replace('U', &(1 - limited).to_string());
+        let mut cmd = c.command(&common::sim::workload(Link::Direct));
+        cmd.args(ops.split_whitespace());
+        let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let pid = child.id() as i32;
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        let (lim, free) = (
+            launched(&sim, limited, pid),
+            launched(&sim, 1 - limited, pid),
+        );
+        assert_eq!((lim.kernels, free.kernels), (140, 2020), "{stdout}");
+        // Its launches drawn from the other GPU's unlimited bucket (or
+        // batch) would exceed the limited GPU's rate.
+        assert_within_rate(&lim, rate, burst, limited);
+        let (first, last) = (lim.per_ms[0].0, lim.last_ms);
+        // The unlimited GPU is not held back: its 2020 launches drawn from
+        // the limited bucket would take over 2 s; drawn from its own, the
+        // whole run takes about the 130 ms the limited GPU's launches need.
+        let span = free.last_ms.max(last) - free.per_ms[0].0.min(first);
+        assert!(
+            span < 1000,
+            "the run took {span} ms: GPU {}'s launches were held back",
+            1 - limited
+        );
+    }
+}
+
+/// A context destroyed and its handle given to a new context on another
+/// GPU (the simulator reuses handles on request): the new context's
+/// launches are drawn from its own GPU's bucket, not from the batch the
+/// thread took for the old context under the same handle. GPU 1 is
+/// unlimited, GPU 0 limited to 1000 one-warp launches/s with a burst of
+/// 10; the simulator's launch log judges.
+#[test]
+fn a_reused_context_handle_draws_from_its_new_gpus_bucket() {
+    let (rate, burst) = (1000u64, 10u64);
+    let node = Node::new(TWO_GPUS);
+    let sim = node.sim();
+    let c = Container::on(node, GpuLimits::unlimited);
+    let gpus = vec![
+        GpuLimits {
+            launch_rate: rate,
+            launch_burst: burst,
+            ..GpuLimits::unlimited(sim.uuid_bytes(0))
+        },
+        GpuLimits::unlimited(sim.uuid_bytes(1)),
+    ];
+    c.control.write(&ControlSpec { flags: 0, gpus }).unwrap();
+    let ops = "ctx 1 launch tiny 1 32 5 ctx-destroy ctx 0 launch tiny 1 32 100";
+    let mut cmd = c.command(&common::sim::workload(Link::Direct));
+    cmd.env("GPUSIM_REUSE_CONTEXT_HANDLES", "1")
+        .args(ops.split_whitespace());
+    let child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id() as i32;
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let on0 = launched(&sim, 0, pid);
+    assert_eq!(on0.kernels, 100, "{stdout}");
+    assert_within_rate(&on0, rate, burst, 0);
 }

@@ -145,7 +145,7 @@ fn exec_updated(e: &Enforcer, rc: CUresult, exec: Handle, graph: Handle) {
     }
 }
 
-fn graph_launch(e: &Enforcer, exec: Handle, real: impl FnOnce() -> CUresult) -> CUresult {
+fn graph_launch(e: &'static Enforcer, exec: Handle, real: impl FnOnce() -> CUresult) -> CUresult {
     let warps = e
         .books()
         .graphs

@@ -3,24 +3,30 @@
 //! ceil(threads per block / 32)); graphs are in `graph.rs`.
 
 use std::ffi::{c_uint, c_void};
+use std::sync::atomic::Ordering;
 
 use tessera_region::rate::launch_cost;
 
 use super::{dispatch, hook};
-use crate::accounting::{current_device, gpu_index};
+use crate::accounting::{current_context_device, gpu_index};
 use crate::ffi::*;
 use crate::real::real_cuda;
 use crate::state::Enforcer;
-use crate::throttle;
+use crate::throttle::{self, Route};
 
-/// Warps of a launch of `grid` blocks of `block` threads.
+/// Warps of a launch of `grid` blocks of `block` threads. A dimension of
+/// 0 (a launch the driver refuses) makes the count 0, which costs one warp
+/// like the smallest launch; products too large saturate, so no shape is
+/// cheaper than its warps.
+#[inline]
 pub fn cost(grid: [c_uint; 3], block: [c_uint; 3]) -> u64 {
-    let n = |d: [c_uint; 3]| d.iter().map(|&x| u64::from(x.max(1))).product::<u64>();
+    // Two 32-bit factors never overflow 64 bits; the third may.
+    let n = |[x, y, z]: [c_uint; 3]| (u64::from(x) * u64::from(y)).saturating_mul(u64::from(z));
     launch_cost(n(grid), n(block))
 }
 
 /// Admits a launch of `warps` on the current device, then runs `real`.
-pub fn launch(e: &Enforcer, warps: u64, real: impl FnOnce() -> CUresult) -> CUresult {
+pub fn launch(e: &'static Enforcer, warps: u64, real: impl FnOnce() -> CUresult) -> CUresult {
     match admit(e, warps) {
         Ok(()) => real(),
         Err(rc) => rc,
@@ -29,13 +35,25 @@ pub fn launch(e: &Enforcer, warps: u64, real: impl FnOnce() -> CUresult) -> CUre
 
 /// Admits a launch of `warps` on the current device (waiting for its
 /// turn), or says what to answer instead.
-fn admit(e: &Enforcer, warps: u64) -> Result<(), CUresult> {
-    let gpu = if e.single_gpu() {
-        0
-    } else {
-        current_device().and_then(|d| gpu_index(e, d))?
+fn admit(e: &'static Enforcer, warps: u64) -> Result<(), CUresult> {
+    if let Some(epoch) = e.single_gpu_epoch() {
+        throttle::admit(e, 0, warps, Route::Single, epoch);
+        return Ok(());
+    }
+    // The epoch before the lookup: the route is kept only if the batch's
+    // limits are read under this same epoch, i.e. no write of the control
+    // region began or ended between the lookup and them.
+    let epoch = e.control.header.epoch.load(Ordering::Acquire);
+    let current = current_context_device()?;
+    let gpu = gpu_index(e, current.device)?;
+    let route = match current.ctx {
+        0 => Route::Lookup,
+        ctx => Route::Context {
+            ctx,
+            generation: current.generation,
+        },
     };
-    throttle::admit(e, gpu, warps);
+    throttle::admit(e, gpu, warps, route, epoch);
     Ok(())
 }
 
@@ -44,7 +62,26 @@ fn admit(e: &Enforcer, warps: u64) -> Result<(), CUresult> {
 /// what to answer instead (see [`dispatch`]). The hooks then call the real
 /// function themselves, so its arguments are not moved through closures
 /// on the launch path.
+///
+/// A thread whose previous launch found one GPU and left a batch spends
+/// from it first ([`throttle::try_admit_fast`]); everything else takes
+/// the full path.
+#[inline(always)]
 fn gate(warps: u64) -> CUresult {
+    if throttle::try_admit_fast(warps) {
+        return CUDA_SUCCESS;
+    }
+    gate_slow(warps)
+}
+
+/// [`gate`] past the one-GPU fast path: the same batch if the thread's
+/// current context is the previous launch's, else the mode, the device,
+/// the bucket.
+#[inline(never)]
+fn gate_slow(warps: u64) -> CUresult {
+    if throttle::try_admit_in_context(warps) {
+        return CUDA_SUCCESS;
+    }
     dispatch(
         || CUDA_SUCCESS,
         |e| match admit(e, warps) {
@@ -131,5 +168,25 @@ hook! {
             CUDA_SUCCESS => real_cuda!(cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, stream, params)),
             rc => rc,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_costs_its_warps_whatever_its_shape() {
+        assert_eq!(cost([1, 1, 1], [32, 1, 1]), 1);
+        assert_eq!(cost([132, 1, 1], [256, 1, 1]), 132 * 8);
+        assert_eq!(cost([4, 3, 2], [8, 4, 3]), 24 * 3);
+        assert_eq!(cost([2, 1, 1], [33, 1, 1]), 4);
+        // Refused shapes cost the minimum, never nothing.
+        assert_eq!(cost([0, 7, 7], [32, 1, 1]), 1);
+        assert_eq!(cost([7, 7, 7], [0, 0, 0]), 343);
+        // Shapes whose warps do not fit 64 bits saturate, never wrap.
+        let max = c_uint::MAX;
+        assert_eq!(cost([max, max, max], [32, 1, 1]), u64::MAX);
+        assert_eq!(cost([max, max, 2], [1024, 1, 1]), u64::MAX);
     }
 }

@@ -47,7 +47,10 @@ use crate::ffi::CUDA_ERROR_UNKNOWN;
 use crate::ffi::{CUDA_ERROR_NOT_INITIALIZED, CUDA_ERROR_NOT_PERMITTED, CUresult};
 use crate::state::{Enforcer, FORKED, Mode, mode};
 
-/// Runs a hook body, turning a panic into `on_panic`.
+/// Runs a hook body, turning a panic into `on_panic`. Inlined into the
+/// hook, so that the launch fast path keeps the hook's arguments in
+/// registers (`catch_unwind` itself costs nothing until a panic).
+#[inline(always)]
 pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
@@ -57,7 +60,7 @@ pub fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
 pub fn dispatch_as<R>(
     refused: R,
     pass: impl FnOnce() -> R,
-    enforce: impl FnOnce(&Enforcer) -> R,
+    enforce: impl FnOnce(&'static Enforcer) -> R,
 ) -> R {
     match mode() {
         Mode::Enforce(e) => enforce(e),
@@ -70,7 +73,7 @@ pub fn dispatch_as<R>(
 /// initialised may not make (see [`FORKED`]).
 pub fn dispatch(
     pass: impl FnOnce() -> CUresult,
-    enforce: impl FnOnce(&Enforcer) -> CUresult,
+    enforce: impl FnOnce(&'static Enforcer) -> CUresult,
 ) -> CUresult {
     if FORKED.load(Ordering::Relaxed) && matches!(mode(), Mode::Enforce(_)) {
         return CUDA_ERROR_NOT_INITIALIZED;
