@@ -38,8 +38,10 @@ impl Launches {
     }
 }
 
-/// Forgets everything (a new owner).
-pub fn clear(log: &mut LaunchLog) {
+/// Forgets everything: the log is `pid`'s from now on.
+pub fn clear(log: &mut LaunchLog, pid: i32) {
+    log.pid = pid;
+    log._pad = 0;
     log.kernels = 0;
     log.warps = 0;
     log.last_ms = 0;
@@ -65,8 +67,9 @@ pub fn record(log: &mut LaunchLog, now_ns: u64, warps: u64) {
     log.warps = log.warps.saturating_add(warps);
 }
 
-/// The log as [`Launches`].
-pub fn read(log: &LaunchLog, pid: i32, active: bool) -> Launches {
+/// The log as [`Launches`]; `active`: its process still holds the
+/// channel.
+pub fn read(log: &LaunchLog, active: bool) -> Launches {
     let first = log.last_ms.saturating_sub(LAUNCH_LOG_MS as u64 - 1);
     let per_ms = if log.kernels == 0 {
         Vec::new()
@@ -77,7 +80,7 @@ pub fn read(log: &LaunchLog, pid: i32, active: bool) -> Launches {
             .collect()
     };
     Launches {
-        pid,
+        pid: log.pid,
         active,
         kernels: log.kernels,
         warps: log.warps,
@@ -98,12 +101,13 @@ mod tests {
     #[test]
     fn counts_and_buckets_by_millisecond() {
         let mut l = log();
+        clear(&mut l, 9);
         let t = 5_000 * NS_PER_MS;
         record(&mut l, t, 3);
         record(&mut l, t + 10, 2);
         record(&mut l, t + 2 * NS_PER_MS, 7);
-        let r = read(&l, 9, true);
-        assert_eq!((r.kernels, r.warps), (3, 12));
+        let r = read(&l, true);
+        assert_eq!((r.pid, r.kernels, r.warps), (9, 3, 12));
         assert_eq!(r.per_ms, vec![(5_000, 5), (5_002, 7)]);
         assert_eq!(r.warps_between(5_000, 5_002), 5);
     }
@@ -115,11 +119,11 @@ mod tests {
         // One full turn of the ring later, the old slot holds only the new
         // launch.
         record(&mut l, (1_000 + LAUNCH_LOG_MS as u64) * NS_PER_MS, 1);
-        let r = read(&l, 1, false);
+        let r = read(&l, false);
         assert_eq!(r.per_ms, vec![(1_000 + LAUNCH_LOG_MS as u64, 1)]);
         assert_eq!(r.warps, 5);
         // A late stamp counts in the latest millisecond.
         record(&mut l, 999 * NS_PER_MS, 2);
-        assert_eq!(read(&l, 1, false).per_ms, vec![(1_512, 3)]);
+        assert_eq!(read(&l, false).per_ms, vec![(1_512, 3)]);
     }
 }

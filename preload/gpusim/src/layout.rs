@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GPUSIMST"`.
 pub const STATE_MAGIC: [u8; 8] = *b"GPUSIMST";
 /// Layout version of the state file.
-pub const STATE_VERSION: u32 = 4;
+pub const STATE_VERSION: u32 = 5;
 /// GPUs a node may have.
 pub const MAX_GPUS: usize = 16;
 /// Processes that may hold a context on one GPU at a time.
@@ -164,6 +164,13 @@ pub struct Channel {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct LaunchLog {
+    /// The process the log is of: set when a process claims the channel
+    /// (and the log is cleared for it), kept after it exits and its
+    /// channel is freed, so its record stays readable until another
+    /// process claims the channel.
+    pub pid: i32,
+    /// Padding (0).
+    pub _pad: u32,
     /// Kernels queued.
     pub kernels: u64,
     /// Their warps (blocks × ceil(threads per block / 32)).
@@ -264,7 +271,7 @@ mod tests {
         assert_eq!(size_of::<MarkerDone>(), 16);
         assert_eq!(size_of::<Bucket>(), 16 + 4 * MAX_CHANNELS);
         assert_eq!(size_of::<RawLock>(), 64);
-        assert_eq!(size_of::<LaunchLog>(), 24 + 4 * LAUNCH_LOG_MS);
+        assert_eq!(size_of::<LaunchLog>(), 32 + 4 * LAUNCH_LOG_MS);
         assert_eq!(gpu_offset() % STATE_ALIGN, 0);
         assert_eq!(size_of::<GpuShared>() % STATE_ALIGN, 0);
         // A node of 16 GPUs stays a few tens of MiB (sparse).

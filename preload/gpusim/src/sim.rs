@@ -331,7 +331,7 @@ impl Sim {
         self.make_room(&mut g, gpu, overhead)?;
         if first {
             timeline::clear_channel(&mut g, channel);
-            crate::launch_log::clear(&mut g.channels[channel].launches);
+            crate::launch_log::clear(&mut g.channels[channel].launches, self.pid);
             let token = (sys::realtime_ns() ^ ((self.pid as u64) << 40))
                 .wrapping_add(TOKENS.fetch_add(1, Ordering::Relaxed))
                 | 1;
@@ -448,7 +448,7 @@ impl Sim {
         Ok(g.channels
             .iter()
             .filter(|c| c.launches.kernels != 0)
-            .map(|c| crate::launch_log::read(&c.launches, c.pid, c.active == 1))
+            .map(|c| crate::launch_log::read(&c.launches, c.active == 1))
             .collect())
     }
 

@@ -148,6 +148,35 @@ fn sigkilled_process_memory_is_freed_within_a_second() {
     assert!(sim.processes(0).unwrap().is_empty());
 }
 
+/// The launch log is the judge of launch limits, often read after the
+/// process is gone: its record (with its pid) outlives the process and the
+/// reaping of its channel, until another process claims the channel.
+#[test]
+fn an_exited_process_keeps_its_launch_record_until_its_channel_is_claimed() {
+    let node = Node::small();
+    let sim = node.sim();
+    let p = node.spawn_ready(Link::Direct, "dev 0 launch spin 3 64 25 sync ready hold");
+    let pid = p.pid();
+    p.kill();
+    // Memory queries reap dead processes first: the channel is freed.
+    let killed = Instant::now();
+    while !sim.processes(0).unwrap().is_empty() {
+        assert!(killed.elapsed() < Duration::from_secs(1), "not reaped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let log = sim.launches(0).unwrap();
+    let mine: Vec<_> = log.iter().filter(|l| l.pid == pid).collect();
+    assert_eq!(mine.len(), 1, "{log:?}");
+    assert_eq!((mine[0].active, mine[0].kernels), (false, 25));
+    assert_eq!(mine[0].warps, 25 * 3 * 2);
+    // A new process claims the channel: the record is its own from then.
+    let q = node.spawn_ready(Link::Direct, "dev 0 launch spin 1 32 1 sync ready hold");
+    let log = sim.launches(0).unwrap();
+    assert!(log.iter().all(|l| l.pid != pid), "{log:?}");
+    let theirs: Vec<_> = log.iter().filter(|l| l.pid == q.pid()).collect();
+    assert_eq!((theirs.len(), theirs[0].kernels), (1, 1), "{log:?}");
+}
+
 #[test]
 fn saturating_workload_keeps_the_gpu_busy() {
     let node = Node::small();
