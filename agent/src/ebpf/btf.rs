@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tessera_ebpf_common::config::KernelOffsets;
+use tessera_ebpf_common::config::{CastConfig, KernelOffsets};
 
 /// Where the running kernel exposes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -269,6 +269,37 @@ impl Btf {
             u32::from_be_bytes(b)
         } else {
             u32::from_le_bytes(b)
+        })
+    }
+
+    /// The id of the type named `name` of kind `kind` (a struct with
+    /// members, or a function), `None` if there is none.
+    fn type_id(&self, wanted: u32, name: &str) -> Option<u32> {
+        let index = self.types.iter().position(|t| {
+            t.kind == wanted
+                && (wanted != kind::STRUCT || t.vlen > 0)
+                && self.name(t.name_off) == Some(name)
+        })?;
+        u32::try_from(index + 1).ok()
+    }
+
+    /// The id of function `name` (a kfunc's id in `call` instructions).
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.type_id(kind::FUNC, name)
+    }
+
+    /// The id of struct `name`.
+    pub fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
+        self.type_id(kind::STRUCT, name)
+            .ok_or_else(|| BtfError::NoStruct(name.to_owned()))
+    }
+
+    /// What the programs' `bpf_rdonly_cast` walk needs from this kernel.
+    pub fn cast_config(&self) -> Result<CastConfig, BtfError> {
+        Ok(CastConfig {
+            files_struct_id: self.struct_id("files_struct")?,
+            files_fd_array: self.member_offset("files_struct", "fd_array")?,
+            file_id: self.struct_id("file")?,
         })
     }
 
