@@ -7,7 +7,8 @@
 use crate::rm::RmLayout;
 
 /// Byte offsets of the kernel struct members the programs walk to turn an
-/// fd into a device number: `current->files->fdt->fd[fd]->f_inode->i_rdev`.
+/// fd into a device number (`current->files->fdt->fd[fd]->f_inode->i_rdev`)
+/// and to read the caller's ids.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelOffsets {
@@ -23,6 +24,20 @@ pub struct KernelOffsets {
     pub file_inode: u32,
     /// `inode.i_rdev`
     pub inode_rdev: u32,
+    /// `task_struct.pid`
+    pub task_pid: u32,
+    /// `task_struct.tgid`
+    pub task_tgid: u32,
+    /// `task_struct.cgroups`: with the next three,
+    /// `task->cgroups->dfl_cgrp->kn->id` is the cgroup v2 id that
+    /// `bpf_get_current_cgroup_id` returns, read without a helper call.
+    pub task_cgroups: u32,
+    /// `css_set.dfl_cgrp`
+    pub css_set_dfl_cgrp: u32,
+    /// `cgroup.kn`
+    pub cgroup_kn: u32,
+    /// `kernfs_node.id`
+    pub kernfs_node_id: u32,
 }
 
 /// The `TESSERA_CONFIG` global.
@@ -89,6 +104,12 @@ impl ProgramConfig {
             fdtable_fd: 0,
             file_inode: 0,
             inode_rdev: 0,
+            task_pid: 0,
+            task_tgid: 0,
+            task_cgroups: 0,
+            css_set_dfl_cgrp: 0,
+            cgroup_kn: 0,
+            kernfs_node_id: 0,
         },
         ioctl_syscall_nr: 0,
         exit_group_dead_offset: 0,
@@ -107,10 +128,10 @@ mod tests {
 
     #[test]
     fn config_has_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<KernelOffsets>(), 24);
+        assert_eq!(core::mem::size_of::<KernelOffsets>(), 48);
         assert_eq!(core::mem::size_of::<RmLayout>(), 20);
         assert_eq!(core::mem::size_of::<CastConfig>(), 12);
-        assert_eq!(core::mem::size_of::<ProgramConfig>(), 64);
+        assert_eq!(core::mem::size_of::<ProgramConfig>(), 88);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_current_comm,
         generated::{bpf_get_current_ancestor_cgroup_id, bpf_ktime_get_ns},
     },
 };
@@ -96,9 +96,19 @@ pub enum Ancestry {
 }
 
 /// Reports this access if the current process must register, has not, and
-/// has not been reported yet. `kind` is one of `events::kind`.
+/// has not been reported yet. `kind` is one of `events::kind`;
+/// `pid_tgid` gives what `bpf_get_current_pid_tgid` would, asked only
+/// inside a watched cgroup.
 #[inline(always)]
-pub fn check(ancestry: Ancestry, cgroup_id: u64, dev: u32, kind: u32, nr: u32, flags: u32) {
+pub fn check(
+    ancestry: Ancestry,
+    cgroup_id: u64,
+    pid_tgid: impl FnOnce() -> u64,
+    dev: u32,
+    kind: u32,
+    nr: u32,
+    flags: u32,
+) {
     // Processes outside every watched cgroup (host daemons) stop at the
     // cache; inside, registered ones at the first lookup.
     let watched = match ancestry {
@@ -110,7 +120,7 @@ pub fn check(ancestry: Ancestry, cgroup_id: u64, dev: u32, kind: u32, nr: u32, f
         }
         Ancestry::Walked => None,
     };
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid_tgid = pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     if REGISTERED.get_ptr(tgid).is_some() || REPORTED.get_ptr(tgid).is_some() {
         return;

@@ -18,7 +18,9 @@
 //!   device programs have had all along); the agent falls back to it.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_cgroup_id, macros::cgroup_device, programs::DeviceContext,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+    macros::cgroup_device,
+    programs::DeviceContext,
 };
 use tessera_ebpf_common::{dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey};
 
@@ -67,6 +69,7 @@ pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
         bypass::check(
             bypass::Ancestry::Walked,
             key.cgroup_id,
+            bpf_get_current_pid_tgid,
             key.dev,
             kind::OPEN,
             key.access,

@@ -16,7 +16,9 @@
 //! - [`Probe`]: each of those three is a `bpf_probe_read_kernel` call
 //!   (about 40 ns each on the test VM), for kernels without the kfunc.
 
-use aya_ebpf::helpers::{bpf_probe_read_kernel, generated::bpf_get_current_task_btf};
+use aya_ebpf::helpers::{
+    self, bpf_probe_read_kernel, generated::bpf_get_current_task_btf,
+};
 use tessera_ebpf_common::config::{CastConfig, KernelOffsets, RDONLY_CAST_MARK, kfunc_call};
 
 /// Reads a `T` at `base + offset` in kernel memory with a helper call.
@@ -156,12 +158,56 @@ impl Walk for Probe {
     }
 }
 
-/// Device number of the current task's file descriptor `fd`, `None` if it
-/// is not open; 0 for a file that is not a device.
+/// The current task, BTF-typed: the one helper call of the walk.
 #[inline(always)]
-pub fn fd_rdev<W: Walk>(fd: u32, off: &KernelOffsets, casts: &CastConfig) -> Option<u32> {
+pub fn current() -> *const u8 {
     // SAFETY: the helper has no preconditions.
-    let task = unsafe { bpf_get_current_task_btf() } as *const u8;
+    unsafe { bpf_get_current_task_btf() as *const u8 }
+}
+
+/// `bpf_get_current_cgroup_id()` of `task` ([`current`]) without the
+/// helper call: `task->cgroups->dfl_cgrp->kn->id`, plain loads. The
+/// programs run with preemption disabled, an RCU read-side section, so
+/// the css_set read is live (the helper reads it so too).
+#[inline(always)]
+pub fn cgroup_id(task: *const u8, off: &KernelOffsets) -> u64 {
+    // SAFETY: `task` is the BTF-typed current task, each pointer below
+    // came from such a load; `load`'s contract.
+    unsafe {
+        let cset: *const u8 = load(task, off.task_cgroups);
+        if cset.is_null() {
+            return helpers::bpf_get_current_cgroup_id();
+        }
+        let cgroup: *const u8 = load(cset, off.css_set_dfl_cgrp);
+        if cgroup.is_null() {
+            return helpers::bpf_get_current_cgroup_id();
+        }
+        let kn: *const u8 = load(cgroup, off.cgroup_kn);
+        if kn.is_null() {
+            return helpers::bpf_get_current_cgroup_id();
+        }
+        load(kn, off.kernfs_node_id)
+    }
+}
+
+/// `bpf_get_current_pid_tgid()` of `task` ([`current`]) without the
+/// helper call: tgid in the high half, thread id in the low.
+#[inline(always)]
+pub fn pid_tgid(task: *const u8, off: &KernelOffsets) -> u64 {
+    // SAFETY: as in `cgroup_id`.
+    let (pid, tgid): (u32, u32) = unsafe { (load(task, off.task_pid), load(task, off.task_tgid)) };
+    (u64::from(tgid) << 32) | u64::from(pid)
+}
+
+/// Device number of file descriptor `fd` of `task` ([`current`]), `None`
+/// if it is not open; 0 for a file that is not a device.
+#[inline(always)]
+pub fn fd_rdev<W: Walk>(
+    task: *const u8,
+    fd: u32,
+    off: &KernelOffsets,
+    casts: &CastConfig,
+) -> Option<u32> {
     // SAFETY: `task` is the BTF-typed current task; `load`'s contract.
     let files: *const u8 = unsafe { load(task, off.task_files) };
     if files.is_null() {

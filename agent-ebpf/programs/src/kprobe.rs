@@ -4,7 +4,7 @@
 
 use crate::{
     config, ioctl,
-    kernel::{Cast, Probe, Walk},
+    kernel::{self, Cast, Probe, Walk},
     verdict,
 };
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
@@ -36,7 +36,7 @@ fn on_ioctl<W: Walk>(ctx: &ProbeContext) -> u32 {
     if let Some(rdev) = W::file_rdev(file, &offsets)
         && let Some(watched) = verdict::watched_dev(rdev)
     {
-        ioctl::record(rdev, watched, cmd as u32, arg);
+        ioctl::record(kernel::current(), &offsets, rdev, watched, cmd as u32, arg);
     }
     0
 }

@@ -49,7 +49,8 @@ fn on_syscall<W: Walk>(ctx: &RawTracePointContext) -> i32 {
     let Some(fd) = args.arg::<u64>(0) else {
         return 0;
     };
-    let Some(rdev) = kernel::fd_rdev::<W>(fd as u32, &offsets, &config::casts()) else {
+    let task = kernel::current();
+    let Some(rdev) = kernel::fd_rdev::<W>(task, fd as u32, &offsets, &config::casts()) else {
         stat(stats::FD_UNRESOLVED);
         return 0;
     };
@@ -59,6 +60,6 @@ fn on_syscall<W: Walk>(ctx: &RawTracePointContext) -> i32 {
     let (Some(cmd), Some(arg)) = (args.arg::<u64>(1), args.arg::<u64>(2)) else {
         return 0;
     };
-    ioctl::record(rdev, watched, cmd as u32, arg);
+    ioctl::record(task, &offsets, rdev, watched, cmd as u32, arg);
     0
 }

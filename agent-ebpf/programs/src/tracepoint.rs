@@ -40,7 +40,8 @@ fn on_ioctl<W: Walk>(ctx: &TracePointContext) -> u32 {
     // SAFETY: `record` points at the tracepoint's record, which holds this
     // 8-byte field; the verifier checks the access against its size.
     let fd = unsafe { record.add(FD).cast::<u64>().read() };
-    let Some(rdev) = kernel::fd_rdev::<W>(fd as u32, &offsets, &config::casts()) else {
+    let task = kernel::current();
+    let Some(rdev) = kernel::fd_rdev::<W>(task, fd as u32, &offsets, &config::casts()) else {
         stat(stats::FD_UNRESOLVED);
         return 0;
     };
@@ -54,6 +55,6 @@ fn on_ioctl<W: Walk>(ctx: &TracePointContext) -> u32 {
             record.add(ARG).cast::<u64>().read(),
         )
     };
-    ioctl::record(rdev, watched, cmd as u32, arg);
+    ioctl::record(task, &offsets, rdev, watched, cmd as u32, arg);
     0
 }

@@ -312,6 +312,12 @@ impl Btf {
             fdtable_fd: self.member_offset("fdtable", "fd")?,
             file_inode: self.member_offset("file", "f_inode")?,
             inode_rdev: self.member_offset("inode", "i_rdev")?,
+            task_pid: self.member_offset("task_struct", "pid")?,
+            task_tgid: self.member_offset("task_struct", "tgid")?,
+            task_cgroups: self.member_offset("task_struct", "cgroups")?,
+            css_set_dfl_cgrp: self.member_offset("css_set", "dfl_cgrp")?,
+            cgroup_kn: self.member_offset("cgroup", "kn")?,
+            kernfs_node_id: self.member_offset("kernfs_node", "id")?,
         })
     }
 }
