@@ -202,6 +202,11 @@ fn bypass_rows(observer: &mut Observer, rows: &mut Vec<Row>, iters: u32) {
     match own_cgroup_id() {
         Some(id) => {
             observer.watch_cgroup(id).unwrap();
+            observer.register_tgid(pid).unwrap();
+            rows.push(run("tp, pod, registered", iters, &|| {
+                observer.ioctl_program_info().ok()
+            }));
+            observer.unregister_tgid(pid).unwrap();
             rows.push(run("tp, reported", iters, &|| {
                 observer.ioctl_program_info().ok()
             }));

@@ -38,6 +38,10 @@ pub struct KernelOffsets {
     pub cgroup_kn: u32,
     /// `kernfs_node.id`
     pub kernfs_node_id: u32,
+    /// `task_struct.group_leader`
+    pub task_group_leader: u32,
+    /// `task_struct.start_time`
+    pub task_start_time: u32,
 }
 
 /// The `TESSERA_CONFIG` global.
@@ -110,6 +114,8 @@ impl ProgramConfig {
             css_set_dfl_cgrp: 0,
             cgroup_kn: 0,
             kernfs_node_id: 0,
+            task_group_leader: 0,
+            task_start_time: 0,
         },
         ioctl_syscall_nr: 0,
         exit_group_dead_offset: 0,
@@ -128,10 +134,10 @@ mod tests {
 
     #[test]
     fn config_has_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<KernelOffsets>(), 48);
+        assert_eq!(core::mem::size_of::<KernelOffsets>(), 56);
         assert_eq!(core::mem::size_of::<RmLayout>(), 20);
         assert_eq!(core::mem::size_of::<CastConfig>(), 12);
-        assert_eq!(core::mem::size_of::<ProgramConfig>(), 88);
+        assert_eq!(core::mem::size_of::<ProgramConfig>(), 96);
     }
 
     #[test]

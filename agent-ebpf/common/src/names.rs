@@ -36,8 +36,11 @@ pub const DEV_VERDICTS: &str = "DEV_VERDICTS";
 /// `PerCpuArray<verdict::CgroupVerdict>` of `verdict::CGROUP_SLOTS`: which
 /// watched cgroup a cgroup is in.
 pub const CGROUP_VERDICTS: &str = "CGROUP_VERDICTS";
+/// `PerCpuArray<verdict::TaskVerdict>` of `verdict::TASK_SLOTS`: processes
+/// that need no bypass report.
+pub const TASK_VERDICTS: &str = "TASK_VERDICTS";
 /// `Array<u64>` of `verdict::EPOCHS`: the epochs that invalidate
-/// [`DEV_VERDICTS`] and [`CGROUP_VERDICTS`].
+/// [`DEV_VERDICTS`], [`CGROUP_VERDICTS`] and [`TASK_VERDICTS`].
 pub const EPOCHS: &str = "EPOCHS";
 
 /// Global `config::ProgramConfig`, set by the agent before loading.

@@ -26,6 +26,9 @@
 //! cgroup is in ([`CgroupVerdict`]), so host processes using NVIDIA
 //! devices do not walk their cgroup ancestry on every ioctl; only the
 //! ioctl programs use that cache (device programs can be preempted).
+//! Inside a watched cgroup, it then asks a per-CPU cache of processes
+//! known to need no report ([`TaskVerdict`]) before the `REGISTERED` and
+//! `REPORTED` hash lookups.
 
 use crate::dev::WatchedDevice;
 
@@ -38,8 +41,42 @@ pub const DEVICE_EPOCH: u32 = 0;
 /// Index of the cgroup epoch: written by the agent after every change of
 /// the watched cgroups, never by the kernel; 0 turns the cgroup cache off.
 pub const CGROUP_EPOCH: u32 = 1;
+/// Index of the task epoch: written by the agent after every removal of a
+/// registration, never by the kernel; 0 turns the task cache off.
+pub const TASK_EPOCH: u32 = 2;
 /// Number of epochs.
-pub const EPOCHS: u32 = 2;
+pub const EPOCHS: u32 = 3;
+
+/// Slots of the per-CPU task cache (a power of two).
+pub const TASK_SLOTS: u32 = 256;
+
+/// One slot of the task cache: process `tgid`, whose leader thread started
+/// at `start_ns` (`task_struct.start_time`), needs no bypass report (it is
+/// registered, or already reported), as of task epoch `epoch`.
+///
+/// Only that positive answer is cached, so a registration added later is
+/// never missed. It goes stale only when the registration is removed: by
+/// the agent, which advances the task epoch after every removal, or by the
+/// process's exit, after which a process reusing the tgid has another
+/// start time. A "reported" answer never goes stale while the process
+/// lives (reports are once per process).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskVerdict {
+    /// The process.
+    pub tgid: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Its leader's start time (ns since boot, `CLOCK_MONOTONIC`).
+    pub start_ns: u64,
+    /// The task epoch read before the registration was looked up.
+    pub epoch: u64,
+}
+
+/// The slot of process `tgid` in the task cache.
+pub const fn task_slot(tgid: u32) -> u32 {
+    ((tgid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TASK_SLOTS.trailing_zeros())) as u32
+}
 
 /// Slots of the per-CPU cgroup cache (a power of two).
 pub const CGROUP_SLOTS: u32 = 256;
@@ -117,6 +154,8 @@ mod tests {
         assert!(agent_device_epoch(2) > agent_device_epoch(1) + u64::from(u32::MAX));
         assert_eq!(core::mem::size_of::<DevVerdict>(), 24);
         assert_eq!(core::mem::size_of::<CgroupVerdict>(), 24);
+        assert_eq!(core::mem::size_of::<TaskVerdict>(), 24);
+        assert!((0..1000).all(|tgid| task_slot(tgid) < TASK_SLOTS));
         assert!((0..1000).all(|id| cgroup_slot(id) < CGROUP_SLOTS));
     }
 }

@@ -69,7 +69,7 @@ pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
         bypass::check(
             bypass::Ancestry::Walked,
             key.cgroup_id,
-            bpf_get_current_pid_tgid,
+            || (bpf_get_current_pid_tgid(), 0),
             key.dev,
             kind::OPEN,
             key.access,

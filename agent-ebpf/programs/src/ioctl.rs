@@ -45,7 +45,12 @@ pub fn record(
     bypass::check(
         bypass::Ancestry::Cached,
         cgroup_id,
-        || kernel::pid_tgid(task, off),
+        || {
+            (
+                kernel::pid_tgid(task, off),
+                kernel::process_start(task, off),
+            )
+        },
         rdev,
         kind::IOCTL,
         nr,

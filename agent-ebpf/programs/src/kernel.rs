@@ -199,6 +199,20 @@ pub fn pid_tgid(task: *const u8, off: &KernelOffsets) -> u64 {
     (u64::from(tgid) << 32) | u64::from(pid)
 }
 
+/// The start time of `task`'s ([`current`]) process: its leader thread's
+/// `start_time`, which tells a process from a later one with its tgid.
+#[inline(always)]
+pub fn process_start(task: *const u8, off: &KernelOffsets) -> u64 {
+    // SAFETY: as in `cgroup_id`.
+    unsafe {
+        let leader: *const u8 = load(task, off.task_group_leader);
+        if leader.is_null() {
+            return 0;
+        }
+        load(leader, off.task_start_time)
+    }
+}
+
 /// Device number of file descriptor `fd` of `task` ([`current`]), `None`
 /// if it is not open; 0 for a file that is not a device.
 #[inline(always)]

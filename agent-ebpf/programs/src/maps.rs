@@ -10,7 +10,7 @@ use tessera_ebpf_common::{
     rm::{RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
     stats,
     uvm::{GpuUse, GpuUseKey},
-    verdict::{self, CgroupVerdict, DevVerdict},
+    verdict::{self, CgroupVerdict, DevVerdict, TaskVerdict},
 };
 
 /// Devices to count, keyed by kernel `dev_t`; filled by the agent.
@@ -74,7 +74,13 @@ pub static DEV_VERDICTS: PerCpuArray<DevVerdict> =
 pub static CGROUP_VERDICTS: PerCpuArray<CgroupVerdict> =
     PerCpuArray::with_max_entries(verdict::CGROUP_SLOTS, 0);
 
-/// The epochs that invalidate `DEV_VERDICTS` and `CGROUP_VERDICTS`,
-/// written by the agent.
+/// Processes that need no bypass report, per CPU; written only by the
+/// ioctl programs.
+#[map(name = "TASK_VERDICTS")]
+pub static TASK_VERDICTS: PerCpuArray<TaskVerdict> =
+    PerCpuArray::with_max_entries(verdict::TASK_SLOTS, 0);
+
+/// The epochs that invalidate `DEV_VERDICTS`, `CGROUP_VERDICTS` and
+/// `TASK_VERDICTS`, written by the agent.
 #[map(name = "EPOCHS")]
 pub static EPOCHS: Array<u64> = Array::with_max_entries(verdict::EPOCHS, 0);

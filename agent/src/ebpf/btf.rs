@@ -318,6 +318,8 @@ impl Btf {
             css_set_dfl_cgrp: self.member_offset("css_set", "dfl_cgrp")?,
             cgroup_kn: self.member_offset("cgroup", "kn")?,
             kernfs_node_id: self.member_offset("kernfs_node", "id")?,
+            task_group_leader: self.member_offset("task_struct", "group_leader")?,
+            task_start_time: self.member_offset("task_struct", "start_time")?,
         })
     }
 }

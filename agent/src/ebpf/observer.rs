@@ -29,7 +29,7 @@ use super::kfunc;
 use super::load;
 use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
 use super::mounts;
-use super::verdict::{CgroupEpoch, VerdictCache};
+use super::verdict::{AgentEpoch, VerdictCache};
 use crate::error_chain::with_causes;
 
 /// The kernel struct holding the `sched_process_exit` record, and its
@@ -173,7 +173,8 @@ pub struct Observer {
     open_audit: Option<PathBuf>,
     exit_hook: bool,
     verdicts: VerdictCache,
-    pub(super) cgroup_epoch: CgroupEpoch,
+    pub(super) cgroup_epoch: AgentEpoch,
+    pub(super) task_epoch: AgentEpoch,
 }
 
 impl std::fmt::Debug for Observer {
@@ -268,8 +269,10 @@ impl Observer {
 
         let verdicts = VerdictCache::enable(&mut ebpf)?;
 
-        let mut cgroup_epoch = CgroupEpoch::default();
+        let mut cgroup_epoch = AgentEpoch::cgroups();
         cgroup_epoch.advance(&mut ebpf)?;
+        let mut task_epoch = AgentEpoch::tasks();
+        task_epoch.advance(&mut ebpf)?;
 
         for mode in plan.candidates {
             match load::attach_ioctl(&mut ebpf, mode, casts.is_some(), &facts) {
@@ -283,6 +286,7 @@ impl Observer {
                         exit_hook,
                         verdicts,
                         cgroup_epoch,
+                        task_epoch,
                     });
                 }
                 Err(e) => {

@@ -3,8 +3,9 @@
 //! watched, which depends only on `WATCHED_DEVS`, so the agent writes a
 //! fresh device epoch after each change of the watched devices
 //! ([`VerdictCache`]); the bypass check's cgroup cache has an epoch of its
-//! own, advanced after every change of the watched cgroups
-//! ([`CgroupEpoch`]). An epoch of 0 (never written) keeps a cache off.
+//! own, advanced after every change of the watched cgroups, and the task
+//! cache (processes that need no bypass report) one advanced after every
+//! removal of a registration ([`AgentEpoch`]). An epoch of 0 (never written) keeps a cache off.
 
 use aya::{
     Ebpf,
@@ -12,7 +13,7 @@ use aya::{
 };
 use tessera_ebpf_common::{
     names,
-    verdict::{CGROUP_EPOCH, DEVICE_EPOCH, agent_device_epoch},
+    verdict::{CGROUP_EPOCH, DEVICE_EPOCH, TASK_EPOCH, agent_device_epoch},
 };
 
 use super::observer::ObserverError;
@@ -40,17 +41,37 @@ impl VerdictCache {
     }
 }
 
-/// The cgroup cache's epoch, which only the agent writes: every change of
-/// the watched cgroups is followed by a new value; 0 (never written) keeps
-/// the cache off.
-#[derive(Debug, Default)]
-pub(super) struct CgroupEpoch(u64);
+/// An epoch only the agent writes: of the cgroup cache (every change of
+/// the watched cgroups is followed by a new value) or of the task cache
+/// (every removal of a registration is); 0 (never written) keeps the cache
+/// off.
+#[derive(Debug)]
+pub(super) struct AgentEpoch {
+    index: u32,
+    value: u64,
+}
 
-impl CgroupEpoch {
-    /// Writes the next epoch: every cached cgroup verdict is void.
+impl AgentEpoch {
+    /// The cgroup cache's epoch.
+    pub(super) fn cgroups() -> Self {
+        Self {
+            index: CGROUP_EPOCH,
+            value: 0,
+        }
+    }
+
+    /// The task cache's epoch.
+    pub(super) fn tasks() -> Self {
+        Self {
+            index: TASK_EPOCH,
+            value: 0,
+        }
+    }
+
+    /// Writes the next epoch: every verdict cached under this one is void.
     pub(super) fn advance(&mut self, ebpf: &mut Ebpf) -> Result<(), ObserverError> {
-        self.0 = self.0.wrapping_add(1).max(1);
-        write_epoch(ebpf, CGROUP_EPOCH, self.0)
+        self.value = self.value.wrapping_add(1).max(1);
+        write_epoch(ebpf, self.index, self.value)
     }
 }
 
