@@ -164,7 +164,11 @@ fn a_reused_tgid_does_not_inherit_a_cached_registration() {
     let second = second.expect("could not reuse the pid of the first child");
     second.join(&pod.0).go();
     let ours = events_of(&mut events, pid);
-    assert_eq!(ours.len(), 1, "the second process is not reported: {ours:#?}");
+    assert_eq!(
+        ours.len(),
+        1,
+        "the second process is not reported: {ours:#?}"
+    );
 }
 
 fn observer(mode: ModeRequest) -> Observer {

@@ -25,9 +25,9 @@ use tessera_agent::ebpf::{
 };
 use tessera_ebpf_common::{
     dev::{kdev, kdev_major, kdev_minor},
-    verdict::dev_slot,
     ioctl::{NV_ESC_IOCTL_XFER_CMD, Xfer, flags},
     rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_CONTROL},
+    verdict::dev_slot,
 };
 
 /// ioctls on the watched device, with a plain command.
@@ -174,7 +174,11 @@ fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
     } else {
         mode.probe_program()
     };
-    assert_eq!(observer.ioctl_program(), expected, "has bpf_rdonly_cast: {has_cast}");
+    assert_eq!(
+        observer.ioctl_program(),
+        expected,
+        "has bpf_rdonly_cast: {has_cast}"
+    );
     Some(mode)
 }
 

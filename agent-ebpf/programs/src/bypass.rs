@@ -28,9 +28,7 @@ use tessera_ebpf_common::{
 
 use crate::{
     counters::stat,
-    maps::{
-        CGROUP_VERDICTS, EPOCHS, EVENTS, REGISTERED, REPORTED, TASK_VERDICTS, WATCHED_CGROUPS,
-    },
+    maps::{CGROUP_VERDICTS, EPOCHS, EVENTS, REGISTERED, REPORTED, TASK_VERDICTS, WATCHED_CGROUPS},
 };
 
 /// Deepest cgroup level looked at (the root is level 0; a container under

@@ -16,9 +16,7 @@
 //! - [`Probe`]: each of those three is a `bpf_probe_read_kernel` call
 //!   (about 40 ns each on the test VM), for kernels without the kfunc.
 
-use aya_ebpf::helpers::{
-    self, bpf_probe_read_kernel, generated::bpf_get_current_task_btf,
-};
+use aya_ebpf::helpers::{self, bpf_probe_read_kernel, generated::bpf_get_current_task_btf};
 use tessera_ebpf_common::config::{CastConfig, KernelOffsets, RDONLY_CAST_MARK, kfunc_call};
 
 /// Reads a `T` at `base + offset` in kernel memory with a helper call.

@@ -217,7 +217,9 @@ impl Observer {
         let casts = match (btf.func_id(kfunc::RDONLY_CAST), btf.cast_config()) {
             (Some(id), Ok(casts)) if kfunc::patch_rdonly_cast(&mut object, id) > 0 => Some(casts),
             (None, _) => {
-                tracing::info!("no bpf_rdonly_cast in this kernel: the ioctl program reads kernel structs with bpf_probe_read_kernel");
+                tracing::info!(
+                    "no bpf_rdonly_cast in this kernel: the ioctl program reads kernel structs with bpf_probe_read_kernel"
+                );
                 None
             }
             (Some(_), Err(e)) => {
