@@ -122,12 +122,22 @@ fn run_child(test_name: &str, role: &str, cgroup: &TestCgroup) {
 
 /// The whole scenario in one attach mode; returns the mode chosen.
 fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
+    exact_counts_with(test_name, request, false)
+}
+
+/// [`exact_counts`], with the `*_probe` build if `probe_reads`.
+fn exact_counts_with(
+    test_name: &str,
+    request: ModeRequest,
+    probe_reads: bool,
+) -> Option<AttachMode> {
     skip_if!(skip_reason(), None);
     let zero = device("/dev/zero");
     let null = device("/dev/null");
     let cgroup = TestCgroup::new(test_name);
     let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
     config.mode = request;
+    config.probe_reads = probe_reads;
     let mut observer = Observer::start(&config).unwrap();
     observer.audit_opens(&cgroup.0).unwrap();
 
@@ -169,7 +179,7 @@ fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
     let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap();
     let has_cast = btf.windows(17).any(|w| w == b"\0bpf_rdonly_cast\0");
     let mode = observer.mode();
-    let expected = if has_cast {
+    let expected = if has_cast && !probe_reads {
         mode.program()
     } else {
         mode.probe_program()
@@ -196,6 +206,26 @@ fn raw_tracepoint_counts_exactly_per_cgroup_and_device() {
     child_side();
     let name = "raw_tracepoint_counts_exactly_per_cgroup_and_device";
     if let Some(mode) = exact_counts(name, ModeRequest::Only(AttachMode::RawTracepoint)) {
+        assert_eq!(mode, AttachMode::RawTracepoint);
+    }
+}
+
+#[test]
+fn tracepoint_probe_build_counts_exactly_per_cgroup_and_device() {
+    child_side();
+    let name = "tracepoint_probe_build_counts_exactly_per_cgroup_and_device";
+    let request = ModeRequest::Only(AttachMode::Tracepoint);
+    if let Some(mode) = exact_counts_with(name, request, true) {
+        assert_eq!(mode, AttachMode::Tracepoint);
+    }
+}
+
+#[test]
+fn raw_tracepoint_probe_build_counts_exactly_per_cgroup_and_device() {
+    child_side();
+    let name = "raw_tracepoint_probe_build_counts_exactly_per_cgroup_and_device";
+    let request = ModeRequest::Only(AttachMode::RawTracepoint);
+    if let Some(mode) = exact_counts_with(name, request, true) {
         assert_eq!(mode, AttachMode::RawTracepoint);
     }
 }
@@ -429,7 +459,9 @@ fn colliding_devices_are_told_apart(test_name: &str, mode: AttachMode) {
     let (watched, other) = (device(watched), device(other));
     assert_eq!(dev_slot(watched.kdev()), dev_slot(other.kdev()));
     assert_ne!(watched.kdev(), other.kdev());
-    observer.set_devices(&[watched.clone()]).unwrap();
+    observer
+        .set_devices(std::slice::from_ref(&watched))
+        .unwrap();
     child.finish();
     let snap = observer.snapshot().unwrap();
     let id = cgroup.id();

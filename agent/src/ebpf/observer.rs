@@ -129,6 +129,9 @@ pub struct ObserverConfig {
     /// memory estimate decodes; `None`: the running module's, else the
     /// newest known (see [`driver`]).
     pub driver_major: Option<u32>,
+    /// Load the `*_probe` ioctl program (`bpf_probe_read_kernel`) even
+    /// where the kernel has `bpf_rdonly_cast`: the fallback's own tests.
+    pub probe_reads: bool,
 }
 
 impl ObserverConfig {
@@ -139,6 +142,7 @@ impl ObserverConfig {
             mode: ModeRequest::Auto,
             devices,
             driver_major: None,
+            probe_reads: false,
         }
     }
 }
@@ -215,6 +219,7 @@ impl Observer {
         // The kfunc walk where the kernel has the kfunc and the types;
         // otherwise the `*_probe` programs.
         let casts = match (btf.func_id(kfunc::RDONLY_CAST), btf.cast_config()) {
+            _ if config.probe_reads => None,
             (Some(id), Ok(casts)) if kfunc::patch_rdonly_cast(&mut object, id) > 0 => Some(casts),
             (None, _) => {
                 tracing::info!(
