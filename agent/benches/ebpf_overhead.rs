@@ -168,7 +168,9 @@ fn no_op_row(object: &Path, mode: AttachMode, iters: u32) -> Option<Row> {
     let mut ebpf = aya::Ebpf::load_file(object)
         .map_err(|e| println!("{mode} no-op: cannot load the object ({e})"))
         .ok()?;
-    let name = mode.program();
+    // The probe build: the object is not patched here (its marked kfunc
+    // calls would not load), and unconfigured both return at once.
+    let name = mode.probe_program();
     let attached = match mode {
         AttachMode::Tracepoint => {
             let p: &mut TracePoint = ebpf.program_mut(name)?.try_into().ok()?;
@@ -200,6 +202,11 @@ fn bypass_rows(observer: &mut Observer, rows: &mut Vec<Row>, iters: u32) {
     match own_cgroup_id() {
         Some(id) => {
             observer.watch_cgroup(id).unwrap();
+            observer.register_tgid(pid).unwrap();
+            rows.push(run("tp, pod, registered", iters, &|| {
+                observer.ioctl_program_info().ok()
+            }));
+            observer.unregister_tgid(pid).unwrap();
             rows.push(run("tp, reported", iters, &|| {
                 observer.ioctl_program_info().ok()
             }));
@@ -272,12 +279,7 @@ fn main() {
         config.mode = ModeRequest::Only(mode);
         match Observer::start(&config) {
             Ok(mut observer) => {
-                let cache = if observer.verdict_cache() {
-                    "on"
-                } else {
-                    "off"
-                };
-                println!("{mode}: verdict cache {cache}");
+                println!("{mode}: program {}", observer.ioctl_program());
                 rows.push(run(mode.name(), iters, &|| {
                     observer.ioctl_program_info().ok()
                 }));

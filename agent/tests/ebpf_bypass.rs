@@ -12,7 +12,9 @@ use tessera_testkit::ebpf as support;
 
 use std::time::{Duration, Instant};
 
-use support::{Child, TestCgroup, child_role, device, object, skip_if, skip_reason, sys};
+use support::{
+    Child, TestCgroup, answer, child_role, device, object, skip_if, skip_reason, sys, wait_line,
+};
 use tessera_agent::ebpf::{
     Access, AttachMode, Bypass, BypassEvents, ModeRequest, Observer, ObserverConfig, OpenAudit,
 };
@@ -29,9 +31,16 @@ const RM_CONTROL: u64 = sys::iowr(NV_ESC_RM_CONTROL, 32);
 /// The child: opens /dev/zero a few times and issues ioctls from several
 /// threads at once, all racing to be "first".
 fn child_side() {
-    if child_role().is_none() {
-        return;
+    match child_role().as_deref() {
+        None => return,
+        Some("two-phase") => two_phase_child(),
+        Some(_) => racing_child(),
     }
+    std::process::exit(0);
+}
+
+/// The default child: see [`child_side`].
+fn racing_child() {
     let files: Vec<_> = (0..OPENS)
         .map(|_| std::fs::File::open("/dev/zero").unwrap())
         .collect();
@@ -46,7 +55,120 @@ fn child_side() {
             });
         }
     });
-    std::process::exit(0);
+}
+
+/// ioctls on the watched device, pausing for the parent in between.
+fn two_phase_child() {
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let mut params = [0u8; 32];
+    for _ in 0..IOCTLS {
+        sys::ioctl(&zero, RM_CONTROL, &mut params);
+    }
+    answer("paused");
+    wait_line("exit");
+    sys::ioctl(&zero, RM_CONTROL, &mut params);
+}
+
+/// Pins a child to CPU 0, so its ioctls meet the per-CPU cache entries
+/// earlier ioctls there left (util-linux's `taskset`).
+const ON_CPU0: [&str; 3] = ["taskset", "-c", "0"];
+
+/// The events of process `tgid` until one arrives or a second passes, and
+/// any more for a while after.
+fn events_of(events: &mut BypassEvents, tgid: u32) -> Vec<Bypass> {
+    let mut ours = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while ours.is_empty() && Instant::now() < deadline {
+        events.wait(Duration::from_millis(50)).unwrap();
+        ours.extend(events.drain().into_iter().filter(|e| e.tgid == tgid));
+    }
+    ours.extend(collect(events).into_iter().filter(|e| e.tgid == tgid));
+    ours
+}
+
+/// The ioctl programs cache, per CPU, that a registered process needs no
+/// report; once the agent removes its registration, its next ioctl is
+/// reported.
+fn unregistering_is_seen(test_name: &str, mode: AttachMode) {
+    skip_if!(skip_reason());
+    let pod = TestCgroup::new(test_name);
+    let mut observer = observer(ModeRequest::Only(mode));
+    let mut events = observer.bypass_events().unwrap();
+    observer.watch_cgroup(pod.id()).unwrap();
+    let mut child = Child::spawn_wrapped(&ON_CPU0, test_name, "two-phase", &[]).join(&pod.0);
+    let pid = child.pid();
+    observer.register_tgid(pid).unwrap();
+    assert_eq!(child.go_until_answer(), "paused");
+    assert!(
+        collect(&mut events).iter().all(|e| e.tgid != pid),
+        "a registered process was reported"
+    );
+    observer.unregister_tgid(pid).unwrap();
+    child.finish();
+    let ours = events_of(&mut events, pid);
+    assert_eq!(ours.len(), 1, "{ours:#?}");
+    assert_eq!(ours[0].access, Access::Ioctl { nr: 0x2A, flags: 0 });
+}
+
+#[test]
+fn tracepoint_unregistering_voids_the_cached_registration() {
+    child_side();
+    let name = "tracepoint_unregistering_voids_the_cached_registration";
+    unregistering_is_seen(name, AttachMode::Tracepoint);
+}
+
+#[test]
+fn raw_tracepoint_unregistering_voids_the_cached_registration() {
+    child_side();
+    let name = "raw_tracepoint_unregistering_voids_the_cached_registration";
+    unregistering_is_seen(name, AttachMode::RawTracepoint);
+}
+
+/// Where the kernel's next pid is set (the initial pid namespace).
+const NS_LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+
+/// A registered process exits and a new, unregistered one gets its tgid:
+/// the cached "needs no report" of the first must not cover the second
+/// (the cache keys on the process's start time too).
+#[test]
+fn a_reused_tgid_does_not_inherit_a_cached_registration() {
+    child_side();
+    let name = "a_reused_tgid_does_not_inherit_a_cached_registration";
+    skip_if!(skip_reason());
+    let pod = TestCgroup::new("bypass-reuse");
+    let mut observer = observer(ModeRequest::Only(AttachMode::Tracepoint));
+    assert!(observer.exit_hook(), "the exit hook is not attached");
+    let mut events = observer.bypass_events().unwrap();
+    observer.watch_cgroup(pod.id()).unwrap();
+    let first = Child::spawn_wrapped(&ON_CPU0, name, "bypass", &[]).join(&pod.0);
+    let pid = first.pid();
+    observer.register_tgid(pid).unwrap();
+    first.go();
+    assert!(
+        collect(&mut events).iter().all(|e| e.tgid != pid),
+        "a registered process was reported"
+    );
+    assert!(!observer.registered_tgids().unwrap().contains(&pid));
+    // Other processes on the machine fork too: try until the new child
+    // gets the pid.
+    let mut second = None;
+    for _ in 0..200 {
+        std::fs::write(NS_LAST_PID, (pid - 1).to_string()).unwrap();
+        let child = Child::spawn_wrapped(&ON_CPU0, name, "bypass", &[]);
+        if child.pid() == pid {
+            second = Some(child);
+            break;
+        }
+        drop(child.go());
+    }
+    let second = second.expect("could not reuse the pid of the first child");
+    second.join(&pod.0).go();
+    let ours = events_of(&mut events, pid);
+    assert_eq!(
+        ours.len(),
+        1,
+        "the second process is not reported: {ours:#?}"
+    );
 }
 
 fn observer(mode: ModeRequest) -> Observer {

@@ -24,9 +24,10 @@ use tessera_agent::ebpf::{
     mode::{self, KernelFacts},
 };
 use tessera_ebpf_common::{
-    dev::kdev,
+    dev::{kdev, kdev_major, kdev_minor},
     ioctl::{NV_ESC_IOCTL_XFER_CMD, Xfer, flags},
     rm::{NV_ESC_RM_ALLOC, NV_ESC_RM_CONTROL},
+    verdict::dev_slot,
 };
 
 /// ioctls on the watched device, with a plain command.
@@ -56,6 +57,8 @@ fn child_side() {
         None => return,
         Some("reuse") => reuse_child(),
         Some("two-phase") => two_phase_child(),
+        Some("watch-later") => watch_later_child(),
+        Some("collide") => collide_child(),
         Some(_) => ioctls_child(),
     }
     std::process::exit(0);
@@ -119,12 +122,22 @@ fn run_child(test_name: &str, role: &str, cgroup: &TestCgroup) {
 
 /// The whole scenario in one attach mode; returns the mode chosen.
 fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
+    exact_counts_with(test_name, request, false)
+}
+
+/// [`exact_counts`], with the `*_probe` build if `probe_reads`.
+fn exact_counts_with(
+    test_name: &str,
+    request: ModeRequest,
+    probe_reads: bool,
+) -> Option<AttachMode> {
     skip_if!(skip_reason(), None);
     let zero = device("/dev/zero");
     let null = device("/dev/null");
     let cgroup = TestCgroup::new(test_name);
     let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
     config.mode = request;
+    config.probe_reads = probe_reads;
     let mut observer = Observer::start(&config).unwrap();
     observer.audit_opens(&cgroup.0).unwrap();
 
@@ -161,7 +174,22 @@ fn exact_counts(test_name: &str, request: ModeRequest) -> Option<AttachMode> {
     assert_eq!(snap.opens_of(id, zero_dev), 1, "{opens:?}");
     assert_eq!(snap.opens_of(id, null_dev), 0, "{opens:?}");
     assert!(snap.ioctls_counted() >= u64::from(N_PLAIN + N_XFER));
-    Some(observer.mode())
+    // The walk with plain loads wherever the kernel's BTF has the kfunc
+    // (read here from the BTF's string table).
+    let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap();
+    let has_cast = btf.windows(17).any(|w| w == b"\0bpf_rdonly_cast\0");
+    let mode = observer.mode();
+    let expected = if has_cast && !probe_reads {
+        mode.program()
+    } else {
+        mode.probe_program()
+    };
+    assert_eq!(
+        observer.ioctl_program(),
+        expected,
+        "has bpf_rdonly_cast: {has_cast}"
+    );
+    Some(mode)
 }
 
 #[test]
@@ -182,6 +210,26 @@ fn raw_tracepoint_counts_exactly_per_cgroup_and_device() {
     }
 }
 
+#[test]
+fn tracepoint_probe_build_counts_exactly_per_cgroup_and_device() {
+    child_side();
+    let name = "tracepoint_probe_build_counts_exactly_per_cgroup_and_device";
+    let request = ModeRequest::Only(AttachMode::Tracepoint);
+    if let Some(mode) = exact_counts_with(name, request, true) {
+        assert_eq!(mode, AttachMode::Tracepoint);
+    }
+}
+
+#[test]
+fn raw_tracepoint_probe_build_counts_exactly_per_cgroup_and_device() {
+    child_side();
+    let name = "raw_tracepoint_probe_build_counts_exactly_per_cgroup_and_device";
+    let request = ModeRequest::Only(AttachMode::RawTracepoint);
+    if let Some(mode) = exact_counts_with(name, request, true) {
+        assert_eq!(mode, AttachMode::RawTracepoint);
+    }
+}
+
 /// The verdict cache answers repeated ioctls on an unwatched file, yet
 /// neither a watched device dup2'ed over a cached fd number nor one opened
 /// where a cached file was freed escapes the count.
@@ -192,7 +240,6 @@ fn cache_cannot_hide(test_name: &str, mode: AttachMode) {
     let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
     config.mode = ModeRequest::Only(mode);
     let observer = Observer::start(&config).unwrap();
-    assert!(observer.verdict_cache(), "the verdict cache is off");
     let before = observer.stats().unwrap().verdicts_cached;
 
     run_child(test_name, "reuse", &cgroup);
@@ -282,6 +329,163 @@ fn raw_tracepoint_watching_a_cgroup_voids_its_cached_verdict() {
     child_side();
     let name = "raw_tracepoint_watching_a_cgroup_voids_its_cached_verdict";
     watching_later_is_seen(name, AttachMode::RawTracepoint);
+}
+
+/// ioctls on a device the child holds open, before and after the parent
+/// changes the watched devices.
+const N_BEFORE: u32 = 40;
+const M_AFTER: u32 = 29;
+/// Rounds of "ioctl on one pty, then on another whose device number
+/// shares its cache slot".
+const K_COLLIDE: u32 = 200;
+
+/// Pins a child to CPU 0, so its ioctls meet the per-CPU cache entries
+/// its earlier ioctls left (util-linux's `taskset`).
+const ON_CPU0: [&str; 3] = ["taskset", "-c", "0"];
+
+/// The child of [`watching_a_device_later_is_seen`].
+fn watch_later_child() {
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let mut params = [0u8; 48];
+    for _ in 0..N_BEFORE {
+        sys::ioctl(&null, RM_CONTROL, &mut params);
+    }
+    answer("cached");
+    wait_line("exit");
+    for _ in 0..M_AFTER {
+        sys::ioctl(&null, RM_CONTROL, &mut params);
+    }
+}
+
+/// The device cache remembers that /dev/null is not watched; once the
+/// agent watches it, the same open file's next ioctls count, exactly.
+fn watching_a_device_later_is_seen(test_name: &str, mode: AttachMode) {
+    skip_if!(skip_reason());
+    let (zero, null) = (device("/dev/zero"), device("/dev/null"));
+    let cgroup = TestCgroup::new(test_name);
+    let mut config = ObserverConfig::new(object().unwrap(), vec![zero.clone()]);
+    config.mode = ModeRequest::Only(mode);
+    let mut observer = Observer::start(&config).unwrap();
+    let before = observer.stats().unwrap().verdicts_cached;
+    let mut child = Child::spawn_wrapped(&ON_CPU0, test_name, "watch-later", &[]).join(&cgroup.0);
+    assert_eq!(child.go_until_answer(), "cached");
+    let id = cgroup.id();
+    assert_eq!(observer.snapshot().unwrap().ioctls_on(id, null.kdev()), 0);
+    let cached = observer.stats().unwrap().verdicts_cached - before;
+    assert!(
+        cached >= u64::from(N_BEFORE - 1),
+        "only {cached} cached verdicts"
+    );
+    observer.set_devices(&[zero, null.clone()]).unwrap();
+    child.finish();
+    let snap = observer.snapshot().unwrap();
+    assert_eq!(
+        snap.ioctls_on(id, null.kdev()),
+        u64::from(M_AFTER),
+        "{:?}",
+        snap.ioctls_of(id)
+    );
+}
+
+#[test]
+fn tracepoint_watching_a_device_later_voids_its_cached_verdict() {
+    child_side();
+    let name = "tracepoint_watching_a_device_later_voids_its_cached_verdict";
+    watching_a_device_later_is_seen(name, AttachMode::Tracepoint);
+}
+
+#[test]
+fn raw_tracepoint_watching_a_device_later_voids_its_cached_verdict() {
+    child_side();
+    let name = "raw_tracepoint_watching_a_device_later_voids_its_cached_verdict";
+    watching_a_device_later_is_seen(name, AttachMode::RawTracepoint);
+}
+
+/// `TIOCGPTN` and `TIOCSPTLCK`: a pty master's slave number, and its lock.
+const TIOCGPTN: u64 = 0x8004_5430;
+const TIOCSPTLCK: u64 = 0x4004_5431;
+
+/// Opens ptys until two slaves' device numbers share a slot of the device
+/// cache (the slots are few, so that comes soon); answers both numbers
+/// (`major:minor major:minor`), then issues ioctls on both in turn.
+fn collide_child() {
+    let mut open = Vec::new();
+    let mut by_slot = std::collections::BTreeMap::new();
+    let (watched, other) = loop {
+        assert!(open.len() < 1024, "no two pty slaves share a cache slot");
+        let master = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/ptmx")
+            .unwrap();
+        let mut unlock = 0u32;
+        sys::ioctl(&master, TIOCSPTLCK, &mut unlock);
+        let mut n = u32::MAX;
+        sys::ioctl(&master, TIOCGPTN, &mut n);
+        assert_ne!(n, u32::MAX, "TIOCGPTN failed");
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/dev/pts/{n}"))
+            .unwrap();
+        let rdev = device(&format!("/dev/pts/{n}")).kdev();
+        open.push(master);
+        if let Some(earlier) = by_slot.insert(dev_slot(rdev), (rdev, slave)) {
+            let (_, slave) = by_slot.remove(&dev_slot(rdev)).unwrap();
+            break (earlier, (rdev, slave));
+        }
+    };
+    let spec = |rdev: u32| format!("{}:{}", kdev_major(rdev), kdev_minor(rdev));
+    answer(&format!("{} {}", spec(watched.0), spec(other.0)));
+    wait_line("exit");
+    let mut params = [0u8; 48];
+    for _ in 0..K_COLLIDE {
+        sys::ioctl(&other.1, RM_CONTROL, &mut params);
+        sys::ioctl(&watched.1, RM_CONTROL, &mut params);
+    }
+}
+
+/// Two devices that share a slot of the device cache are told apart: the
+/// watched one counts every time, the other never.
+fn colliding_devices_are_told_apart(test_name: &str, mode: AttachMode) {
+    skip_if!(skip_reason());
+    let cgroup = TestCgroup::new(test_name);
+    let mut config = ObserverConfig::new(object().unwrap(), vec![device("/dev/zero")]);
+    config.mode = ModeRequest::Only(mode);
+    let mut observer = Observer::start(&config).unwrap();
+    let mut child = Child::spawn_wrapped(&ON_CPU0, test_name, "collide", &[]).join(&cgroup.0);
+    let answer = child.go_until_answer();
+    let (watched, other) = answer.split_once(' ').unwrap();
+    let (watched, other) = (device(watched), device(other));
+    assert_eq!(dev_slot(watched.kdev()), dev_slot(other.kdev()));
+    assert_ne!(watched.kdev(), other.kdev());
+    observer
+        .set_devices(std::slice::from_ref(&watched))
+        .unwrap();
+    child.finish();
+    let snap = observer.snapshot().unwrap();
+    let id = cgroup.id();
+    let mine = snap.ioctls_of(id);
+    assert_eq!(
+        snap.ioctls_on(id, watched.kdev()),
+        u64::from(K_COLLIDE),
+        "{mine:?}"
+    );
+    assert_eq!(snap.ioctls_on(id, other.kdev()), 0, "{mine:?}");
+}
+
+#[test]
+fn tracepoint_devices_sharing_a_cache_slot_are_told_apart() {
+    child_side();
+    let name = "tracepoint_devices_sharing_a_cache_slot_are_told_apart";
+    colliding_devices_are_told_apart(name, AttachMode::Tracepoint);
+}
+
+#[test]
+fn raw_tracepoint_devices_sharing_a_cache_slot_are_told_apart() {
+    child_side();
+    let name = "raw_tracepoint_devices_sharing_a_cache_slot_are_told_apart";
+    colliding_devices_are_told_apart(name, AttachMode::RawTracepoint);
 }
 
 /// What this test reads of the kernel itself, independently of

@@ -30,14 +30,17 @@ pub const RM_CLIENTS: &str = "RM_CLIENTS";
 /// `HashMap<u32 tgid, rm::RmProcess>`: video-memory estimate per process.
 pub const RM_PROCS: &str = "RM_PROCS";
 
-/// `PerCpuArray<verdict::FileVerdict>` of `verdict::FILE_SLOTS`: files known
-/// not to be watched devices.
-pub const FILE_VERDICTS: &str = "FILE_VERDICTS";
+/// `PerCpuArray<verdict::DevVerdict>` of `verdict::DEV_SLOTS`: whether a
+/// device number is watched.
+pub const DEV_VERDICTS: &str = "DEV_VERDICTS";
 /// `PerCpuArray<verdict::CgroupVerdict>` of `verdict::CGROUP_SLOTS`: which
 /// watched cgroup a cgroup is in.
 pub const CGROUP_VERDICTS: &str = "CGROUP_VERDICTS";
+/// `PerCpuArray<verdict::TaskVerdict>` of `verdict::TASK_SLOTS`: processes
+/// that need no bypass report.
+pub const TASK_VERDICTS: &str = "TASK_VERDICTS";
 /// `Array<u64>` of `verdict::EPOCHS`: the epochs that invalidate
-/// [`FILE_VERDICTS`] and [`CGROUP_VERDICTS`].
+/// [`DEV_VERDICTS`], [`CGROUP_VERDICTS`] and [`TASK_VERDICTS`].
 pub const EPOCHS: &str = "EPOCHS";
 
 /// Global `config::ProgramConfig`, set by the agent before loading.
@@ -45,21 +48,27 @@ pub const CONFIG_GLOBAL: &str = "TESSERA_CONFIG";
 /// Global `guard::GuardPolicy` of the guard object, set per pod.
 pub const GUARD_GLOBAL: &str = "TESSERA_GUARD";
 
-/// Tracepoint `syscalls/sys_enter_ioctl`.
+/// Tracepoint `syscalls/sys_enter_ioctl`; walks kernel structs with plain
+/// loads after `bpf_rdonly_cast` (`config::RDONLY_CAST_MARK`).
 pub const PROG_IOCTL_TRACEPOINT: &str = "ioctl_tp";
-/// Raw tracepoint `sys_enter`.
+/// Raw tracepoint `sys_enter`; as [`PROG_IOCTL_TRACEPOINT`].
 pub const PROG_IOCTL_RAW_TRACEPOINT: &str = "ioctl_raw_tp";
-/// Kprobe on `nvidia_unlocked_ioctl` and `uvm_unlocked_ioctl_entry`.
+/// Kprobe on `nvidia_unlocked_ioctl` and `uvm_unlocked_ioctl_entry`; as
+/// [`PROG_IOCTL_TRACEPOINT`].
 pub const PROG_IOCTL_KPROBE: &str = "ioctl_kprobe";
+/// [`PROG_IOCTL_TRACEPOINT`] reading with `bpf_probe_read_kernel`, for
+/// kernels without `bpf_rdonly_cast` (before 6.2).
+pub const PROG_IOCTL_TRACEPOINT_PROBE: &str = "ioctl_tp_probe";
+/// [`PROG_IOCTL_RAW_TRACEPOINT`] so.
+pub const PROG_IOCTL_RAW_TRACEPOINT_PROBE: &str = "ioctl_raw_tp_probe";
+/// [`PROG_IOCTL_KPROBE`] so.
+pub const PROG_IOCTL_KPROBE_PROBE: &str = "ioctl_kprobe_probe";
 /// Cgroup device program counting opens of watched devices and reporting
 /// the first by an unregistered process; never denies (Linux 6.4+).
 pub const PROG_DEVICE_AUDIT: &str = "dev_open_audit";
 /// Cgroup device program that only counts opens of watched devices; the
 /// fallback where [`PROG_DEVICE_AUDIT`] does not load.
 pub const PROG_DEVICE_COUNT: &str = "dev_open_count";
-/// Cgroup device program, attached to the cgroup v2 root, that bumps the
-/// device epoch at every access check of a watched device (never denies).
-pub const PROG_DEVICE_EPOCH: &str = "dev_open_epoch";
 /// Tracepoint `sched/sched_process_exit`: forgets exited processes.
 pub const PROG_PROCESS_EXIT: &str = "process_exit";
 /// Cgroup device program of `tessera-guard.bpf.o`: the per-pod guard.

@@ -1,7 +1,7 @@
 //! `aya::Pod` for the shared types, so the agent can use them as map keys,
 //! map values and globals.
 
-use crate::config::{KernelOffsets, ProgramConfig};
+use crate::config::{CastConfig, KernelOffsets, ProgramConfig};
 use crate::dev::WatchedDevice;
 use crate::events::BypassEvent;
 use crate::guard::{DevRange, GuardPolicy};
@@ -21,6 +21,8 @@ unsafe impl aya::Pod for WatchedDevice {}
 unsafe impl aya::Pod for KernelOffsets {}
 // SAFETY: as above.
 unsafe impl aya::Pod for RmLayout {}
+// SAFETY: as above.
+unsafe impl aya::Pod for CastConfig {}
 // SAFETY: as above.
 unsafe impl aya::Pod for ProgramConfig {}
 // SAFETY: as above.

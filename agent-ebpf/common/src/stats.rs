@@ -21,8 +21,8 @@ pub const RM_ALLOC_TRACKED: u32 = 4;
 pub const ARG_UNREADABLE: u32 = 5;
 /// A GPU-use, RM or registration map update failed (map full).
 pub const TRACK_DROPPED: u32 = 6;
-/// An ioctl was rejected from the cache of files known not to be watched
-/// (`verdict`), without reading the file's device number.
+/// An ioctl on a device was answered "not watched" from the device cache
+/// (`verdict`), without a `WATCHED_DEVS` lookup.
 pub const VERDICT_CACHED: u32 = 7;
 /// Number of counters.
 pub const LEN: u32 = 8;

@@ -1,62 +1,98 @@
-//! The ioctl programs' cache of files known *not* to be watched devices,
-//! and the epochs that invalidate it.
+//! The ioctl programs' caches and the epochs that invalidate them.
 //!
-//! Most ioctls on a node are on sockets, ttys and other devices nobody
-//! watches; proving that takes two kernel reads after the fd lookup
-//! (`file->f_inode->i_rdev`) and a hash lookup. The programs remember, per
-//! CPU, in a direct-mapped array indexed by a hash of the `struct file`
-//! pointer, that a file is not watched, stamped with the device epoch read
-//! *before* the file was resolved. An entry counts only while its pointer
+//! Every ioctl on a node enters the programs, and most are on sockets,
+//! ttys and devices nobody watches. After the fd walk gives the file's
+//! device number (`i_rdev`; 0 for sockets, pipes and regular files, which
+//! are rejected at once), the programs ask a per-CPU direct-mapped array
+//! indexed by a hash of the device number ([`DevVerdict`]) whether that
+//! device is watched, and how: an inlined array lookup instead of a hash
+//! lookup of `WATCHED_DEVS`. An entry counts only while its device number
 //! and epoch both match.
 //!
-//! Invariants that make a stale "not watched" impossible (a process must
-//! not hide watched ioctls behind a file pointer reused by a later open):
-//! - a struct file's device never changes while it lives, so an entry can
-//!   only go stale when its memory is freed and reused for a new file;
-//! - every new file of a watched device is opened through the device
-//!   cgroup check, where the `dev_open_epoch` program, attached to the
-//!   cgroup v2 root (every task), bumps the device epoch before the open
-//!   completes (before the file reaches any fd table); fds passed by
-//!   `SCM_RIGHTS`, `pidfd_getfd`, `dup` or fork share a file that was
-//!   opened so;
-//! - the agent writes a new epoch after every change of the watched
-//!   devices (its generation in the high half: [`agent_device_epoch`]);
-//! - epoch 0 means "no epoch program attached": the cache is neither read
-//!   nor written, and every ioctl is resolved;
-//! - only the ioctl programs touch the array, and they run with
-//!   preemption disabled (syscall tracepoints, raw tracepoints and kprobes
-//!   all do), so one CPU's slot is never written by two runs at once.
+//! Why it cannot go stale: the answer is a function of the device number
+//! and `WATCHED_DEVS` alone, which only the agent writes, and after every
+//! change of which it writes a fresh device epoch (its generation in the
+//! high half: [`agent_device_epoch`]); an entry is stamped with the epoch
+//! read *before* `WATCHED_DEVS` was. It is keyed by the device, not by the
+//! `struct file`, so freed and reused files, `dup2` over a cached fd and
+//! fds passed between processes cannot confuse it. Epoch 0 (never written)
+//! means the cache is off: every ioctl asks `WATCHED_DEVS`.
+//!
+//! Only the ioctl programs touch the per-CPU arrays, and they run with
+//! preemption disabled (syscall tracepoints, raw tracepoints and kprobes
+//! all do), so one CPU's slot is never written by two runs at once.
 //!
 //! The bypass check caches the same way, per CPU, which watched cgroup a
 //! cgroup is in ([`CgroupVerdict`]), so host processes using NVIDIA
 //! devices do not walk their cgroup ancestry on every ioctl; only the
 //! ioctl programs use that cache (device programs can be preempted).
-//!
-//! Only negative file verdicts are cached: a file of a watched device is
-//! resolved on every ioctl, so a reused pointer can never make an
-//! unwatched file count as watched either.
+//! Inside a watched cgroup, it then asks a per-CPU cache of processes
+//! known to need no report ([`TaskVerdict`]) before the `REGISTERED` and
+//! `REPORTED` hash lookups.
 
-/// Slots of the per-CPU cache (a power of two).
-pub const FILE_SLOTS: u32 = 1024;
+use crate::dev::WatchedDevice;
 
-/// Index of the device epoch in the `EPOCHS` array.
+/// Slots of the per-CPU device cache (a power of two).
+pub const DEV_SLOTS: u32 = 256;
+
+/// Index of the device epoch in the `EPOCHS` array: written by the agent
+/// after every change of the watched devices, never by the kernel.
 pub const DEVICE_EPOCH: u32 = 0;
 /// Index of the cgroup epoch: written by the agent after every change of
 /// the watched cgroups, never by the kernel; 0 turns the cgroup cache off.
 pub const CGROUP_EPOCH: u32 = 1;
+/// Index of the task epoch: written by the agent after every removal of a
+/// registration, never by the kernel; 0 turns the task cache off.
+pub const TASK_EPOCH: u32 = 2;
 /// Number of epochs.
-pub const EPOCHS: u32 = 2;
+pub const EPOCHS: u32 = 3;
+
+/// Slots of the per-CPU task cache (a power of two).
+pub const TASK_SLOTS: u32 = 256;
+
+/// One slot of the task cache: process `tgid`, whose leader thread started
+/// at `start_ns` (`task_struct.start_time`), needs no bypass report (it is
+/// registered, or already reported), as of task epoch `epoch`.
+///
+/// Only that positive answer is cached, so a registration added later is
+/// never missed. It goes stale only when the registration is removed: by
+/// the agent, which advances the task epoch after every removal, or by the
+/// process's exit, after which a process reusing the tgid has another
+/// start time. A "reported" answer never goes stale while the process
+/// lives (reports are once per process).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskVerdict {
+    /// The process.
+    pub tgid: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Its leader's start time (ns since boot, `CLOCK_MONOTONIC`).
+    pub start_ns: u64,
+    /// The task epoch read before the registration was looked up.
+    pub epoch: u64,
+}
+
+/// The slot of process `tgid` in the task cache.
+pub const fn task_slot(tgid: u32) -> u32 {
+    ((tgid as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TASK_SLOTS.trailing_zeros())) as u32
+}
 
 /// Slots of the per-CPU cgroup cache (a power of two).
 pub const CGROUP_SLOTS: u32 = 256;
 
-/// One slot: `file` is not a watched device as of device epoch `epoch`.
+/// One slot of the device cache: whether device `rdev` is watched, and
+/// its entry, as of device epoch `epoch`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FileVerdict {
-    /// The `struct file` pointer.
-    pub file: u64,
-    /// The device epoch read before the file was resolved.
+pub struct DevVerdict {
+    /// The device asked about (kernel `dev_t`, never 0).
+    pub rdev: u32,
+    /// 1 if it is watched, 0 if not.
+    pub watched: u32,
+    /// Its `WATCHED_DEVS` entry when watched, zero otherwise.
+    pub device: WatchedDevice,
+    /// The device epoch read before `WATCHED_DEVS` was.
     pub epoch: u64,
 }
 
@@ -81,17 +117,16 @@ pub const fn cgroup_slot(id: u64) -> u32 {
     (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - CGROUP_SLOTS.trailing_zeros())) as u32
 }
 
-/// The slot of `file`: a multiplicative hash of the pointer (slab objects
-/// share their low bits), reduced to `FILE_SLOTS`.
-pub const fn file_slot(file: u64) -> u32 {
-    (file.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FILE_SLOTS.trailing_zeros())) as u32
+/// The slot of device `rdev` in the device cache: a multiplicative hash,
+/// so neighbouring minors of one major spread over the slots.
+pub const fn dev_slot(rdev: u32) -> u32 {
+    ((rdev as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - DEV_SLOTS.trailing_zeros())) as u32
 }
 
 /// The device epoch the agent writes for its `generation`-th change of the
-/// watched devices (from 1): the generation in the high half, the kernel's
-/// open bumps counting up in the low half. A value the agent writes was
-/// never seen before (unless 2^32 watched opens happen between two agent
-/// changes), whatever bumps it overwrites, and is never 0.
+/// watched devices (from 1), in the high half (the layout of earlier
+/// objects, whose kernel side bumped the low half): never 0, never
+/// repeated while the agent runs.
 pub const fn agent_device_epoch(generation: u32) -> u64 {
     (generation as u64) << 32
 }
@@ -101,25 +136,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_stay_in_range_and_spread_slab_neighbours() {
-        let base = 0xffff_8881_0a3c_0000u64;
+    fn slots_stay_in_range_and_spread_one_major() {
         let mut seen = std::collections::BTreeSet::new();
-        for i in 0..64 {
-            let slot = file_slot(base + i * 256);
-            assert!(slot < FILE_SLOTS);
+        for minor in 0..64 {
+            let slot = dev_slot(crate::dev::kdev(195, minor));
+            assert!(slot < DEV_SLOTS);
             seen.insert(slot);
         }
-        // 64 consecutive 256-byte objects land in (nearly) distinct slots.
-        assert!(seen.len() >= 60, "{}", seen.len());
-        assert_eq!(FILE_SLOTS.count_ones(), 1);
+        // 64 minors of the NVIDIA major land in (nearly) distinct slots.
+        assert!(seen.len() >= 56, "{}", seen.len());
+        assert_eq!(DEV_SLOTS.count_ones(), 1);
     }
 
     #[test]
     fn agent_epochs_are_fresh_and_never_zero() {
         assert_ne!(agent_device_epoch(1), 0);
         assert!(agent_device_epoch(2) > agent_device_epoch(1) + u64::from(u32::MAX));
-        assert_eq!(core::mem::size_of::<FileVerdict>(), 16);
+        assert_eq!(core::mem::size_of::<DevVerdict>(), 24);
         assert_eq!(core::mem::size_of::<CgroupVerdict>(), 24);
+        assert_eq!(core::mem::size_of::<TaskVerdict>(), 24);
+        assert!((0..1000).all(|tgid| task_slot(tgid) < TASK_SLOTS));
         assert!((0..1000).all(|id| cgroup_slot(id) < CGROUP_SLOTS));
     }
 }

@@ -1,7 +1,7 @@
 //! The `TESSERA_CONFIG` global, written by the agent before loading.
 
 use tessera_ebpf_common::{
-    config::{KernelOffsets, ProgramConfig},
+    config::{CastConfig, KernelOffsets, ProgramConfig},
     rm::RmLayout,
 };
 
@@ -37,4 +37,11 @@ pub fn exit_group_dead_offset() -> u32 {
 pub fn rm_layout() -> RmLayout {
     // SAFETY: as in `offsets`.
     unsafe { core::ptr::read_volatile(&raw const TESSERA_CONFIG.rm) }
+}
+
+/// What the `bpf_rdonly_cast` walk needs.
+#[inline(always)]
+pub fn casts() -> CastConfig {
+    // SAFETY: as in `offsets`.
+    unsafe { core::ptr::read_volatile(&raw const TESSERA_CONFIG.casts) }
 }

@@ -8,9 +8,6 @@
 //! checks; the kernel gives them the device number, so they need no
 //! offsets.
 //!
-//! [`dev_open_epoch`] counts nothing: it invalidates the ioctl programs'
-//! verdict cache when a watched device is opened.
-//!
 //! Two counting variants, of which the agent attaches one:
 //! - [`dev_open_audit`] also reports the first open by an unregistered
 //!   process ([`bypass`]), which needs `bpf_get_current_ancestor_cgroup_id`,
@@ -21,16 +18,16 @@
 //!   device programs have had all along); the agent falls back to it.
 
 use aya_ebpf::{
-    helpers::bpf_get_current_cgroup_id, macros::cgroup_device, programs::DeviceContext,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
+    macros::cgroup_device,
+    programs::DeviceContext,
 };
-use tessera_ebpf_common::{
-    dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey, verdict::DEVICE_EPOCH,
-};
+use tessera_ebpf_common::{dev::kdev, events::kind, guard::DEV_CHAR, keys::OpenKey};
 
 use crate::{
     bypass,
-    counters::{add, bump},
-    maps::{EPOCHS, OPEN_COUNTS, WATCHED_DEVS},
+    counters::bump,
+    maps::{OPEN_COUNTS, WATCHED_DEVS},
 };
 
 /// Allow.
@@ -72,6 +69,7 @@ pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
         bypass::check(
             bypass::Ancestry::Walked,
             key.cgroup_id,
+            || (bpf_get_current_pid_tgid(), 0),
             key.dev,
             kind::OPEN,
             key.access,
@@ -86,27 +84,5 @@ pub fn dev_open_audit(ctx: DeviceContext) -> i32 {
 #[cgroup_device]
 pub fn dev_open_count(ctx: DeviceContext) -> i32 {
     let _ = count(&ctx);
-    ALLOW
-}
-
-/// Bumps the device epoch at every access check of a watched device,
-/// which invalidates the ioctl programs' cache of files known not to be
-/// watched (`tessera_ebpf_common::verdict`): attached to the cgroup v2
-/// root, it runs before any new file of a watched device exists in an fd
-/// table. Epoch 0 (the cache is off) is left alone.
-#[cgroup_device]
-pub fn dev_open_epoch(ctx: DeviceContext) -> i32 {
-    if watched(&ctx).is_some()
-        && let Some(epoch) = EPOCHS.get_ptr_mut(DEVICE_EPOCH)
-    {
-        // SAFETY: an element of a live array; the agent only ever writes
-        // fresh non-zero values, so a bump racing with it cannot make the
-        // epoch 0 or repeat an old value.
-        unsafe {
-            if core::ptr::read_volatile(epoch) != 0 {
-                add(epoch, 1);
-            }
-        }
-    }
     ALLOW
 }

@@ -1,8 +1,8 @@
 //! Counting one ioctl on a watched device, shared by the three attach
 //! modes; then the bypass check and what the ioctl's parameters tell.
 
-use aya_ebpf::helpers::bpf_get_current_cgroup_id;
 use tessera_ebpf_common::{
+    config::KernelOffsets,
     dev::{WatchedDevice, class},
     events::kind,
     ioctl::{Xfer, decode, flags, ioc_size},
@@ -11,22 +11,29 @@ use tessera_ebpf_common::{
     uvm::UVM_REGISTER_GPU,
 };
 
-use crate::{bypass, counters::bump, maps::IOCTL_COUNTS, track, user::read_user};
+use crate::{bypass, counters::bump, kernel, maps::IOCTL_COUNTS, track, user::read_user};
 
-/// Counts `cmd` on the watched device `rdev` (see [`verdict`]); `arg` is
-/// the ioctl's user-space argument.
+/// Counts `cmd` on the watched device `rdev` (see [`verdict`]) for the
+/// current task `task` ([`kernel::current`]); `arg` is the ioctl's
+/// user-space argument.
 ///
 /// [`verdict`]: crate::verdict
 #[inline(always)]
-pub fn record(rdev: u32, watched: WatchedDevice, cmd: u32, arg: u64) {
+pub fn record(
+    task: *const u8,
+    off: &KernelOffsets,
+    rdev: u32,
+    watched: WatchedDevice,
+    cmd: u32,
+    arg: u64,
+) {
     let mut xfer = None;
     let (nr, nr_flags) = decode(watched.decode, cmd, || {
         let x: Xfer = read_user(arg)?;
         xfer = Some(x);
         Some(x.cmd)
     });
-    // SAFETY: the helper has no preconditions.
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let cgroup_id = kernel::cgroup_id(task, off);
     let key = IoctlKey {
         cgroup_id,
         dev: rdev,
@@ -38,6 +45,12 @@ pub fn record(rdev: u32, watched: WatchedDevice, cmd: u32, arg: u64) {
     bypass::check(
         bypass::Ancestry::Cached,
         cgroup_id,
+        || {
+            (
+                kernel::pid_tgid(task, off),
+                kernel::process_start(task, off),
+            )
+        },
         rdev,
         kind::IOCTL,
         nr,

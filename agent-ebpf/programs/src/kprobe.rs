@@ -2,11 +2,26 @@
 //! and `uvm_unlocked_ioctl_entry` (both `(struct file *, unsigned int,
 //! unsigned long)`): only NVIDIA ioctls pay anything.
 
-use crate::{config, ioctl, verdict};
+use crate::{
+    config, ioctl,
+    kernel::{self, Cast, Probe, Walk},
+    verdict,
+};
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 
 #[kprobe]
 pub fn ioctl_kprobe(ctx: ProbeContext) -> u32 {
+    on_ioctl::<Cast>(&ctx)
+}
+
+/// [`ioctl_kprobe`] for kernels without `bpf_rdonly_cast`.
+#[kprobe]
+pub fn ioctl_kprobe_probe(ctx: ProbeContext) -> u32 {
+    on_ioctl::<Probe>(&ctx)
+}
+
+#[inline(always)]
+fn on_ioctl<W: Walk>(ctx: &ProbeContext) -> u32 {
     let Some(offsets) = config::offsets() else {
         return 0;
     };
@@ -17,8 +32,11 @@ pub fn ioctl_kprobe(ctx: ProbeContext) -> u32 {
     ) else {
         return 0;
     };
-    if let Some((rdev, watched)) = verdict::watched_file(file, &offsets) {
-        ioctl::record(rdev, watched, cmd as u32, arg);
+    let file = W::file(file, &config::casts());
+    if let Some(rdev) = W::file_rdev(file, &offsets)
+        && let Some(watched) = verdict::watched_dev(rdev)
+    {
+        ioctl::record(kernel::current(), &offsets, rdev, watched, cmd as u32, arg);
     }
     0
 }

@@ -12,21 +12,22 @@
 //! - [`kprobe`]: `nvidia_unlocked_ioctl` / `uvm_unlocked_ioctl_entry`, only
 //!   NVIDIA ioctls pay anything;
 //! - [`device`]: cgroup device programs, count opens and never deny (one
-//!   also reports bypasses, one only counts, for older kernels), and one
-//!   on the cgroup v2 root that voids the verdict cache when a watched
-//!   device is opened;
+//!   also reports bypasses, one only counts, for older kernels);
 //! - [`exit`]: `sched/sched_process_exit`, forgets exited processes.
 //!
-//! Before any of that, the ioctl programs reject files that are not
-//! watched devices from a per-CPU cache ([`verdict`]) after one kernel
-//! read. Both the ioctl and the open paths report the first access of an
+//! The ioctl programs walk from the fd to its device number with plain
+//! loads ([`kernel`]) and reject what is not a watched device: non-devices
+//! at once, devices from a per-CPU cache ([`verdict`]). Each ioctl program
+//! comes in two builds: the `bpf_rdonly_cast` walk, and `*_probe` with
+//! `bpf_probe_read_kernel` for kernels without that kfunc. Both the ioctl and the open paths report the first access of an
 //! unregistered process in a watched cgroup ([`bypass`]); the ioctl path
 //! also records UVM GPU registrations and estimates video memory
 //! ([`track`]). The per-pod device guard is a separate object
 //! (`src/guard/main.rs`), loaded once per pod.
 #![no_std]
 #![no_main]
-// BPF inline assembly: the atomic add (`counters::add`).
+// BPF inline assembly: the atomic add (`counters::add`) and the kfunc call
+// (`kernel::rdonly_cast`).
 #![feature(asm_experimental_arch)]
 
 mod bypass;

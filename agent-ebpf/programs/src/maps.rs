@@ -10,7 +10,7 @@ use tessera_ebpf_common::{
     rm::{RmClient, RmClientKey, RmObject, RmObjectKey, RmProcess},
     stats,
     uvm::{GpuUse, GpuUseKey},
-    verdict::{self, CgroupVerdict, FileVerdict},
+    verdict::{self, CgroupVerdict, DevVerdict, TaskVerdict},
 };
 
 /// Devices to count, keyed by kernel `dev_t`; filled by the agent.
@@ -62,11 +62,11 @@ pub static RM_CLIENTS: LruHashMap<RmClientKey, RmClient> = LruHashMap::with_max_
 #[map(name = "RM_PROCS")]
 pub static RM_PROCS: HashMap<u32, RmProcess> = HashMap::with_max_entries(16384, 0);
 
-/// Files known not to be watched devices, per CPU (see
+/// Whether a device number is watched, per CPU (see
 /// `tessera_ebpf_common::verdict`); written only by the ioctl programs.
-#[map(name = "FILE_VERDICTS")]
-pub static FILE_VERDICTS: PerCpuArray<FileVerdict> =
-    PerCpuArray::with_max_entries(verdict::FILE_SLOTS, 0);
+#[map(name = "DEV_VERDICTS")]
+pub static DEV_VERDICTS: PerCpuArray<DevVerdict> =
+    PerCpuArray::with_max_entries(verdict::DEV_SLOTS, 0);
 
 /// Which watched cgroup a cgroup is in, per CPU; written only by the
 /// ioctl programs.
@@ -74,7 +74,13 @@ pub static FILE_VERDICTS: PerCpuArray<FileVerdict> =
 pub static CGROUP_VERDICTS: PerCpuArray<CgroupVerdict> =
     PerCpuArray::with_max_entries(verdict::CGROUP_SLOTS, 0);
 
-/// The epochs that invalidate `FILE_VERDICTS` and `CGROUP_VERDICTS`:
-/// written by the agent, the device epoch also bumped by `dev_open_epoch`.
+/// Processes that need no bypass report, per CPU; written only by the
+/// ioctl programs.
+#[map(name = "TASK_VERDICTS")]
+pub static TASK_VERDICTS: PerCpuArray<TaskVerdict> =
+    PerCpuArray::with_max_entries(verdict::TASK_SLOTS, 0);
+
+/// The epochs that invalidate `DEV_VERDICTS`, `CGROUP_VERDICTS` and
+/// `TASK_VERDICTS`, written by the agent.
 #[map(name = "EPOCHS")]
 pub static EPOCHS: Array<u64> = Array::with_max_entries(verdict::EPOCHS, 0);

@@ -9,10 +9,27 @@ use aya_ebpf::{
 };
 use tessera_ebpf_common::stats;
 
-use crate::{config, counters::stat, ioctl, kernel, verdict};
+use crate::{
+    config,
+    counters::stat,
+    ioctl,
+    kernel::{self, Cast, Probe, Walk},
+    verdict,
+};
 
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn ioctl_raw_tp(ctx: RawTracePointContext) -> i32 {
+    on_syscall::<Cast>(&ctx)
+}
+
+/// [`ioctl_raw_tp`] for kernels without `bpf_rdonly_cast`.
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn ioctl_raw_tp_probe(ctx: RawTracePointContext) -> i32 {
+    on_syscall::<Probe>(&ctx)
+}
+
+#[inline(always)]
+fn on_syscall<W: Walk>(ctx: &RawTracePointContext) -> i32 {
     // TP_PROTO(struct pt_regs *regs, long id)
     let id: u64 = ctx.arg(1);
     if id != u64::from(config::ioctl_syscall_nr()) {
@@ -32,16 +49,17 @@ pub fn ioctl_raw_tp(ctx: RawTracePointContext) -> i32 {
     let Some(fd) = args.arg::<u64>(0) else {
         return 0;
     };
-    let Some(file) = kernel::fd_file(fd as u32, &offsets) else {
+    let task = kernel::current();
+    let Some(rdev) = kernel::fd_rdev::<W>(task, fd as u32, &offsets, &config::casts()) else {
         stat(stats::FD_UNRESOLVED);
         return 0;
     };
-    let Some((rdev, watched)) = verdict::watched_file(file, &offsets) else {
+    let Some(watched) = verdict::watched_dev(rdev) else {
         return 0;
     };
     let (Some(cmd), Some(arg)) = (args.arg::<u64>(1), args.arg::<u64>(2)) else {
         return 0;
     };
-    ioctl::record(rdev, watched, cmd as u32, arg);
+    ioctl::record(task, &offsets, rdev, watched, cmd as u32, arg);
     0
 }

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tessera_ebpf_common::config::KernelOffsets;
+use tessera_ebpf_common::config::{CastConfig, KernelOffsets};
 
 /// Where the running kernel exposes its BTF.
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
@@ -272,6 +272,37 @@ impl Btf {
         })
     }
 
+    /// The id of the type named `name` of kind `kind` (a struct with
+    /// members, or a function), `None` if there is none.
+    fn type_id(&self, wanted: u32, name: &str) -> Option<u32> {
+        let index = self.types.iter().position(|t| {
+            t.kind == wanted
+                && (wanted != kind::STRUCT || t.vlen > 0)
+                && self.name(t.name_off) == Some(name)
+        })?;
+        u32::try_from(index + 1).ok()
+    }
+
+    /// The id of function `name` (a kfunc's id in `call` instructions).
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.type_id(kind::FUNC, name)
+    }
+
+    /// The id of struct `name`.
+    pub fn struct_id(&self, name: &str) -> Result<u32, BtfError> {
+        self.type_id(kind::STRUCT, name)
+            .ok_or_else(|| BtfError::NoStruct(name.to_owned()))
+    }
+
+    /// What the programs' `bpf_rdonly_cast` walk needs from this kernel.
+    pub fn cast_config(&self) -> Result<CastConfig, BtfError> {
+        Ok(CastConfig {
+            files_struct_id: self.struct_id("files_struct")?,
+            files_fd_array: self.member_offset("files_struct", "fd_array")?,
+            file_id: self.struct_id("file")?,
+        })
+    }
+
     /// The offsets the eBPF programs need, from this kernel's BTF.
     pub fn kernel_offsets(&self) -> Result<KernelOffsets, BtfError> {
         Ok(KernelOffsets {
@@ -281,6 +312,14 @@ impl Btf {
             fdtable_fd: self.member_offset("fdtable", "fd")?,
             file_inode: self.member_offset("file", "f_inode")?,
             inode_rdev: self.member_offset("inode", "i_rdev")?,
+            task_pid: self.member_offset("task_struct", "pid")?,
+            task_tgid: self.member_offset("task_struct", "tgid")?,
+            task_cgroups: self.member_offset("task_struct", "cgroups")?,
+            css_set_dfl_cgrp: self.member_offset("css_set", "dfl_cgrp")?,
+            cgroup_kn: self.member_offset("cgroup", "kn")?,
+            kernfs_node_id: self.member_offset("kernfs_node", "id")?,
+            task_group_leader: self.member_offset("task_struct", "group_leader")?,
+            task_start_time: self.member_offset("task_struct", "start_time")?,
         })
     }
 }

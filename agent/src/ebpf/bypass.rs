@@ -179,7 +179,10 @@ impl Observer {
         remove_absent_ok(
             names::REGISTERED,
             self.set::<u32>(names::REGISTERED)?.remove(&tgid),
-        )
+        )?;
+        // After the removal: the programs' cached "needs no report" of
+        // registered processes is void.
+        self.task_epoch.advance(&mut self.ebpf)
     }
 
     /// The processes registered now (exited ones are removed by the

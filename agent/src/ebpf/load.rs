@@ -65,13 +65,44 @@ where
     })
 }
 
-/// Loads and attaches the ioctl program for `mode`.
+/// Loads and attaches the ioctl program for `mode`: the `bpf_rdonly_cast`
+/// build if `cast` (the object was patched, [`super::kfunc`]), falling
+/// back to the probe build if the kernel refuses it; returns the program
+/// attached.
 pub(super) fn attach_ioctl(
     ebpf: &mut Ebpf,
     mode: AttachMode,
+    cast: bool,
+    facts: &KernelFacts,
+) -> Result<&'static str, ObserverError> {
+    if cast {
+        match attach_ioctl_program(ebpf, mode, mode.program(), facts) {
+            Ok(()) => return Ok(mode.program()),
+            // The verifier refused it: the probe build may still load.
+            Err(
+                e @ ObserverError::Program {
+                    source: ProgramError::LoadError { .. },
+                    ..
+                },
+            ) => tracing::warn!(
+                %mode,
+                error = %crate::error_chain::with_causes(&e),
+                "the kernel refused the ioctl program with plain loads; trying the one with bpf_probe_read_kernel"
+            ),
+            Err(e) => return Err(e),
+        }
+    }
+    attach_ioctl_program(ebpf, mode, mode.probe_program(), facts)?;
+    Ok(mode.probe_program())
+}
+
+/// Loads and attaches ioctl program `name` for `mode`.
+fn attach_ioctl_program(
+    ebpf: &mut Ebpf,
+    mode: AttachMode,
+    name: &'static str,
     facts: &KernelFacts,
 ) -> Result<(), ObserverError> {
-    let name = mode.program();
     match mode {
         AttachMode::Tracepoint => load_attach(ebpf, name, |p: &mut TracePoint| {
             p.attach("syscalls", "sys_enter_ioctl").map(drop)

@@ -16,8 +16,9 @@
 //! - [`driver`]: the NVIDIA driver version, for parameter layouts;
 //! - [`guard`]: the per-pod cgroup device guard, pinned in bpffs;
 //! - [`mounts`]: tracefs and bpffs when the host has not mounted them;
-//! - `verdict`: the programs' cache of files known not to be watched, and
-//!   the epoch program on the cgroup v2 root that keeps it honest.
+//! - `kfunc`: the programs' `bpf_rdonly_cast` calls, given the kernel's
+//!   BTF id before loading;
+//! - `verdict`: the epochs of the programs' device and cgroup caches.
 //!
 //! Opens are counted by an audit-only cgroup device program rather than a
 //! syscall hook: the kernel hands it the device number, so it needs no fd
@@ -32,6 +33,7 @@ pub mod counts;
 pub mod devices;
 pub mod driver;
 pub mod guard;
+mod kfunc;
 mod load;
 pub mod mode;
 pub mod mounts;

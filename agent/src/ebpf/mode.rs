@@ -35,12 +35,23 @@ impl AttachMode {
     /// Every mode, in the order `auto` tries them.
     pub const AUTO_ORDER: [Self; 3] = [Self::Kprobe, Self::Tracepoint, Self::RawTracepoint];
 
-    /// The ioctl program this mode attaches.
+    /// The ioctl program this mode attaches where the kernel has
+    /// `bpf_rdonly_cast` (see [`super::kfunc`]).
     pub fn program(self) -> &'static str {
         match self {
             Self::Kprobe => names::PROG_IOCTL_KPROBE,
             Self::Tracepoint => names::PROG_IOCTL_TRACEPOINT,
             Self::RawTracepoint => names::PROG_IOCTL_RAW_TRACEPOINT,
+        }
+    }
+
+    /// The same program reading kernel structs with
+    /// `bpf_probe_read_kernel`, for kernels without that kfunc.
+    pub fn probe_program(self) -> &'static str {
+        match self {
+            Self::Kprobe => names::PROG_IOCTL_KPROBE_PROBE,
+            Self::Tracepoint => names::PROG_IOCTL_TRACEPOINT_PROBE,
+            Self::RawTracepoint => names::PROG_IOCTL_RAW_TRACEPOINT_PROBE,
         }
     }
 

@@ -25,10 +25,11 @@ use super::btf::{Btf, BtfError};
 use super::counts::{ProgramStats, Snapshot};
 use super::devices::Device;
 use super::driver;
+use super::kfunc;
 use super::load;
 use super::mode::{self, AttachMode, KernelFacts, ModeRequest};
 use super::mounts;
-use super::verdict::{CgroupEpoch, VerdictCache};
+use super::verdict::{AgentEpoch, VerdictCache};
 use crate::error_chain::with_causes;
 
 /// The kernel struct holding the `sched_process_exit` record, and its
@@ -41,6 +42,15 @@ pub enum ObserverError {
     /// The kernel struct offsets could not be read.
     #[error("cannot read kernel struct offsets from btf")]
     Offsets(#[source] BtfError),
+    /// The object file could not be read.
+    #[error("cannot read ebpf object {path}")]
+    Read {
+        /// The object file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The object could not be loaded.
     #[error("cannot load ebpf object {path}")]
     Load {
@@ -80,9 +90,6 @@ pub enum ObserverError {
     /// The kernel is too old for a shared cgroup attachment.
     #[error("ebpf open audit needs linux 5.7 or later (bpf links), this is {0}")]
     KernelTooOld(String),
-    /// No cgroup v2 hierarchy for the verdict cache's epoch program.
-    #[error("cannot find the cgroup v2 hierarchy")]
-    NoCgroup2(#[source] crate::cgroup::CgroupError),
     /// The cgroup for the open audit could not be opened.
     #[error("cannot open cgroup directory {path}")]
     Cgroup {
@@ -122,6 +129,9 @@ pub struct ObserverConfig {
     /// memory estimate decodes; `None`: the running module's, else the
     /// newest known (see [`driver`]).
     pub driver_major: Option<u32>,
+    /// Load the `*_probe` ioctl program (`bpf_probe_read_kernel`) even
+    /// where the kernel has `bpf_rdonly_cast`: the fallback's own tests.
+    pub probe_reads: bool,
 }
 
 impl ObserverConfig {
@@ -132,6 +142,7 @@ impl ObserverConfig {
             mode: ModeRequest::Auto,
             devices,
             driver_major: None,
+            probe_reads: false,
         }
     }
 }
@@ -160,16 +171,21 @@ impl OpenAudit {
 pub struct Observer {
     pub(super) ebpf: Ebpf,
     mode: AttachMode,
+    /// The ioctl program attached ([`AttachMode::program`] or its probe
+    /// build).
+    program: &'static str,
     open_audit: Option<PathBuf>,
     exit_hook: bool,
-    verdicts: Option<VerdictCache>,
-    pub(super) cgroup_epoch: CgroupEpoch,
+    verdicts: VerdictCache,
+    pub(super) cgroup_epoch: AgentEpoch,
+    pub(super) task_epoch: AgentEpoch,
 }
 
 impl std::fmt::Debug for Observer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Observer")
             .field("mode", &self.mode)
+            .field("program", &self.program)
             .field("open_audit", &self.open_audit)
             .field("exit_hook", &self.exit_hook)
             .field("verdicts", &self.verdicts)
@@ -178,11 +194,10 @@ impl std::fmt::Debug for Observer {
 }
 
 impl Observer {
-    /// Loads the object, fills the watched devices, attaches the
-    /// process-exit hook, the verdict cache's epoch program (a device
-    /// program on the cgroup v2 root that never denies; without it the
-    /// cache stays off) and the ioctl program in the first mode that
-    /// works.
+    /// Loads the object (its `bpf_rdonly_cast` calls patched for this
+    /// kernel, module `kfunc`), fills the watched devices, turns the
+    /// device cache on, attaches the process-exit hook and the ioctl
+    /// program in the first mode that works.
     pub fn start(config: &ObserverConfig) -> Result<Self, ObserverError> {
         let btf = Btf::from_kernel().map_err(ObserverError::Offsets)?;
         let offsets = btf.kernel_offsets().map_err(ObserverError::Offsets)?;
@@ -197,11 +212,36 @@ impl Observer {
             driver_major,
             "ebpf memory estimate uses this driver's layouts"
         );
+        let mut object = std::fs::read(&config.object).map_err(|source| ObserverError::Read {
+            path: config.object.clone(),
+            source,
+        })?;
+        // The kfunc walk where the kernel has the kfunc and the types;
+        // otherwise the `*_probe` programs.
+        let casts = match (btf.func_id(kfunc::RDONLY_CAST), btf.cast_config()) {
+            _ if config.probe_reads => None,
+            (Some(id), Ok(casts)) if kfunc::patch_rdonly_cast(&mut object, id) > 0 => Some(casts),
+            (None, _) => {
+                tracing::info!(
+                    "no bpf_rdonly_cast in this kernel: the ioctl program reads kernel structs with bpf_probe_read_kernel"
+                );
+                None
+            }
+            (Some(_), Err(e)) => {
+                tracing::warn!(error = %with_causes(&e), "the ioctl program reads kernel structs with bpf_probe_read_kernel");
+                None
+            }
+            (Some(_), Ok(_)) => {
+                tracing::warn!(object = %config.object.display(), "the object has no marked kfunc call: the ioctl program reads kernel structs with bpf_probe_read_kernel");
+                None
+            }
+        };
         let program_config = ProgramConfig {
             offsets,
             ioctl_syscall_nr: libc::SYS_ioctl as u32,
             exit_group_dead_offset,
             rm,
+            casts: casts.unwrap_or_default(),
         };
         let facts = KernelFacts::probe_for(config.mode);
         let plan = mode::plan(config.mode, &facts);
@@ -220,7 +260,7 @@ impl Observer {
 
         let mut ebpf = EbpfLoader::new()
             .override_global(names::CONFIG_GLOBAL, &program_config, true)
-            .load_file(&config.object)
+            .load(&object)
             .map_err(|source| ObserverError::Load {
                 path: config.object.clone(),
                 source: Box::new(source),
@@ -234,31 +274,26 @@ impl Observer {
             }
         };
 
-        let verdicts = match VerdictCache::enable(&mut ebpf) {
-            Ok(cache) => {
-                tracing::info!(root = %cache.root().display(), "ebpf verdict cache on");
-                Some(cache)
-            }
-            Err(e) => {
-                tracing::warn!(error = %with_causes(&e), "ebpf verdict cache off: every ioctl resolves its file's device");
-                None
-            }
-        };
+        let verdicts = VerdictCache::enable(&mut ebpf)?;
 
-        let mut cgroup_epoch = CgroupEpoch::default();
+        let mut cgroup_epoch = AgentEpoch::cgroups();
         cgroup_epoch.advance(&mut ebpf)?;
+        let mut task_epoch = AgentEpoch::tasks();
+        task_epoch.advance(&mut ebpf)?;
 
         for mode in plan.candidates {
-            match load::attach_ioctl(&mut ebpf, mode, &facts) {
-                Ok(()) => {
-                    tracing::info!(%mode, devices = config.devices.len(), "ebpf ioctl observer attached");
+            match load::attach_ioctl(&mut ebpf, mode, casts.is_some(), &facts) {
+                Ok(program) => {
+                    tracing::info!(%mode, program, devices = config.devices.len(), "ebpf ioctl observer attached");
                     return Ok(Self {
                         ebpf,
                         mode,
+                        program,
                         open_audit: None,
                         exit_hook,
                         verdicts,
                         cgroup_epoch,
+                        task_epoch,
                     });
                 }
                 Err(e) => {
@@ -278,11 +313,19 @@ impl Observer {
         self.mode
     }
 
+    /// The name of the ioctl program attached: [`AttachMode::program`]
+    /// (plain loads after `bpf_rdonly_cast`), or
+    /// [`AttachMode::probe_program`] where the kernel lacks that kfunc or
+    /// refused the program.
+    pub fn ioctl_program(&self) -> &'static str {
+        self.program
+    }
+
     /// The kernel's view of the attached ioctl program: with run-time
     /// statistics enabled (`aya::sys::enable_stats`), its run count and
     /// time, which the overhead benchmark reads.
     pub fn ioctl_program_info(&self) -> Result<aya::programs::ProgramInfo, ObserverError> {
-        let name = self.mode.program();
+        let name = self.program;
         let program = self
             .ebpf
             .program(name)
@@ -354,20 +397,11 @@ impl Observer {
         Ok(audit)
     }
 
-    /// Whether the ioctl programs reject files known not to be watched
-    /// devices from their cache (module `verdict`); `false` where the
-    /// epoch program could not be attached to the cgroup v2 root.
-    pub fn verdict_cache(&self) -> bool {
-        self.verdicts.is_some()
-    }
-
-    /// Replaces the set of watched devices, then voids the verdict cache.
+    /// Replaces the set of watched devices, then voids the programs'
+    /// cached device verdicts (module `verdict`).
     pub fn set_devices(&mut self, devices: &[Device]) -> Result<(), ObserverError> {
         set_devices(&mut self.ebpf, devices)?;
-        match &mut self.verdicts {
-            Some(cache) => cache.invalidate(&mut self.ebpf),
-            None => Ok(()),
-        }
+        self.verdicts.invalidate(&mut self.ebpf)
     }
 
     /// Reads the count, GPU-use and memory-estimate maps.

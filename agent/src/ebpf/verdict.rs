@@ -1,64 +1,36 @@
-//! The ioctl programs' cache of files known not to be watched devices
-//! (`tessera_ebpf_common::verdict` has the invariants): the agent attaches
-//! `dev_open_epoch` to the cgroup v2 root, which makes every open of a
-//! watched device on the node invalidate the cache, and only then turns
-//! the cache on by writing a non-zero device epoch; it writes a fresh
-//! epoch after each change of the watched devices.
-//!
-//! Without the epoch program (no cgroup v2, a kernel that refuses a link
-//! on the root) the epoch stays 0 and every ioctl is resolved: slower,
-//! never wrong. The cgroup cache of the bypass check has an epoch of its
-//! own, which the agent advances after every change of the watched
-//! cgroups ([`CgroupEpoch`]).
-
-use std::path::PathBuf;
+//! The epochs of the ioctl programs' caches (`tessera_ebpf_common::verdict`
+//! has the invariants): the device cache says whether a device number is
+//! watched, which depends only on `WATCHED_DEVS`, so the agent writes a
+//! fresh device epoch after each change of the watched devices
+//! ([`VerdictCache`]); the bypass check's cgroup cache has an epoch of its
+//! own, advanced after every change of the watched cgroups, and the task
+//! cache (processes that need no bypass report) one advanced after every
+//! removal of a registration ([`AgentEpoch`]). An epoch of 0 (never written) keeps a cache off.
 
 use aya::{
     Ebpf,
     maps::{Array, MapData},
-    programs::{CgroupAttachMode, CgroupDevice},
 };
 use tessera_ebpf_common::{
     names,
-    verdict::{CGROUP_EPOCH, DEVICE_EPOCH, agent_device_epoch},
+    verdict::{CGROUP_EPOCH, DEVICE_EPOCH, TASK_EPOCH, agent_device_epoch},
 };
 
-use super::load;
 use super::observer::ObserverError;
-use crate::cgroup;
 
-/// The cache is on; `generation` is the agent's last epoch generation.
+/// The device cache; `generation` is the agent's last epoch generation.
 #[derive(Debug)]
 pub(super) struct VerdictCache {
     generation: u32,
-    root: PathBuf,
 }
 
 impl VerdictCache {
-    /// Attaches the epoch program to the cgroup v2 root, then turns the
-    /// cache on.
+    /// Turns the cache on (the first epoch). Call after the watched
+    /// devices are written.
     pub(super) fn enable(ebpf: &mut Ebpf) -> Result<Self, ObserverError> {
-        let root = cgroup::cgroup2_root().map_err(ObserverError::NoCgroup2)?;
-        let dir = std::fs::File::open(&root).map_err(|source| ObserverError::Cgroup {
-            path: root.clone(),
-            source,
-        })?;
-        // A bpf link: coexists with every other device program and never
-        // denies.
-        load::load_attach(ebpf, names::PROG_DEVICE_EPOCH, |p: &mut CgroupDevice| {
-            p.attach(dir, CgroupAttachMode::Single).map(drop)
-        })?;
-        let mut cache = Self {
-            generation: 0,
-            root,
-        };
+        let mut cache = Self { generation: 0 };
         cache.invalidate(ebpf)?;
         Ok(cache)
-    }
-
-    /// The cgroup v2 root the epoch program is attached to.
-    pub(super) fn root(&self) -> &std::path::Path {
-        &self.root
     }
 
     /// Writes a fresh device epoch: every cached verdict is void. Call
@@ -69,17 +41,37 @@ impl VerdictCache {
     }
 }
 
-/// The cgroup cache's epoch, which only the agent writes: every change of
-/// the watched cgroups is followed by a new value; 0 (never written) keeps
-/// the cache off.
-#[derive(Debug, Default)]
-pub(super) struct CgroupEpoch(u64);
+/// An epoch only the agent writes: of the cgroup cache (every change of
+/// the watched cgroups is followed by a new value) or of the task cache
+/// (every removal of a registration is); 0 (never written) keeps the cache
+/// off.
+#[derive(Debug)]
+pub(super) struct AgentEpoch {
+    index: u32,
+    value: u64,
+}
 
-impl CgroupEpoch {
-    /// Writes the next epoch: every cached cgroup verdict is void.
+impl AgentEpoch {
+    /// The cgroup cache's epoch.
+    pub(super) fn cgroups() -> Self {
+        Self {
+            index: CGROUP_EPOCH,
+            value: 0,
+        }
+    }
+
+    /// The task cache's epoch.
+    pub(super) fn tasks() -> Self {
+        Self {
+            index: TASK_EPOCH,
+            value: 0,
+        }
+    }
+
+    /// Writes the next epoch: every verdict cached under this one is void.
     pub(super) fn advance(&mut self, ebpf: &mut Ebpf) -> Result<(), ObserverError> {
-        self.0 = self.0.wrapping_add(1).max(1);
-        write_epoch(ebpf, CGROUP_EPOCH, self.0)
+        self.value = self.value.wrapping_add(1).max(1);
+        write_epoch(ebpf, self.index, self.value)
     }
 }
 
