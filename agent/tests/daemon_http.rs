@@ -252,13 +252,9 @@ fn malformed_and_foreign_entries_are_skipped_and_reported() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(agent.view()["period"].as_u64().unwrap() > p0 + 1);
     assert_eq!(agent.get("/healthz").0, 200);
-    let warned = agent
-        .wait_log("the skip of badjson", |l| {
-            l.contains("skipping") && l.contains("badjson")
-        })
-        .iter()
-        .filter(|l| l.contains("skipping") && l.contains("badjson"))
-        .count();
+    let warned = agent.wait_log("the skip of badjson", |l| {
+        l.contains("skipping") && l.contains("badjson")
+    });
     assert_eq!(warned, 1, "{:?}", agent.log());
     // The agent never wrote through the planted entries.
     assert_eq!(std::fs::read(root.join("plainfile")).unwrap(), b"x");

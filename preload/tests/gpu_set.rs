@@ -149,27 +149,14 @@ fn launches_on_a_gpu_added_later_draw_from_its_own_bucket() {
 }
 
 /// Asserts that the simulator's log `ran` (one process on GPU `gpu`) never
-/// exceeds `rate` one-warp launches/s with `burst`: in any k whole
-/// milliseconds (which span less than k ms) at most rate × k ms + burst
-/// warps, plus the one launch taken alone that may end a window (as in
-/// any GCRA).
+/// exceeds `rate` one-warp launches/s with `burst`
+/// ([`common::assert_within_bucket`], one 1-warp launch alone).
 fn assert_within_rate(ran: &Launches, rate: u64, burst: u64, gpu: usize) {
     let (first, last) = (ran.per_ms[0].0, ran.last_ms);
     let log: Vec<u64> = (first..=last)
         .map(|m| ran.warps_between(m, m + 1))
         .collect();
-    for i in 0..log.len() {
-        let mut sum = 0;
-        for (w, &n) in log[i..].iter().enumerate() {
-            sum += n;
-            let allowed = rate * (w as u64 + 1) / 1000 + burst + 1;
-            assert!(
-                sum <= allowed,
-                "GPU {gpu} ran {sum} warps in {} ms (allowed {allowed})",
-                w + 1
-            );
-        }
-    }
+    common::assert_within_bucket(&log, rate, burst, 1, &format!("GPU {gpu}"));
 }
 
 /// What process `pid` launched on GPU `gpu`, by the simulator's log.

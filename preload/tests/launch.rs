@@ -128,18 +128,7 @@ fn processes_together_keep_to_rate_plus_burst() {
     let end = b.iter().map(|l| l.last_ms).min().unwrap();
     let per_ms = |m: u64| -> u64 { b.iter().map(|l| l.warps_between(m, m + 1)).sum() };
     let log: Vec<u64> = (end - 500..end).map(per_ms).collect();
-    for i in 0..log.len() {
-        let mut sum = 0;
-        for (w, &n) in log[i..].iter().enumerate() {
-            sum += n;
-            let allowed = rate_w * (w as u64 + 1) / 1000 + burst + 8;
-            assert!(
-                sum <= allowed,
-                "{sum} warps in {} ms (allowed {allowed})",
-                w + 1
-            );
-        }
-    }
+    common::assert_within_bucket(&log, rate_w, burst, 8, "3 processes together");
 }
 
 #[test]

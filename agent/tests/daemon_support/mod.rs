@@ -176,11 +176,11 @@ impl Agent {
     }
 
     /// Waits (at most 10 s) until some log line satisfies `f`, and returns
-    /// the log then.
-    pub fn wait_log(&self, what: &str, f: impl Fn(&str) -> bool) -> Vec<String> {
+    /// how many do then.
+    pub fn wait_log(&self, what: &str, f: impl Fn(&str) -> bool) -> usize {
         wait_for(Duration::from_secs(10), || {
-            let log = self.log();
-            log.iter().any(|l| f(l)).then_some(log)
+            let n = self.log().iter().filter(|l| f(l)).count();
+            (n > 0).then_some(n)
         })
         .unwrap_or_else(|| panic!("no log line with {what}: {:#?}", self.log()))
     }

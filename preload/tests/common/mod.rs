@@ -17,6 +17,26 @@ pub use sim::{Link, Node, field};
 
 pub const MIB: u64 = 1 << 20;
 
+/// Asserts a token bucket's bound on `log`, the warps the simulator ran in
+/// each of consecutive milliseconds: any k whole milliseconds (which span
+/// less than k ms) hold at most `rate` × k ms + `burst` warps, plus
+/// `last` (one launch taken alone that may end a window, as in any GCRA).
+/// `what` names the log in the failure.
+pub fn assert_within_bucket(log: &[u64], rate: u64, burst: u64, last: u64, what: &str) {
+    for i in 0..log.len() {
+        let mut sum = 0;
+        for (w, &n) in log[i..].iter().enumerate() {
+            sum += n;
+            let allowed = rate * (w as u64 + 1) / 1000 + burst + last;
+            assert!(
+                sum <= allowed,
+                "{what}: {sum} warps in {} ms (allowed {allowed})",
+                w + 1
+            );
+        }
+    }
+}
+
 /// A container: a region directory on a simulated node.
 pub struct Container {
     pub node: Node,
