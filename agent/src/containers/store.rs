@@ -178,6 +178,9 @@ pub struct WriterLock {
 /// that changed since the previous one and `lstat`s the rest. Every writer
 /// replaces the file by rename (a new inode), so an unchanged identity is
 /// unchanged content.
+///
+/// It also keeps the root's entries, read again only when the root
+/// directory itself changed (see [`RootKey`]).
 #[derive(Debug, Default)]
 pub struct MetaCache {
     /// By path: identity, parsed metadata, and the listing that last used
@@ -185,6 +188,48 @@ pub struct MetaCache {
     entries: std::collections::HashMap<PathBuf, (FileKey, std::sync::Arc<Metadata>, u64)>,
     /// Listings so far.
     listing: u64,
+    /// The root's entries as last read, and the root's identity then.
+    root: Option<(RootKey, Vec<Entry>)>,
+}
+
+/// The identity of the root directory: creating, removing or renaming an
+/// entry changes its modification and change times, and a subdirectory
+/// made or removed its link count. The times come from a coarse clock, so
+/// a change in the same tick as the last read can keep them: a root
+/// changed less than [`ROOT_SETTLE_NS`] before it was read is read again
+/// (and the daemon forces a read now and then regardless).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RootKey {
+    dev: u64,
+    ino: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    nlink: u64,
+    /// Whether the root had changed less than [`ROOT_SETTLE_NS`] before
+    /// it was read (such a key never matches).
+    settling: bool,
+}
+
+/// An entry of the root: its name, and its type if the listing said.
+type Entry = (std::ffi::OsString, Option<std::fs::FileType>);
+
+/// How long after its last change the root is read on every listing.
+const ROOT_SETTLE_NS: i128 = 1_000_000_000;
+
+fn root_key(m: &std::fs::Metadata) -> RootKey {
+    let mtime_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+    let ctime_ns = i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec());
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    RootKey {
+        dev: m.dev(),
+        ino: m.ino(),
+        mtime_ns,
+        ctime_ns,
+        nlink: m.nlink(),
+        settling: now_ns - mtime_ns.max(ctime_ns) < ROOT_SETTLE_NS,
+    }
 }
 
 impl MetaCache {
@@ -211,6 +256,14 @@ impl MetaCache {
                 self.entries.remove(path);
                 Err(e)
             }
+        }
+    }
+
+    /// Keeps `path`'s entry for this listing without looking at the file.
+    fn keep(&mut self, path: &Path) {
+        let listing = self.listing;
+        if let Some((_, _, used)) = self.entries.get_mut(path) {
+            *used = listing;
         }
     }
 
@@ -535,24 +588,85 @@ impl Store {
     }
 
     /// [`Self::list`], parsing only the metadata files that changed since
-    /// `cache` saw them (the daemon's period).
-    pub fn list_cached(&self, cache: &mut MetaCache) -> Result<Listing, StoreError> {
+    /// `cache` saw them, and reading the root's entries again only when
+    /// the root changed or `force` is set (the daemon's period). A
+    /// container for which `keep` returns its last [`Container`] is taken
+    /// as it is, without a look at its directory (the daemon keeps quiet
+    /// containers between their visits), unless the root's entries were
+    /// read afresh; one that is no longer an entry of the root is gone all
+    /// the same.
+    pub fn list_cached(
+        &self,
+        cache: &mut MetaCache,
+        force: bool,
+        keep: impl Fn(&ContainerId) -> Option<Container>,
+    ) -> Result<Listing, StoreError> {
         cache.start_listing();
-        let out = self.list_with(Some(cache))?;
+        // (names, whether they were read afresh)
+        let (names, fresh) = match std::fs::metadata(&self.root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                cache.root = None;
+                (Vec::new(), true)
+            }
+            Err(e) => return Err(io("stat", &self.root)(e)),
+            Ok(m) => {
+                let key = root_key(&m);
+                match &cache.root {
+                    Some((k, names)) if !force && *k == key && !k.settling => {
+                        (names.clone(), false)
+                    }
+                    _ => {
+                        let names = self.entries()?;
+                        cache.root = Some((key, names.clone()));
+                        (names, true)
+                    }
+                }
+            }
+        };
+        // A root that changed may hold a new directory under an old name:
+        // then every container is looked at.
+        let out = if fresh {
+            self.list_entries(names, Some(&mut *cache), |_| None)
+        } else {
+            self.list_entries(names, Some(&mut *cache), keep)
+        };
+        if let Ok(l) = &out {
+            for c in &l.containers {
+                cache.keep(&c.dir.join(META_FILE));
+            }
+        }
         cache.end_listing();
+        out
+    }
+
+    /// The root's entries (none when it is missing).
+    fn entries(&self) -> Result<Vec<Entry>, StoreError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("list", &self.root)(e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(io("list", &self.root))?;
+            out.push((entry.file_name(), entry.file_type().ok()));
+        }
         Ok(out)
     }
 
-    fn list_with(&self, mut cache: Option<&mut MetaCache>) -> Result<Listing, StoreError> {
+    fn list_with(&self, cache: Option<&mut MetaCache>) -> Result<Listing, StoreError> {
+        let names = self.entries()?;
+        self.list_entries(names, cache, |_| None)
+    }
+
+    fn list_entries(
+        &self,
+        names: Vec<Entry>,
+        mut cache: Option<&mut MetaCache>,
+        keep: impl Fn(&ContainerId) -> Option<Container>,
+    ) -> Result<Listing, StoreError> {
         let mut out = Listing::default();
-        let entries = match std::fs::read_dir(&self.root) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-            Err(e) => return Err(io("list", &self.root)(e)),
-        };
-        for entry in entries {
-            let entry = entry.map_err(io("list", &self.root))?;
-            let os = entry.file_name();
+        for (os, file_type) in names {
             let name = os.to_string_lossy().into_owned();
             let Some(text) = os.to_str() else {
                 out.skipped.push(Skipped {
@@ -574,7 +688,11 @@ impl Store {
                     continue;
                 }
             };
-            match self.load_with(&id, cache.as_deref_mut(), entry.file_type().ok()) {
+            if let Some(c) = keep(&id) {
+                out.containers.push(c);
+                continue;
+            }
+            match self.load_with(&id, cache.as_deref_mut(), file_type) {
                 Ok(c) => out.containers.push(c),
                 Err(e) => out.skipped.push(Skipped {
                     name,
@@ -638,7 +756,7 @@ mod tests {
     }
 
     fn targets(store: &Store, cache: &mut MetaCache) -> Vec<(String, u32)> {
-        let l = store.list_cached(cache).unwrap();
+        let l = store.list_cached(cache, false, |_| None).unwrap();
         l.containers
             .iter()
             .map(|c| (c.id.to_string(), c.meta.sm_target))
@@ -676,7 +794,7 @@ mod tests {
         let mut m = meta(20);
         m.pod = Some("rewritten".into());
         std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
-        let l = store.list_cached(&mut cache).unwrap();
+        let l = store.list_cached(&mut cache, false, |_| None).unwrap();
         assert_eq!(l.containers[0].meta.sm_target, 11);
         assert_eq!(l.containers[1].meta.pod.as_deref(), Some("rewritten"));
         // Gone: forgotten by the next listing; made again: read afresh.

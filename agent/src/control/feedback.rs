@@ -114,6 +114,12 @@ impl Loop {
         self.integral
     }
 
+    /// Forgets the counters last seen: the next observation only records
+    /// them.
+    pub fn rebase(&mut self) {
+        self.counters = None;
+    }
+
     /// Turns cumulative counters read at the end of a `dt_s` window into an
     /// observation; `None` when the window teaches nothing (the first
     /// one, a too short or too long one, counters that went backwards).

@@ -110,6 +110,15 @@ impl GpuController {
         self.containers.remove(id).is_some()
     }
 
+    /// Makes container `id`'s next sample only record its counters (they
+    /// span more than the next window, e.g. after periods without
+    /// samples).
+    pub fn rebase(&mut self, id: &str) {
+        if let Some(m) = self.containers.get_mut(id) {
+            m.state.rebase();
+        }
+    }
+
     /// Whether container `id` is managed here.
     pub fn contains(&self, id: &str) -> bool {
         self.containers.contains_key(id)

@@ -6,12 +6,15 @@ impl Agent {
     /// One controller tick per GPU of the node: the launch limits of every
     /// (container, GPU), as `out[container][gpu]` in the order of `ready`
     /// and of each container's GPUs (`uuids`). Without NVML nothing is
-    /// decided (rates stay as they are).
+    /// decided (rates stay as they are). A container not observed this
+    /// period (skipped while quiet) stays on its GPUs' controllers and
+    /// learns nothing; the first sample after such a gap only records its
+    /// counters (they cover more than the window).
     pub(super) fn decide(
         &mut self,
         ready: &[Container],
         per: &[PerContainer],
-        observed: &[Observed],
+        observed: &[Option<Observed>],
         sm: &HashMap<[u8; 16], SmSamples>,
     ) -> Vec<Vec<Option<RateDecision>>> {
         let mut out: Vec<Vec<Option<RateDecision>>> =
@@ -44,8 +47,23 @@ impl Agent {
                 };
                 let id = c.id.as_str();
                 present.push((id, ci, i));
-                let control = c.meta.control(&p.policy);
                 let known = ctl.contains(id);
+                let Some(o) = o else {
+                    if known {
+                        continue;
+                    }
+                    // (A controller new since its last visit: it joins
+                    // without a sample.)
+                    let rate = self
+                        .managed
+                        .get(&c.id)
+                        .map_or(UNLIMITED, |m| m.control.gpu(i).0.launch_rate);
+                    if let Err(e) = ctl.resume(id, c.meta.control(&p.policy), rate) {
+                        tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
+                    }
+                    continue;
+                };
+                let control = c.meta.control(&p.policy);
                 let applied = if known {
                     ctl.upsert(id, control)
                 } else {
@@ -60,6 +78,14 @@ impl Agent {
                 if let Err(e) = applied {
                     tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
                     continue;
+                }
+                let after_gap = self
+                    .managed
+                    .get(&c.id)
+                    .and_then(|m| m.last.as_ref())
+                    .is_some_and(|l| l.period + 1 < self.periods);
+                if known && after_gap {
+                    ctl.rebase(id);
                 }
                 if let Some(u) = &o.usage {
                     let pct = sm

@@ -8,6 +8,15 @@
 //! regions and processes), [`decide`] (the controllers), [`publish`]
 //! (control regions, views, the watchdog).
 //!
+//! A container with nothing running in it (no process, no slot in use,
+//! no byte charged, nothing to enforce: [`quiet`]) is not visited every
+//! period: its last view stands, and it is looked at again after
+//! [`REVISIT_PERIODS`], or at once when its metadata changes, the policy
+//! changes, the set of processes NVML lists on the node changes (a new
+//! process on any GPU wakes every container), or the eBPF observer
+//! reports a bypass in it. Whatever uses a GPU shows in NVML first, so a
+//! container that starts work is visited in the period that sees it.
+//!
 //! Everything the agent needs to resume is on the host (invariant I4):
 //! the region directories and their metadata. The in-memory state here is
 //! a cache — writable control mappings, the last usage seen — rebuilt from
@@ -16,7 +25,7 @@
 //! or touch another container (I3): every per-container failure is
 //! reported in the view and the period goes on.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,7 +39,7 @@ use tessera_region::usage_file::UsageFile;
 
 use crate::config::Config;
 use crate::containers::pids::{self, ProcessView};
-use crate::containers::store::{Container, MetaCache, Skipped, Store, WriterLock};
+use crate::containers::store::{Container, FileKey, MetaCache, Skipped, Store, WriterLock};
 use crate::containers::{ContainerId, Metadata};
 use crate::control::sampling::{self, SmSamples};
 use crate::control::{
@@ -79,6 +88,41 @@ struct Observed {
     problems: Vec<String>,
 }
 
+/// Periods a quiet container goes unvisited (1 s at the default period).
+pub const REVISIT_PERIODS: u64 = 10;
+
+/// What a container's last visit published, kept while it is quiet.
+struct LastVisit {
+    /// The view then (shown again in the periods that skip it).
+    view: ContainerView,
+    /// Its GPUs then (in the order of its metadata).
+    uuids: Vec<[u8; 16]>,
+    /// The metadata it was visited with (a new one is a reason to visit),
+    /// and that file's identity.
+    meta: Arc<Metadata>,
+    meta_key: FileKey,
+    /// Nothing was running in it ([`quiet`]).
+    quiet: bool,
+    /// The period of that visit.
+    period: u64,
+    /// The period by which a quiet container is visited again.
+    next: u64,
+}
+
+/// Whether a visited container has nothing running in it: no process
+/// (cgroup member or registered slot), a readable usage region with no
+/// slot in use and no byte charged, no problem, no enforcement under way
+/// and no bypass report. Only such a container may go unvisited.
+fn quiet(v: &ContainerView, usage: Option<&UsageSnapshot>, seen: Option<&Seen>) -> bool {
+    v.processes.is_empty()
+        && v.problems.is_empty()
+        && v.enforcement.state == "running"
+        && seen.is_none_or(|s| s.bypass.is_empty())
+        && usage.is_some_and(|u| {
+            u.slots.is_empty() && u.anomalies.is_empty() && u.used.iter().all(|&b| b == 0)
+        })
+}
+
 /// What a period works out once per container and every step reads.
 struct PerContainer {
     /// Its GPUs' UUIDs, in the order of its metadata.
@@ -98,6 +142,8 @@ struct Managed {
     usage: UsageFile,
     /// The period in which this agent took the container over.
     since: u64,
+    /// Its last visit (none before the first).
+    last: Option<LastVisit>,
 }
 
 /// The loop's state.
@@ -130,6 +176,9 @@ pub struct Agent {
     ebpf: DaemonEbpf,
     /// Usage regions are read into this buffer, one after the other.
     usage_buf: Vec<u8>,
+    /// The processes NVML listed on the node last period (a change wakes
+    /// every quiet container).
+    gpu_pids: BTreeSet<u32>,
 }
 
 impl Agent {
@@ -164,6 +213,7 @@ impl Agent {
             watchdog: Watchdog::new(config.watchdog.clone()),
             cgroup_root,
             usage_buf: Vec::new(),
+            gpu_pids: BTreeSet::new(),
         }
     }
 
@@ -199,16 +249,35 @@ impl Agent {
     /// Runs one period and returns its view.
     pub fn tick(&mut self, status: &Status) -> View {
         let start = Instant::now();
-        self.policy_file.poll(&mut self.policy);
+        let policy_changed = self.policy_file.poll(&mut self.policy);
         let policy: PolicyView = self.policy_file.view(&self.policy);
         self.ensure_nvml(status);
-        let (containers, mut skipped) = match self.store.list_cached(&mut self.meta_cache) {
-            Ok(l) => (l.containers, l.skipped),
-            Err(e) => {
-                tracing::warn!(error = %with_causes(&e), "cannot list the container root");
-                (Vec::new(), Vec::new())
-            }
+        let sm = self.sample_sm();
+        let memory = self.sample_gpus(&sm);
+        let wake = self.gpu_processes_changed(&sm, &memory) || policy_changed;
+        // A quiet container not due is taken as last visited, without a
+        // look at its directory; every REVISIT_PERIODS the root is read
+        // afresh whatever its times say.
+        let periods = self.periods;
+        let managed = &self.managed;
+        let keep = |id: &ContainerId| {
+            let l = managed.get(id)?.last.as_ref()?;
+            (l.quiet && !wake && periods < l.next).then(|| Container {
+                id: id.clone(),
+                dir: l.view.dir.clone(),
+                meta: l.meta.clone(),
+                meta_key: l.meta_key,
+            })
         };
+        let force = periods.is_multiple_of(REVISIT_PERIODS);
+        let (containers, mut skipped) =
+            match self.store.list_cached(&mut self.meta_cache, force, keep) {
+                Ok(l) => (l.containers, l.skipped),
+                Err(e) => {
+                    tracing::warn!(error = %with_causes(&e), "cannot list the container root");
+                    (Vec::new(), Vec::new())
+                }
+            };
         // Forget what is gone; open what is new (a restarted agent
         // resumes every existing container here).
         // (The listing is sorted by id.)
@@ -227,6 +296,7 @@ impl Agent {
                                 control,
                                 usage: UsageFile::default(),
                                 since,
+                                last: None,
                             },
                         );
                     }
@@ -245,25 +315,19 @@ impl Agent {
         self.watchdog
             .retain(|id| ready.binary_search_by(|c: &Container| c.id.cmp(id)).is_ok());
         self.report_skipped(&skipped);
-        let sm = self.sample_sm();
-        let memory = self.sample_gpus(&sm);
-        // Observe every container, then decide per GPU, then write.
-        let mut buf = std::mem::take(&mut self.usage_buf);
-        let mut observed: Vec<Observed> = Vec::with_capacity(ready.len());
-        for c in &ready {
-            // (Every ready container is managed: opened above.)
-            let mut file = self
-                .managed
-                .get_mut(&c.id)
-                .map(|m| std::mem::take(&mut m.usage))
-                .unwrap_or_default();
-            observed.push(self.observe(c, &mut buf, &mut file));
-            if let Some(m) = self.managed.get_mut(&c.id) {
-                m.usage = file;
+        // Observe every container due a visit, then decide per GPU, then
+        // write.
+        let mut observed: Vec<Option<Observed>> = ready
+            .iter()
+            .map(|c| self.due(c, wake).then(|| self.observe_managed(c)))
+            .collect();
+        let seen = self.observe_ebpf(&ready, &observed);
+        // A bypass reported in a container skipped so far: visit it now.
+        for (c, o) in ready.iter().zip(observed.iter_mut()) {
+            if o.is_none() && seen.get(&c.id).is_some_and(|s| !s.bypass.is_empty()) {
+                *o = Some(self.observe_managed(c));
             }
         }
-        self.usage_buf = buf;
-        let seen = self.observe_ebpf(&ready, &observed);
         let nvml: HashMap<[u8; 16], GpuMemory> = memory
             .iter()
             .map(|(u, m)| {
@@ -276,10 +340,21 @@ impl Agent {
             .collect();
         let mut per: Vec<PerContainer> = ready
             .iter()
-            .map(|c| PerContainer {
-                uuids: c.meta.uuids(),
-                policy: self.policy.effective(&c.meta),
-                decided: Vec::new(),
+            .zip(&observed)
+            .map(|(c, o)| {
+                let last = self
+                    .managed
+                    .get(&c.id)
+                    .and_then(|m| m.last.as_ref())
+                    .filter(|_| o.is_none());
+                PerContainer {
+                    uuids: last.map_or_else(|| c.meta.uuids(), |l| l.uuids.clone()),
+                    policy: match last {
+                        Some(l) => l.view.policy.clone(),
+                        None => self.policy.effective(&c.meta),
+                    },
+                    decided: Vec::new(),
+                }
             })
             .collect();
         let decisions = self.decide(&ready, &per, &observed, &sm);
@@ -289,16 +364,43 @@ impl Agent {
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
+        let period = self.periods;
         let views = ready
             .iter()
-            .zip(&per)
-            .zip(observed.into_iter().map(|mut o| {
+            .zip(per)
+            .zip(observed)
+            .enumerate()
+            .map(|(k, ((c, per), o))| {
+                let Some(mut o) = o else {
+                    // Skipped: its last view stands (`due` checked there is one).
+                    return self
+                        .managed
+                        .get(&c.id)
+                        .and_then(|m| m.last.as_ref())
+                        .map(|l| l.view.clone())
+                        .unwrap_or_else(|| self.unvisited(c));
+                };
                 let kept = (o.usage_raw.take(), o.usage.clone());
-                (o, kept)
-            }))
-            .map(|((c, per), o)| {
-                let mut v = self.publish(c, per, o.0, &memory, &sm, lock.as_ref());
-                self.enforce(c, &mut v, o.1, &nvml, seen.get(&c.id));
+                let mut v = self.publish(c, &per, o, &memory, &sm, lock.as_ref());
+                let usage = kept.1.clone();
+                self.enforce(c, &mut v, kept, &nvml, seen.get(&c.id));
+                if let Some(m) = self.managed.get_mut(&c.id) {
+                    let quiet = quiet(&v, usage.as_ref(), seen.get(&c.id));
+                    // Stagger the revisits of containers first seen together.
+                    let next = match &m.last {
+                        Some(_) => period + REVISIT_PERIODS,
+                        None => period + 1 + k as u64 % REVISIT_PERIODS,
+                    };
+                    m.last = Some(LastVisit {
+                        view: v.clone(),
+                        uuids: per.uuids,
+                        meta: c.meta.clone(),
+                        meta_key: c.meta_key,
+                        quiet,
+                        period,
+                        next,
+                    });
+                }
                 v
             })
             .collect();
@@ -326,5 +428,68 @@ impl Agent {
         };
         self.periods += 1;
         view
+    }
+
+    /// Whether the processes NVML lists on the node (memory holders and
+    /// SM samples, every GPU) differ from last period's.
+    fn gpu_processes_changed(
+        &mut self,
+        sm: &HashMap<[u8; 16], SmSamples>,
+        memory: &HashMap<[u8; 16], GpuUsage>,
+    ) -> bool {
+        let now: BTreeSet<u32> = memory
+            .values()
+            .flat_map(|m| m.processes.iter().map(|p| p.pid))
+            .chain(sm.values().flat_map(|s| s.by_pid.keys().copied()))
+            .collect();
+        let changed = now != self.gpu_pids;
+        self.gpu_pids = now;
+        changed
+    }
+
+    /// Whether container `c` is visited this period (see the module's
+    /// documentation).
+    fn due(&self, c: &Container, wake: bool) -> bool {
+        match self.managed.get(&c.id).and_then(|m| m.last.as_ref()) {
+            None => true,
+            Some(l) => {
+                wake || !l.quiet || !Arc::ptr_eq(&l.meta, &c.meta) || self.periods >= l.next
+            }
+        }
+    }
+
+    /// Observes a managed container (its usage file kept open between
+    /// periods, read into the shared buffer).
+    fn observe_managed(&mut self, c: &Container) -> Observed {
+        let mut buf = std::mem::take(&mut self.usage_buf);
+        let mut file = self
+            .managed
+            .get_mut(&c.id)
+            .map(|m| std::mem::take(&mut m.usage))
+            .unwrap_or_default();
+        let o = self.observe(c, &mut buf, &mut file);
+        if let Some(m) = self.managed.get_mut(&c.id) {
+            m.usage = file;
+        }
+        self.usage_buf = buf;
+        o
+    }
+
+    /// The view of a container no visit has described (not reached: a
+    /// container is skipped only after a visit).
+    fn unvisited(&self, c: &Container) -> ContainerView {
+        ContainerView {
+            id: c.id.to_string(),
+            dir: c.dir.clone(),
+            meta: c.meta.clone(),
+            epoch: 0,
+            since_period: None,
+            gpus: Vec::new(),
+            processes: Vec::new(),
+            problems: vec!["not observed yet".to_owned()],
+            policy: self.policy.effective(&c.meta),
+            ebpf: None,
+            enforcement: EnforcementView::default(),
+        }
     }
 }

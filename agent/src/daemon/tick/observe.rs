@@ -95,26 +95,27 @@ impl Agent {
     pub(super) fn observe_ebpf(
         &mut self,
         ready: &[Container],
-        observed: &[Observed],
+        observed: &[Option<Observed>],
     ) -> HashMap<ContainerId, Seen> {
         let dirs: Vec<Option<PathBuf>> = ready.iter().map(|c| self.cgroup_dir(&c.meta)).collect();
         let members: Vec<Member<'_>> = ready
             .iter()
             .zip(observed)
             .zip(&dirs)
+            // (A container skipped this period is quiet: no process.)
             .map(|((c, o), dir)| Member {
                 id: &c.id,
                 cgroup: dir.as_deref(),
                 registered: o
-                    .processes
                     .iter()
+                    .flat_map(|o| &o.processes)
                     .filter(|p| {
                         p.source == pids::Source::Registered
                             || p.source == pids::Source::SameNamespace
                     })
                     .filter_map(|p| p.host_pid)
                     .collect(),
-                pids: o.host_pids.clone(),
+                pids: o.as_ref().map(|o| o.host_pids.clone()).unwrap_or_default(),
             })
             .collect();
         self.ebpf.period(&members)
