@@ -18,6 +18,11 @@
 //! # cgroup_root = "/sys/fs/cgroup"
 //! # The proc file system (host pids).
 //! proc_root = "/proc"
+//! # A container with nothing running in it is looked at this often (ms;
+//! # one period to 60000); a new process on any GPU (NVML), a change of
+//! # its metadata or of the policy, or a bypass report has it looked at in
+//! # the next period regardless.
+//! quiet_revisit_ms = 1000
 //! # /healthz fails when no period has completed for this long (ms).
 //! stall_after_ms = 5000
 //! # How often a failed NVML initialisation is retried (ms).
@@ -93,6 +98,8 @@ pub struct ConfigFile {
     pub cgroup_root: Option<PathBuf>,
     /// See [`Config::proc_root`].
     pub proc_root: Option<PathBuf>,
+    /// See [`Config::quiet_revisit`].
+    pub quiet_revisit_ms: Option<u64>,
     /// See [`Config::stall_after`].
     pub stall_after_ms: Option<u64>,
     /// See [`Config::nvml_retry`].
@@ -230,6 +237,8 @@ pub struct Config {
     pub cgroup_root: Option<PathBuf>,
     /// The proc file system.
     pub proc_root: PathBuf,
+    /// How often a quiet container (nothing running in it) is looked at.
+    pub quiet_revisit: Duration,
     /// `/healthz` fails after this long without a completed period.
     pub stall_after: Duration,
     /// Retry interval of a failed NVML initialisation.
@@ -379,6 +388,16 @@ impl Config {
                 format!("{listen_text:?} is not an address; accepted: IP:PORT, e.g. 0.0.0.0:9400 or [::1]:9400"),
             )
         })?;
+        let revisit_ms = file.quiet_revisit_ms.unwrap_or(1000);
+        if !(period_ms..=60_000).contains(&revisit_ms) {
+            return Err(field(
+                false,
+                "quiet_revisit_ms",
+                format!(
+                    "is {revisit_ms}; accepted: {period_ms} (one period) to 60000 (milliseconds)"
+                ),
+            ));
+        }
         let stall_ms = file.stall_after_ms.unwrap_or(5000);
         let min_stall = 3 * period_ms;
         if stall_ms < min_stall || stall_ms > 600_000 {
@@ -499,6 +518,7 @@ impl Config {
                 .unwrap_or_else(|| crate::gpu::args::DEFAULT_NVML_LIB.into()),
             cgroup_root,
             proc_root,
+            quiet_revisit: Duration::from_millis(revisit_ms),
             stall_after: Duration::from_millis(stall_ms),
             nvml_retry: Duration::from_millis(retry_ms),
             log,
@@ -808,5 +828,18 @@ preload_dir = "/t/lib"
             .unwrap_err()
             .to_string();
         assert!(e.contains("field root"), "{e}");
+        // The revisit of quiet containers: at least one period.
+        let e = merge(
+            "period_ms = 200\nquiet_revisit_ms = 100\n",
+            &ConfigArgs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("field quiet_revisit_ms") && e.contains("200 (one period) to 60000"),
+            "{e}"
+        );
+        let c = merge("quiet_revisit_ms = 5000\n", &ConfigArgs::default()).unwrap();
+        assert_eq!(c.quiet_revisit, Duration::from_secs(5));
     }
 }

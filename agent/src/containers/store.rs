@@ -562,7 +562,21 @@ impl Store {
         })?;
         write_meta(&c.dir, &meta)?;
         publish(&c.dir, &meta, &lock)?;
+        self.touch_root();
         self.load(id)
+    }
+
+    /// Moves the root's modification time to now, so that a running daemon
+    /// looks at every container in its next period ([`Self::list_cached`]
+    /// keeps quiet ones untouched while the root is unchanged). Best
+    /// effort: without it the change is seen at the container's next
+    /// visit all the same.
+    fn touch_root(&self) {
+        let touched =
+            File::open(&self.root).and_then(|d| d.set_modified(std::time::SystemTime::now()));
+        if let Err(e) = touched {
+            tracing::debug!(root = %self.root.display(), error = %e, "cannot touch the root");
+        }
     }
 
     /// Removes container `id`: its directory disappears at once. Running

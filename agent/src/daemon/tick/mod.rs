@@ -11,7 +11,7 @@
 //! A container with nothing running in it (no process, no slot in use,
 //! no byte charged, nothing to enforce: [`quiet`]) is not visited every
 //! period: its last view stands, and it is looked at again after
-//! [`REVISIT_PERIODS`], or at once when its metadata changes, the policy
+//! `quiet_revisit` (configured; 1 s by default), or at once when its metadata changes, the policy
 //! changes, the set of processes NVML lists on the node changes (a new
 //! process on any GPU wakes every container), or the eBPF observer
 //! reports a bypass in it. Whatever uses a GPU shows in NVML first, so a
@@ -87,9 +87,6 @@ struct Observed {
     host_pids: Vec<u32>,
     problems: Vec<String>,
 }
-
-/// Periods a quiet container goes unvisited (1 s at the default period).
-pub const REVISIT_PERIODS: u64 = 10;
 
 /// What a container's last visit published, kept while it is quiet.
 struct LastVisit {
@@ -179,6 +176,8 @@ pub struct Agent {
     /// The processes NVML listed on the node last period (a change wakes
     /// every quiet container).
     gpu_pids: BTreeSet<u32>,
+    /// Periods a quiet container goes unvisited (at least one).
+    revisit: u64,
 }
 
 impl Agent {
@@ -214,6 +213,8 @@ impl Agent {
             cgroup_root,
             usage_buf: Vec::new(),
             gpu_pids: BTreeSet::new(),
+            revisit: (config.quiet_revisit.as_millis() / config.period.as_millis().max(1)).max(1)
+                as u64,
         }
     }
 
@@ -256,7 +257,7 @@ impl Agent {
         let memory = self.sample_gpus(&sm);
         let wake = self.gpu_processes_changed(&sm, &memory) || policy_changed;
         // A quiet container not due is taken as last visited, without a
-        // look at its directory; every REVISIT_PERIODS the root is read
+        // look at its directory; every `revisit` periods the root is read
         // afresh whatever its times say.
         let periods = self.periods;
         let managed = &self.managed;
@@ -269,7 +270,7 @@ impl Agent {
                 meta_key: l.meta_key,
             })
         };
-        let force = periods.is_multiple_of(REVISIT_PERIODS);
+        let force = periods.is_multiple_of(self.revisit);
         let (containers, mut skipped) =
             match self.store.list_cached(&mut self.meta_cache, force, keep) {
                 Ok(l) => (l.containers, l.skipped),
@@ -365,6 +366,7 @@ impl Agent {
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
         let period = self.periods;
+        let revisit = self.revisit;
         let views = ready
             .iter()
             .zip(per)
@@ -388,8 +390,8 @@ impl Agent {
                     let quiet = quiet(&v, usage.as_ref(), seen.get(&c.id));
                     // Stagger the revisits of containers first seen together.
                     let next = match &m.last {
-                        Some(_) => period + REVISIT_PERIODS,
-                        None => period + 1 + k as u64 % REVISIT_PERIODS,
+                        Some(_) => period + revisit,
+                        None => period + 1 + k as u64 % revisit,
                     };
                     m.last = Some(LastVisit {
                         view: v.clone(),
@@ -452,9 +454,7 @@ impl Agent {
     fn due(&self, c: &Container, wake: bool) -> bool {
         match self.managed.get(&c.id).and_then(|m| m.last.as_ref()) {
             None => true,
-            Some(l) => {
-                wake || !l.quiet || !Arc::ptr_eq(&l.meta, &c.meta) || self.periods >= l.next
-            }
+            Some(l) => wake || !l.quiet || !Arc::ptr_eq(&l.meta, &c.meta) || self.periods >= l.next,
         }
     }
 

@@ -1,0 +1,134 @@
+//! Containers with nothing running in them are looked at only every
+//! `quiet_revisit_ms` (`agent/src/daemon/tick`), yet what happens to them
+//! is seen in the next period: a process that starts using a GPU (the
+//! simulator's NVML lists it), or `container set`. Each test sets the
+//! revisit to a minute, so only the wake-up path can answer in time;
+//! judged by the simulator's process list and the region files.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+mod daemon_support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use daemon_support::sim::spawn_command_ready;
+use daemon_support::{Agent, Link, Node, container_ok, libtessera, uuid, wait_for, workload};
+use tessera_region::file::open_control;
+
+/// Long enough that no test here waits for a revisit.
+const REVISIT: &str = "quiet_revisit_ms = 60000\n";
+
+fn agent(node: &Node, root: &Path) -> Agent {
+    let config = node.dir.path().join("agent.toml");
+    std::fs::write(&config, REVISIT).unwrap();
+    let a = Agent::start(node, root, &["--config", config.to_str().unwrap()]);
+    a.wait_ready();
+    a
+}
+
+fn add(node: &Node, root: &Path, id: &str, target: &str) -> PathBuf {
+    let gpu = uuid(node, 0);
+    let dir = container_ok(
+        root,
+        &[
+            "add",
+            "--id",
+            id,
+            "--gpu",
+            &format!("{gpu},memory=1000"),
+            "--sm-target",
+            target,
+            "--mode",
+            "hard",
+        ],
+    );
+    PathBuf::from(dir.trim())
+}
+
+fn launch_rate(dir: &Path) -> u64 {
+    open_control(&dir.join("control")).unwrap().snapshot().gpus[0].launch_rate
+}
+
+#[test]
+fn a_workload_started_in_a_quiet_container_is_controlled_in_the_next_periods() {
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let dir = add(&node, &root, "sleeper", "30");
+    let a = agent(&node, &root);
+    a.wait_view("sleeper visited", |v| {
+        Agent::container(v, "sleeper").is_some_and(|c| c["since_period"].is_u64())
+    });
+    // Well past its first visit: from here on it is skipped.
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = launch_rate(&dir);
+
+    let ops = "dev 0 ready run spin 1 256 30000";
+    let mut c = node.command(&workload(Link::Direct));
+    c.env("LD_PRELOAD", libtessera())
+        .env("TESSERA_REGION_DIR", &dir)
+        .args(ops.split_whitespace());
+    let work = spawn_command_ready(c, ops);
+    let pid = work.pid();
+    let started = Instant::now();
+    // The simulator's NVML lists it (the oracle of "it uses the GPU").
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            node.sim()
+                .processes(0)
+                .unwrap()
+                .iter()
+                .any(|p| p.pid == pid)
+                .then_some(())
+        })
+        .is_some(),
+        "the simulator never listed pid {pid}"
+    );
+    let seen = wait_for(Duration::from_secs(10), || {
+        let v = a.view();
+        let c = Agent::container(&v, "sleeper")?;
+        c["processes"]
+            .as_array()?
+            .iter()
+            .any(|p| p["host_pid"] == pid)
+            .then_some(())
+    });
+    assert!(
+        seen.is_some(),
+        "the agent did not see pid {pid} in its quiet container within 10 s (revisit is 60 s): {:#}",
+        a.view()
+    );
+    // And its controller acts on it: the rate in the control region moves.
+    let moved = wait_for(Duration::from_secs(10), || {
+        (launch_rate(&dir) != before).then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "launch rate still {before} {:?} after the workload started",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn container_set_on_a_quiet_container_applies_in_the_next_periods() {
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    add(&node, &root, "idle", "30");
+    let a = agent(&node, &root);
+    a.wait_view("idle visited at target 30", |v| {
+        Agent::container(v, "idle").is_some_and(|c| c["meta"]["sm_target"] == 30)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    container_ok(&root, &["set", "--id", "idle", "--sm-target", "55"]);
+    let applied = wait_for(Duration::from_secs(10), || {
+        let v = a.view();
+        (Agent::container(&v, "idle")?["meta"]["sm_target"] == 55).then_some(())
+    });
+    assert!(
+        applied.is_some(),
+        "target 55 not taken up within 10 s (revisit is 60 s): {:#}",
+        a.view()
+    );
+}
