@@ -1,7 +1,8 @@
 //! The agent's own footprint: `tessera-agent run` on a simulated 8-GPU
 //! node managing 100 containers, each granted all 8 GPUs (800 controller
-//! loops), a few of them running workloads under `libtessera.so`, the rest
-//! idle. After it settles, it prints the agent process's resident memory
+//! loops), a few of them running workloads under `libtessera.so`, more
+//! with a process that holds its memory and launches nothing (an
+//! inference server between requests), the rest empty. After it settles, it prints the agent process's resident memory
 //! (VmRSS, and its peak VmHWM, from `/proc/<pid>/status`) and its CPU use
 //! (utime + stime from `/proc/<pid>/stat` over a steady window, in percent
 //! of one core) against the aims (≤ 50 MiB, ≤ 2 % of one core). For
@@ -37,6 +38,9 @@ const AIM_RSS_MIB: f64 = 50.0;
 const AIM_CPU_PERCENT: f64 = 2.0;
 /// Containers that run a workload (one per GPU, from GPU 0 on).
 const LIVE: usize = 4;
+/// Containers after those whose process holds 100 MiB and launches
+/// nothing.
+const HOLDING: usize = 16;
 
 fn node_toml(gpus: usize) -> String {
     let mut t = String::new();
@@ -257,12 +261,23 @@ fn main() {
             support::sim::spawn_command_ready(c, &ops)
         })
         .collect();
+    let holding: Vec<_> = (LIVE.min(containers)..(LIVE + HOLDING).min(containers))
+        .map(|i| {
+            let mut c = node.command(&program);
+            c.env("LD_PRELOAD", libtessera())
+                .env("TESSERA_REGION_DIR", root.join(format!("c{i:03}")));
+            let ops = format!("dev {} alloc 100 ready hold", i % gpus);
+            c.args(ops.split_whitespace());
+            support::sim::spawn_command_ready(c, &ops)
+        })
+        .collect();
     let busy = measure(&agent, &node, containers, window);
     drop(live);
+    drop(holding);
 
     let row = |name: &str, f: &Figures| {
         println!(
-            "{name:<34} {:>8.1} {:>8.1} {:>10.1} {:>8.2} {:>8} {:>10.0}",
+            "{name:<44} {:>8.1} {:>8.1} {:>10.1} {:>8.2} {:>8} {:>10.0}",
             f.rss_mib,
             f.hwm_mib,
             f.rss_mib - f.sim_state_mib,
@@ -272,12 +287,12 @@ fn main() {
         );
     };
     println!(
-        "{:<34} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10}",
+        "{:<44} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10}",
         "case", "RSS MiB", "HWM MiB", "-sim MiB", "CPU %", "threads", "period µs"
     );
     row("no container", &idle);
     row(
-        &format!("{containers} containers × {gpus} GPUs, {LIVE} live"),
+        &format!("{containers} containers × {gpus} GPUs, {LIVE} busy, {HOLDING} idle"),
         &busy,
     );
     let verdict = |ok: bool| if ok { "within" } else { "MISSES" };

@@ -110,7 +110,7 @@ fn view(period: u64, pods: Vec<ContainerView>, used_mib: u64, sm: f64) -> Arc<Vi
         period,
         nvml: "ready".into(),
         devices: vec![dev(0, used_mib, sm), dev(1, 0, 0.0)],
-        containers: pods,
+        containers: pods.into_iter().map(Arc::new).collect(),
         ..View::default()
     })
 }

@@ -20,6 +20,7 @@ pub mod labels;
 pub mod live;
 pub mod meta;
 pub mod pids;
+pub mod proc_cache;
 pub mod store;
 
 pub use id::{ContainerId, IdError};

@@ -161,13 +161,17 @@ pub fn join(procs: &[ProcInfo], slots: &[SlotView]) -> Vec<ProcessView> {
     out
 }
 
-/// Without a cgroup: each slot whose pid and start time match a process
-/// of `proc_root` is taken as that host process.
-pub fn join_same_namespace(proc_root: &Path, slots: &[SlotView]) -> Vec<ProcessView> {
+/// Without a cgroup: each slot whose pid and start time match a host
+/// process (as `lookup` describes pids, e.g. [`proc_info`]) is taken as
+/// that host process.
+pub fn join_same_namespace(
+    mut lookup: impl FnMut(u32) -> Option<ProcInfo>,
+    slots: &[SlotView],
+) -> Vec<ProcessView> {
     slots
         .iter()
         .map(|s| {
-            let live = proc_info(proc_root, s.pid).filter(|p| p.start_time == s.start_time);
+            let live = lookup(s.pid).filter(|p| p.start_time == s.start_time);
             ProcessView {
                 host_pid: live.map(|p| p.host_pid),
                 ns_pid: s.pid,

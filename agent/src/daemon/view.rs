@@ -86,7 +86,9 @@ pub struct View {
     /// The root.
     pub root: PathBuf,
     /// Managed containers.
-    pub containers: Vec<ContainerView>,
+    /// (Shared with the agent's memory of each container: a period that
+    /// skips a quiet container shows the same view again, uncopied.)
+    pub containers: Vec<std::sync::Arc<ContainerView>>,
     /// Entries of the root that are not usable containers.
     pub skipped: Vec<SkippedView>,
     /// NVML state.

@@ -211,7 +211,7 @@ mod tests {
         View {
             period: 0,
             root: "/r".into(),
-            containers,
+            containers: containers.into_iter().map(std::sync::Arc::new).collect(),
             skipped: Vec::new(),
             nvml: "ready".into(),
             duration_us: 1500,

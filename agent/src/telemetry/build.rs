@@ -387,7 +387,10 @@ mod tests {
                     Mode::Hard,
                     &[(ELSEWHERE, None)],
                 ),
-            ],
+            ]
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
             ..View::default()
         }
     }
@@ -552,7 +555,8 @@ mod tests {
         assert!(same_content(&a, &b));
         let mut changed = view();
         changed.containers.pop();
-        changed.containers[0].gpus[0].memory_limit_bytes = Some(2048 * MIB);
+        std::sync::Arc::make_mut(&mut changed.containers[0]).gpus[0].memory_limit_bytes =
+            Some(2048 * MIB);
         let c = status(&changed, &inv, None, q, time(1));
         assert!(!same_content(&a, &c), "a changed grant is a change");
     }

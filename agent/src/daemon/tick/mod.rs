@@ -8,14 +8,17 @@
 //! regions and processes), [`decide`] (the controllers), [`publish`]
 //! (control regions, views, the watchdog).
 //!
-//! A container with nothing running in it (no process, no slot in use,
-//! no byte charged, nothing to enforce: [`quiet`]) is not visited every
-//! period: its last view stands, and it is looked at again after
-//! `quiet_revisit` (configured; 1 s by default), or at once when its metadata changes, the policy
-//! changes, the set of processes NVML lists on the node changes (a new
-//! process on any GPU wakes every container), or the eBPF observer
-//! reports a bypass in it. Whatever uses a GPU shows in NVML first, so a
-//! container that starts work is visited in the period that sees it.
+//! A container in which nothing happens ([`quiet`]: no kernel ran in its
+//! processes, no launch counted, nothing to enforce — an empty container,
+//! or an inference server holding its memory between requests) is not
+//! visited every period: its last view stands, and it is looked at again
+//! after `quiet_revisit` (configured; 1 s by default), or at once when
+//! its metadata changes (`container set` touches the root), the policy
+//! changes, the set of processes NVML lists on the node changes (a new or
+//! departed process on any GPU wakes every container), NVML shows one of
+//! its processes running kernels or changing its memory, or the eBPF
+//! observer reports a bypass in it. Whatever uses a GPU shows in NVML, so
+//! a container that starts work is visited in the period that sees it.
 //!
 //! Everything the agent needs to resume is on the host (invariant I4):
 //! the region directories and their metadata. The in-memory state here is
@@ -39,6 +42,7 @@ use tessera_region::usage_file::UsageFile;
 
 use crate::config::Config;
 use crate::containers::pids::{self, ProcessView};
+use crate::containers::proc_cache::ProcCache;
 use crate::containers::store::{Container, FileKey, MetaCache, Skipped, Store, WriterLock};
 use crate::containers::{ContainerId, Metadata};
 use crate::control::sampling::{self, SmSamples};
@@ -91,33 +95,69 @@ struct Observed {
 /// What a container's last visit published, kept while it is quiet.
 struct LastVisit {
     /// The view then (shown again in the periods that skip it).
-    view: ContainerView,
+    view: Arc<ContainerView>,
     /// Its GPUs then (in the order of its metadata).
     uuids: Vec<[u8; 16]>,
     /// The metadata it was visited with (a new one is a reason to visit),
     /// and that file's identity.
     meta: Arc<Metadata>,
     meta_key: FileKey,
-    /// Nothing was running in it ([`quiet`]).
+    /// Nothing happened in it ([`quiet`]).
     quiet: bool,
+    /// Its host processes then (NVML activity of any wakes it).
+    host_pids: Vec<u32>,
     /// The period of that visit.
     period: u64,
     /// The period by which a quiet container is visited again.
     next: u64,
 }
 
-/// Whether a visited container has nothing running in it: no process
-/// (cgroup member or registered slot), a readable usage region with no
-/// slot in use and no byte charged, no problem, no enforcement under way
-/// and no bypass report. Only such a container may go unvisited.
-fn quiet(v: &ContainerView, usage: Option<&UsageSnapshot>, seen: Option<&Seen>) -> bool {
-    v.processes.is_empty()
-        && v.problems.is_empty()
+/// Whether nothing happened in a visited container since its previous
+/// visit `before`: no kernel of its processes in NVML's samples, its
+/// usage region readable, consistent and with the launch counters it had
+/// then, no problem, no enforcement under way and no bypass report. Only
+/// such a container may go unvisited.
+fn quiet(
+    v: &ContainerView,
+    before: Option<&ContainerView>,
+    usage: Option<&UsageSnapshot>,
+    seen: Option<&Seen>,
+) -> bool {
+    let Some(before) = before else {
+        return false;
+    };
+    let counters = |v: &ContainerView| {
+        v.gpus
+            .iter()
+            .map(|g| (g.launches, g.warps, g.throttled_ns))
+            .collect::<Vec<_>>()
+    };
+    v.problems.is_empty()
         && v.enforcement.state == "running"
         && seen.is_none_or(|s| s.bypass.is_empty())
-        && usage.is_some_and(|u| {
-            u.slots.is_empty() && u.anomalies.is_empty() && u.used.iter().all(|&b| b == 0)
-        })
+        && usage.is_some_and(|u| u.anomalies.is_empty())
+        && v.gpus.iter().all(|g| g.sm_percent.is_none_or(|p| p <= 0.0))
+        && counters(v) == counters(before)
+}
+
+/// The host processes NVML shows at work this period: running kernels
+/// (SM samples above zero), or holding other memory than last period.
+fn busy_pids(
+    sm: &HashMap<[u8; 16], SmSamples>,
+    memory: &HashMap<u32, u64>,
+    before: &HashMap<u32, u64>,
+) -> BTreeSet<u32> {
+    sm.values()
+        .flat_map(|s| s.by_pid.iter())
+        .filter(|(_, p)| **p > 0.0)
+        .map(|(pid, _)| *pid)
+        .chain(
+            memory
+                .iter()
+                .filter(|(pid, b)| before.get(pid) != Some(b))
+                .map(|(pid, _)| *pid),
+        )
+        .collect()
 }
 
 /// What a period works out once per container and every step reads.
@@ -150,7 +190,9 @@ pub struct Agent {
     /// telemetry writer).
     nvml: Arc<SharedNvml>,
     cgroup_root: Option<PathBuf>,
-    proc_root: PathBuf,
+    /// Host processes, described once each (`RefCell`: looked up while
+    /// the period reads the rest of the loop's state).
+    procs: std::cell::RefCell<ProcCache>,
     gpus: Option<Gpus>,
     nvml_error: String,
     managed: HashMap<ContainerId, Managed>,
@@ -173,9 +215,9 @@ pub struct Agent {
     ebpf: DaemonEbpf,
     /// Usage regions are read into this buffer, one after the other.
     usage_buf: Vec<u8>,
-    /// The processes NVML listed on the node last period (a change wakes
-    /// every quiet container).
-    gpu_pids: BTreeSet<u32>,
+    /// The processes NVML listed on the node last period and their memory
+    /// over all GPUs (a new or departed one wakes every quiet container).
+    gpu_memory: HashMap<u32, u64>,
     /// Periods a quiet container goes unvisited (at least one).
     revisit: u64,
 }
@@ -197,7 +239,7 @@ impl Agent {
         Self {
             store: Store::new(&config.root),
             nvml: Arc::new(SharedNvml::new(config.nvml_lib.clone(), config.nvml_retry)),
-            proc_root: config.proc_root.clone(),
+            procs: std::cell::RefCell::new(ProcCache::new(&config.proc_root)),
             gpus: None,
             nvml_error: "not initialised yet".to_owned(),
             managed: HashMap::new(),
@@ -212,7 +254,7 @@ impl Agent {
             watchdog: Watchdog::new(config.watchdog.clone()),
             cgroup_root,
             usage_buf: Vec::new(),
-            gpu_pids: BTreeSet::new(),
+            gpu_memory: HashMap::new(),
             revisit: (config.quiet_revisit.as_millis() / config.period.as_millis().max(1)).max(1)
                 as u64,
         }
@@ -255,7 +297,8 @@ impl Agent {
         self.ensure_nvml(status);
         let sm = self.sample_sm();
         let memory = self.sample_gpus(&sm);
-        let wake = self.gpu_processes_changed(&sm, &memory) || policy_changed;
+        let (wake, busy) = self.gpu_activity(&sm, &memory);
+        let wake = wake || policy_changed;
         // A quiet container not due is taken as last visited, without a
         // look at its directory; every `revisit` periods the root is read
         // afresh whatever its times say.
@@ -263,7 +306,8 @@ impl Agent {
         let managed = &self.managed;
         let keep = |id: &ContainerId| {
             let l = managed.get(id)?.last.as_ref()?;
-            (l.quiet && !wake && periods < l.next).then(|| Container {
+            let stirred = l.host_pids.iter().any(|p| busy.contains(p));
+            (l.quiet && !wake && !stirred && periods < l.next).then(|| Container {
                 id: id.clone(),
                 dir: l.view.dir.clone(),
                 meta: l.meta.clone(),
@@ -320,7 +364,7 @@ impl Agent {
         // write.
         let mut observed: Vec<Option<Observed>> = ready
             .iter()
-            .map(|c| self.due(c, wake).then(|| self.observe_managed(c)))
+            .map(|c| self.due(c, wake, &busy).then(|| self.observe_managed(c)))
             .collect();
         let seen = self.observe_ebpf(&ready, &observed);
         // A bypass reported in a container skipped so far: visit it now.
@@ -380,14 +424,16 @@ impl Agent {
                         .get(&c.id)
                         .and_then(|m| m.last.as_ref())
                         .map(|l| l.view.clone())
-                        .unwrap_or_else(|| self.unvisited(c));
+                        .unwrap_or_else(|| Arc::new(self.unvisited(c)));
                 };
                 let kept = (o.usage_raw.take(), o.usage.clone());
                 let mut v = self.publish(c, &per, o, &memory, &sm, lock.as_ref());
                 let usage = kept.1.clone();
                 self.enforce(c, &mut v, kept, &nvml, seen.get(&c.id));
+                let v = Arc::new(v);
                 if let Some(m) = self.managed.get_mut(&c.id) {
-                    let quiet = quiet(&v, usage.as_ref(), seen.get(&c.id));
+                    let before = m.last.as_ref().map(|l| &*l.view);
+                    let quiet = quiet(&v, before, usage.as_ref(), seen.get(&c.id));
                     // Stagger the revisits of containers first seen together.
                     let next = match &m.last {
                         Some(_) => period + revisit,
@@ -399,6 +445,7 @@ impl Agent {
                         meta: c.meta.clone(),
                         meta_key: c.meta_key,
                         quiet,
+                        host_pids: v.processes.iter().filter_map(|p| p.host_pid).collect(),
                         period,
                         next,
                     });
@@ -428,33 +475,45 @@ impl Agent {
             ebpf: self.ebpf.status(),
             policy,
         };
+        // (A quiet container's processes outlive a few of its revisits.)
+        self.procs.get_mut().end_round(3 * self.revisit + 1);
         self.periods += 1;
         view
     }
 
-    /// Whether the processes NVML lists on the node (memory holders and
-    /// SM samples, every GPU) differ from last period's.
-    fn gpu_processes_changed(
+    /// This period's NVML activity: whether the set of processes on the
+    /// node's GPUs changed since last period, and the processes at work
+    /// ([`busy_pids`]).
+    fn gpu_activity(
         &mut self,
         sm: &HashMap<[u8; 16], SmSamples>,
         memory: &HashMap<[u8; 16], GpuUsage>,
-    ) -> bool {
-        let now: BTreeSet<u32> = memory
-            .values()
-            .flat_map(|m| m.processes.iter().map(|p| p.pid))
-            .chain(sm.values().flat_map(|s| s.by_pid.keys().copied()))
-            .collect();
-        let changed = now != self.gpu_pids;
-        self.gpu_pids = now;
-        changed
+    ) -> (bool, BTreeSet<u32>) {
+        let mut now: HashMap<u32, u64> = HashMap::new();
+        for p in memory.values().flat_map(|m| &m.processes) {
+            *now.entry(p.pid).or_default() += p.used_memory_bytes.unwrap_or(0);
+        }
+        for pid in sm.values().flat_map(|s| s.by_pid.keys()) {
+            now.entry(*pid).or_default();
+        }
+        let changed = now.len() != self.gpu_memory.len()
+            || now.keys().any(|p| !self.gpu_memory.contains_key(p));
+        let busy = busy_pids(sm, &now, &self.gpu_memory);
+        self.gpu_memory = now;
+        (changed, busy)
     }
 
     /// Whether container `c` is visited this period (see the module's
     /// documentation).
-    fn due(&self, c: &Container, wake: bool) -> bool {
+    fn due(&self, c: &Container, wake: bool, busy: &BTreeSet<u32>) -> bool {
         match self.managed.get(&c.id).and_then(|m| m.last.as_ref()) {
             None => true,
-            Some(l) => wake || !l.quiet || !Arc::ptr_eq(&l.meta, &c.meta) || self.periods >= l.next,
+            Some(l) => {
+                wake || !l.quiet
+                    || !Arc::ptr_eq(&l.meta, &c.meta)
+                    || self.periods >= l.next
+                    || l.host_pids.iter().any(|p| busy.contains(p))
+            }
         }
     }
 

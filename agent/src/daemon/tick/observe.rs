@@ -22,7 +22,7 @@ impl Agent {
                     Ok(host) => {
                         let procs: Vec<_> = host
                             .iter()
-                            .filter_map(|&p| pids::proc_info(&self.proc_root, p))
+                            .filter_map(|&p| self.procs.borrow_mut().info(p))
                             .collect();
                         pids::join(&procs, slots)
                     }
@@ -41,7 +41,7 @@ impl Agent {
                 ));
                 pids::join(&[], slots)
             }
-            (None, _) => pids::join_same_namespace(&self.proc_root, slots),
+            (None, _) => pids::join_same_namespace(|p| self.procs.borrow_mut().info(p), slots),
         }
     }
 
