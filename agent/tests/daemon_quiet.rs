@@ -132,3 +132,43 @@ fn container_set_on_a_quiet_container_applies_in_the_next_periods() {
         a.view()
     );
 }
+
+#[test]
+fn an_idle_process_that_starts_launching_wakes_its_quiet_container() {
+    use std::io::Write;
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let dir = add(&node, &root, "server", "30");
+    // An inference server between requests: memory held, no kernel, until
+    // the test writes a line.
+    let ops = "dev 0 alloc 100 ready wait run spin 1 256 30000";
+    let mut c = node.command(&workload(Link::Direct));
+    c.env("LD_PRELOAD", libtessera())
+        .env("TESSERA_REGION_DIR", &dir)
+        .stdin(std::process::Stdio::piped())
+        .args(ops.split_whitespace());
+    let mut work = spawn_command_ready(c, ops);
+    let pid = work.pid();
+    let a = agent(&node, &root);
+    a.wait_view("server with its process", |v| {
+        Agent::container(v, "server").is_some_and(|c| {
+            c["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["host_pid"] == pid)
+        })
+    });
+    // Quiet from here on: nothing launches, its memory stays.
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = launch_rate(&dir);
+    writeln!(work.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let moved = wait_for(Duration::from_secs(10), || {
+        (launch_rate(&dir) != before).then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "launch rate still {before} 10 s after its process started launching (revisit is 60 s): {:#}",
+        a.view()
+    );
+}

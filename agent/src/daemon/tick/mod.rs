@@ -16,8 +16,10 @@
 //! its metadata changes (`container set` touches the root), the policy
 //! changes, the set of processes NVML lists on the node changes (a new or
 //! departed process on any GPU wakes every container), NVML shows one of
-//! its processes running kernels or changing its memory, or the eBPF
-//! observer reports a bypass in it. Whatever uses a GPU shows in NVML, so
+//! its processes running kernels or changing its memory, the launch
+//! counters at the head of its usage region move (read each period for a
+//! quiet container that has processes), or the eBPF observer reports a
+//! bypass in it. Whatever uses a GPU shows in NVML, so
 //! a container that starts work is visited in the period that sees it.
 //!
 //! Everything the agent needs to resume is on the host (invariant I4):
@@ -36,7 +38,7 @@ use std::time::Instant;
 use tessera_region::control::ControlSpec;
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw};
 use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
-use tessera_region::reader::UsageSnapshot;
+use tessera_region::reader::{Scope, UsageSnapshot, read_usage_in};
 use tessera_region::spec::format_uuid;
 use tessera_region::usage_file::UsageFile;
 
@@ -102,8 +104,12 @@ struct LastVisit {
     /// and that file's identity.
     meta: Arc<Metadata>,
     meta_key: FileKey,
-    /// Nothing happened in it ([`quiet`]).
+    /// Nothing happened in it ([`quiet`]) for [`CALM_PERIODS`] visits in a
+    /// row (so a container woken up is followed every period for a while,
+    /// and its controller learns from whole windows).
     quiet: bool,
+    /// Visits in a row in which nothing happened.
+    calm: u64,
     /// Its host processes then (NVML activity of any wakes it).
     host_pids: Vec<u32>,
     /// The period of that visit.
@@ -111,6 +117,9 @@ struct LastVisit {
     /// The period by which a quiet container is visited again.
     next: u64,
 }
+
+/// Visits in a row without activity before a container counts as quiet.
+pub const CALM_PERIODS: u64 = 10;
 
 /// Whether nothing happened in a visited container since its previous
 /// visit `before`: no kernel of its processes in NVML's samples, its
@@ -299,6 +308,7 @@ impl Agent {
         let memory = self.sample_gpus(&sm);
         let (wake, busy) = self.gpu_activity(&sm, &memory);
         let wake = wake || policy_changed;
+        let stirred = self.stirred(&busy);
         // A quiet container not due is taken as last visited, without a
         // look at its directory; every `revisit` periods the root is read
         // afresh whatever its times say.
@@ -306,8 +316,7 @@ impl Agent {
         let managed = &self.managed;
         let keep = |id: &ContainerId| {
             let l = managed.get(id)?.last.as_ref()?;
-            let stirred = l.host_pids.iter().any(|p| busy.contains(p));
-            (l.quiet && !wake && !stirred && periods < l.next).then(|| Container {
+            (l.quiet && !wake && !stirred.contains(id) && periods < l.next).then(|| Container {
                 id: id.clone(),
                 dir: l.view.dir.clone(),
                 meta: l.meta.clone(),
@@ -364,7 +373,7 @@ impl Agent {
         // write.
         let mut observed: Vec<Option<Observed>> = ready
             .iter()
-            .map(|c| self.due(c, wake, &busy).then(|| self.observe_managed(c)))
+            .map(|c| self.due(c, wake, &stirred).then(|| self.observe_managed(c)))
             .collect();
         let seen = self.observe_ebpf(&ready, &observed);
         // A bypass reported in a container skipped so far: visit it now.
@@ -433,18 +442,25 @@ impl Agent {
                 let v = Arc::new(v);
                 if let Some(m) = self.managed.get_mut(&c.id) {
                     let before = m.last.as_ref().map(|l| &*l.view);
-                    let quiet = quiet(&v, before, usage.as_ref(), seen.get(&c.id));
-                    // Stagger the revisits of containers first seen together.
-                    let next = match &m.last {
-                        Some(_) => period + revisit,
-                        None => period + 1 + k as u64 % revisit,
+                    let calm = if quiet(&v, before, usage.as_ref(), seen.get(&c.id)) {
+                        m.last.as_ref().map_or(0, |l| l.calm) + 1
+                    } else {
+                        0
+                    };
+                    // (Spread the revisits of containers that calmed down
+                    // together over the revisit interval.)
+                    let next = if calm == CALM_PERIODS {
+                        period + 1 + k as u64 % revisit
+                    } else {
+                        period + revisit
                     };
                     m.last = Some(LastVisit {
                         view: v.clone(),
                         uuids: per.uuids,
                         meta: c.meta.clone(),
                         meta_key: c.meta_key,
-                        quiet,
+                        quiet: calm >= CALM_PERIODS,
+                        calm,
                         host_pids: v.processes.iter().filter_map(|p| p.host_pid).collect(),
                         period,
                         next,
@@ -503,16 +519,56 @@ impl Agent {
         (changed, busy)
     }
 
+    /// The quiet containers something happened in since their last visit:
+    /// NVML shows one of their processes at work (`busy`), or — for those
+    /// with processes, which may launch too little for NVML to notice —
+    /// the launch counters at the head of their usage region moved (one
+    /// read of the header and buckets, no decoding of the slots' bytes).
+    fn stirred(&mut self, busy: &BTreeSet<u32>) -> BTreeSet<ContainerId> {
+        let mut out = BTreeSet::new();
+        let mut buf = std::mem::take(&mut self.usage_buf);
+        let head = Scope::granted(0);
+        for (id, m) in &mut self.managed {
+            let Some(l) = &m.last else { continue };
+            if !l.quiet {
+                continue;
+            }
+            if l.host_pids.iter().any(|p| busy.contains(p)) {
+                out.insert(id.clone());
+                continue;
+            }
+            if l.view.processes.is_empty() {
+                continue;
+            }
+            let moved = match m
+                .usage
+                .read_prefix(&l.view.dir.join(USAGE_FILE), head.len(), &mut buf)
+                .ok()
+                .and_then(|()| read_usage_in(&buf, head).ok())
+            {
+                Some(u) => l.view.gpus.iter().zip(&u.buckets).any(|(g, b)| {
+                    (g.launches, g.warps, g.throttled_ns) != (b.launches, b.warps, b.throttled_ns)
+                }),
+                None => true,
+            };
+            if moved {
+                out.insert(id.clone());
+            }
+        }
+        self.usage_buf = buf;
+        out
+    }
+
     /// Whether container `c` is visited this period (see the module's
     /// documentation).
-    fn due(&self, c: &Container, wake: bool, busy: &BTreeSet<u32>) -> bool {
+    fn due(&self, c: &Container, wake: bool, stirred: &BTreeSet<ContainerId>) -> bool {
         match self.managed.get(&c.id).and_then(|m| m.last.as_ref()) {
             None => true,
             Some(l) => {
                 wake || !l.quiet
                     || !Arc::ptr_eq(&l.meta, &c.meta)
                     || self.periods >= l.next
-                    || l.host_pids.iter().any(|p| busy.contains(p))
+                    || stirred.contains(&c.id)
             }
         }
     }

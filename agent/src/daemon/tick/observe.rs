@@ -2,8 +2,6 @@
 //! region (untrusted, I3), its processes (cgroup members joined with the
 //! region's slots), and the eBPF observer's view of them.
 
-use tessera_region::reader::{Scope, read_usage_in};
-
 use super::*;
 
 impl Agent {
