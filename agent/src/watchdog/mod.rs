@@ -116,6 +116,15 @@ impl Watchdog {
         self.watches.retain(|id, _| present(id));
     }
 
+    /// Whether container `id` has no finding awaiting confirmation and no
+    /// open incident (the daemon may then leave it unvisited while it is
+    /// quiet: each of those needs the next periods' checks).
+    pub fn settled(&self, id: &ContainerId) -> bool {
+        self.watches
+            .get(id)
+            .is_none_or(|w| w.seen.is_empty() && w.open.is_empty())
+    }
+
     /// One period of container `id` (cgroup directory `cgroup`, absolute):
     /// detect, act, and say what it did.
     pub fn check(

@@ -124,13 +124,15 @@ pub const CALM_PERIODS: u64 = 10;
 /// Whether nothing happened in a visited container since its previous
 /// visit `before`: no kernel of its processes in NVML's samples, its
 /// usage region readable, consistent and with the launch counters it had
-/// then, no problem, no enforcement under way and no bypass report. Only
-/// such a container may go unvisited.
+/// then, no problem, no enforcement under way, the watchdog `settled` (no
+/// finding pending, no incident open) and no bypass report. Only such a
+/// container may go unvisited.
 fn quiet(
     v: &ContainerView,
     before: Option<&ContainerView>,
     usage: Option<&UsageSnapshot>,
     seen: Option<&Seen>,
+    settled: bool,
 ) -> bool {
     let Some(before) = before else {
         return false;
@@ -141,7 +143,8 @@ fn quiet(
             .map(|g| (g.launches, g.warps, g.throttled_ns))
             .collect::<Vec<_>>()
     };
-    v.problems.is_empty()
+    settled
+        && v.problems.is_empty()
         && v.enforcement.state == "running"
         && seen.is_none_or(|s| s.bypass.is_empty())
         && usage.is_some_and(|u| u.anomalies.is_empty())
@@ -440,9 +443,10 @@ impl Agent {
                 let usage = kept.1.clone();
                 self.enforce(c, &mut v, kept, &nvml, seen.get(&c.id));
                 let v = Arc::new(v);
+                let settled = self.watchdog.settled(&c.id);
                 if let Some(m) = self.managed.get_mut(&c.id) {
                     let before = m.last.as_ref().map(|l| &*l.view);
-                    let calm = if quiet(&v, before, usage.as_ref(), seen.get(&c.id)) {
+                    let calm = if quiet(&v, before, usage.as_ref(), seen.get(&c.id), settled) {
                         m.last.as_ref().map_or(0, |l| l.calm) + 1
                     } else {
                         0
