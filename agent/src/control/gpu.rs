@@ -119,6 +119,16 @@ impl GpuController {
         }
     }
 
+    /// Containers managed here.
+    pub fn len(&self) -> usize {
+        self.containers.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty()
+    }
+
     /// Whether container `id` is managed here.
     pub fn contains(&self, id: &str) -> bool {
         self.containers.contains_key(id)

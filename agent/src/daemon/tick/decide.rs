@@ -41,12 +41,20 @@ impl Agent {
                     .ok()
                     .map(|at| (present[at].1, present[at].2))
             };
+            // Whether a container on it was observed this period (if none
+            // was, the tick would learn nothing and its decisions would be
+            // written nowhere: it is skipped, and the next one's window,
+            // too long to learn from, only records counters).
+            let mut any_observed = false;
+            // Whether a present container is not on the controller.
+            let mut refused = false;
             for (ci, ((c, o), p)) in ready.iter().zip(observed).zip(per).enumerate() {
                 let Some(i) = p.uuids.iter().position(|u| u == &gpu.uuid) else {
                     continue;
                 };
                 let id = c.id.as_str();
                 present.push((id, ci, i));
+                any_observed |= o.is_some();
                 let known = ctl.contains(id);
                 let Some(o) = o else {
                     if known {
@@ -60,6 +68,7 @@ impl Agent {
                         .map_or(UNLIMITED, |m| m.control.gpu(i).0.launch_rate);
                     if let Err(e) = ctl.resume(id, c.meta.control(&p.policy), rate) {
                         tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
+                        refused = true;
                     }
                     continue;
                 };
@@ -77,6 +86,7 @@ impl Agent {
                 };
                 if let Err(e) = applied {
                     tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
+                    refused |= !known;
                     continue;
                 }
                 let after_gap = self
@@ -96,17 +106,27 @@ impl Agent {
                         .push(ContainerSample::from_usage(id, pct, u, i));
                 }
             }
-            let gone: Vec<String> = ctl
-                .containers()
-                .map(|(k, _)| k)
-                .filter(|k| find(&present, k).is_none())
-                .map(str::to_owned)
-                .collect();
-            for k in gone {
-                ctl.remove(&k);
+            // (Unless one was refused, every present container is on the
+            // controller by now, so only a larger controller holds
+            // containers that left.)
+            if refused || ctl.len() > present.len() {
+                let gone: Vec<String> = ctl
+                    .containers()
+                    .map(|(k, _)| k)
+                    .filter(|k| find(&present, k).is_none())
+                    .map(str::to_owned)
+                    .collect();
+                for k in gone {
+                    ctl.remove(&k);
+                }
+            }
+            if !any_observed {
+                continue;
             }
             for d in ctl.tick(now, &sample) {
-                if let Some((ci, i)) = find(&present, d.id.as_str()) {
+                if let Some((ci, i)) = find(&present, d.id.as_str())
+                    && observed[ci].is_some()
+                {
                     out[ci][i] = Some(d);
                 }
             }
