@@ -6,10 +6,11 @@
 //! Work is *submitted* to the channel and *waited* for by sequence number.
 //! Every operation first brings the GPU's timeline up to now.
 //!
-//! Dead processes are found by looking at `/proc` (see `procfs.rs`) whenever
-//! a GPU's memory or processes are queried and before an allocation is
-//! refused; their channels, memory and queued work go away as they would
-//! when a real driver sees the process's files close.
+//! Dead processes are looked for whenever a GPU's memory or processes are
+//! queried and before an allocation is refused (through pidfds, falling
+//! back to `/proc`: see `liveness.rs` and `procfs.rs`); their channels,
+//! memory and queued work go away as they would when a real driver sees the
+//! process's files close.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use crate::node::{NodeDescription, uuid_bytes};
 use crate::pci::PciAddress;
 use crate::state::{Config, GpuGuard, State, StateError};
 use crate::timeline::{self, Params};
+use crate::liveness::Liveness;
 use crate::{procfs, sys};
 
 /// Dead processes are looked for at least this often (ns) by any operation
@@ -137,6 +139,8 @@ pub struct Sim {
     pid: i32,
     start_time: u64,
     pci: Vec<PciAddress>,
+    /// Pidfds of the channel owners this process has asked about.
+    liveness: Liveness,
 }
 
 static TOKENS: AtomicU64 = AtomicU64::new(1);
@@ -166,6 +170,7 @@ impl Sim {
             window_ns,
             pid: sys::getpid(),
             start_time: procfs::self_start_time(),
+            liveness: Liveness::new(),
         })
     }
 
@@ -227,7 +232,7 @@ impl Sim {
         }
         // Dead processes' queues must not keep taking time slices.
         if force || g.recovered || now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
-            Self::reap(&mut g);
+            self.reap(&mut g, gpu);
         }
         timeline::advance(&mut g, now, self.params);
         Ok(g)
@@ -274,7 +279,7 @@ impl Sim {
         if bytes <= self.memory(g, gpu).free {
             return Ok(());
         }
-        Self::reap(g);
+        self.reap(g, gpu);
         let free = self.memory(g, gpu).free;
         if bytes <= free {
             Ok(())
@@ -287,15 +292,22 @@ impl Sim {
         }
     }
 
-    /// Releases the channels of processes that have exited.
-    fn reap(g: &mut GpuGuard<'_>) {
+    /// Releases the channels of `gpu` (locked as `g`) whose processes have
+    /// exited.
+    fn reap(&self, g: &mut GpuGuard<'_>, gpu: usize) {
         g.last_reap_ns = sys::monotonic_ns();
+        let mut pass = self.liveness.pass(gpu);
         for c in 0..MAX_CHANNELS {
             let ch = &g.channels[c];
-            if ch.active == 1 && !procfs::alive(ch.pid, ch.start_time) {
+            if ch.active == 1 && !pass.alive(ch.pid, ch.start_time) {
                 timeline::clear_channel(g, c);
             }
         }
+    }
+
+    /// Pidfds this handle keeps to tell whether channel owners still run.
+    pub fn cached_pidfds(&self) -> usize {
+        self.liveness.cached()
     }
 
     /// Claims (or re-uses) this process's channel on `gpu` for one more
@@ -321,7 +333,7 @@ impl Sim {
                 let c = match free(&g) {
                     Some(c) => c,
                     None => {
-                        Self::reap(&mut g);
+                        self.reap(&mut g, gpu);
                         free(&g).ok_or(SimError::TooManyProcesses { gpu })?
                     }
                 };
