@@ -80,8 +80,8 @@ impl Liveness {
     /// A cache sized for this process: [`MAX_CACHED`] fds, or an eighth of
     /// its open-file limit if that is less.
     pub fn new() -> Self {
-        let capacity = sys::open_files_limit()
-            .map_or(MAX_CACHED, |n| (n / 8).min(MAX_CACHED as u64) as usize);
+        let capacity =
+            sys::open_files_limit().map_or(MAX_CACHED, |n| (n / 8).min(MAX_CACHED as u64) as usize);
         Self::with_capacity(capacity)
     }
 

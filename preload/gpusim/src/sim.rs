@@ -15,12 +15,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::layout::{ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
+use crate::layout::{GpuInner, ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
+use crate::liveness::Liveness;
 use crate::node::{NodeDescription, uuid_bytes};
 use crate::pci::PciAddress;
 use crate::state::{Config, GpuGuard, State, StateError};
 use crate::timeline::{self, Params};
-use crate::liveness::Liveness;
 use crate::{procfs, sys};
 
 /// Dead processes are looked for at least this often (ns) by any operation
@@ -297,10 +297,11 @@ impl Sim {
     fn reap(&self, g: &mut GpuGuard<'_>, gpu: usize) {
         g.last_reap_ns = sys::monotonic_ns();
         let mut pass = self.liveness.pass(gpu);
+        let inner: &mut GpuInner = g;
         for c in 0..MAX_CHANNELS {
-            let ch = &g.channels[c];
+            let ch = &inner.channels[c];
             if ch.active == 1 && !pass.alive(ch.pid, ch.start_time) {
-                timeline::clear_channel(g, c);
+                timeline::clear_channel(inner, c);
             }
         }
     }

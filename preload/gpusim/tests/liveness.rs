@@ -216,7 +216,11 @@ fn an_owner_whose_pid_was_reused_is_reaped() {
     assert_eq!(sim.cached_pidfds(), 1);
     first.kill_and_wait();
     let mut other = process_with_pid(pid, old_start);
-    assert_eq!(pids(&sim), Vec::<i32>::new(), "pid {pid} is another process");
+    assert_eq!(
+        pids(&sim),
+        Vec::<i32>::new(),
+        "pid {pid} is another process"
+    );
     assert_eq!(used_mib(&sim), 0);
     let _ = other.kill();
     let _ = other.wait();
@@ -226,9 +230,17 @@ fn an_owner_whose_pid_was_reused_is_reaped() {
     let old_start = start_time(pid);
     second.kill_and_wait();
     let mut other = process_with_pid(pid, old_start);
-    assert_eq!(pids(&sim), Vec::<i32>::new(), "pid {pid} is another process");
+    assert_eq!(
+        pids(&sim),
+        Vec::<i32>::new(),
+        "pid {pid} is another process"
+    );
     assert_eq!(used_mib(&sim), 0);
-    assert_eq!(sim.cached_pidfds(), 0, "no pidfd of the new process is kept");
+    assert_eq!(
+        sim.cached_pidfds(),
+        0,
+        "no pidfd of the new process is kept"
+    );
     let _ = other.kill();
     let _ = other.wait();
 }
