@@ -58,16 +58,26 @@ pub fn advance(g: &mut GpuInner, now: u64, p: Params) {
         g.slice_start_ns = now;
         return;
     }
+    let mut any_work = false;
     for ch in g.channels.iter_mut() {
         // A corrupt count would replay phantom items forever: drop them.
         if ch.submitted < ch.completed || ch.submitted - ch.completed > QUEUE_CAPACITY as u64 {
             ch.completed = ch.submitted;
         }
+        any_work |= has_work(ch);
     }
     if g.sim_time_ns > now.saturating_add(1_000_000_000) {
         // Time from another clock (a state file from elsewhere): restart.
         g.sim_time_ns = now;
         g.slice_start_ns = now;
+        return;
+    }
+    if !any_work {
+        // What the loop below would find at once, without looking again.
+        if g.sim_time_ns < now {
+            g.slice_owner_plus_one = 0;
+        }
+        g.sim_time_ns = now.max(g.sim_time_ns);
         return;
     }
     let mut t = g.sim_time_ns;
