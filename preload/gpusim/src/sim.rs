@@ -621,15 +621,19 @@ impl Sim {
     }
 
     /// Marks `gpu` lost (recording Xid 79) or healthy again.
+    ///
+    /// The Xid is recorded before the flag is set: whoever sees the flag
+    /// ([`is_lost`](Self::is_lost)) and then reads the Xids finds the one
+    /// that says why (NVML delivers it before reporting the GPU lost).
     pub fn set_lost(&self, gpu: usize, lost: bool) -> Result<(), SimError> {
         self.check_gpu(gpu)?;
+        if lost {
+            self.inject_xid(gpu, XID_FALLEN_OFF_BUS)?;
+        }
         self.state
             .gpu(gpu)
             .lost
             .store(u32::from(lost), Ordering::Release);
-        if lost {
-            self.inject_xid(gpu, XID_FALLEN_OFF_BUS)?;
-        }
         Ok(())
     }
 
@@ -722,6 +726,35 @@ mod tests {
         assert_eq!(g.slice_owner_plus_one, 0);
         drop(g);
         assert_eq!(sim.memory_info(0).unwrap().used, 0);
+    }
+
+    #[test]
+    fn a_gpu_seen_lost_already_has_its_xid() {
+        let (_dir, sim) = sim();
+        // Held, so that marking the GPU lost stops where it takes the lock.
+        let held = sim.state().lock(0).unwrap();
+        std::thread::scope(|s| {
+            let sim = &sim;
+            let setter = s.spawn(move || sim.set_lost(0, true).map_err(|e| e.to_string()));
+            let until = std::time::Instant::now() + Duration::from_millis(200);
+            while std::time::Instant::now() < until {
+                if sim.is_lost(0).unwrap() {
+                    let xids: Vec<u64> = held.xids.iter().map(|x| x.xid).collect();
+                    assert!(xids.contains(&XID_FALLEN_OFF_BUS), "lost before its Xid");
+                }
+                sleep_ns(1_000_000);
+            }
+            drop(held);
+            setter.join().unwrap().unwrap();
+        });
+        assert!(sim.is_lost(0).unwrap());
+        let xids: Vec<u64> = sim
+            .xids_after(0, 0)
+            .unwrap()
+            .iter()
+            .map(|x| x.xid)
+            .collect();
+        assert_eq!(xids, [XID_FALLEN_OFF_BUS]);
     }
 
     #[test]
