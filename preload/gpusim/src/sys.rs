@@ -297,7 +297,7 @@ pub fn file_identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     }
     // SAFETY: fstat succeeded, so it filled `st`.
     let st = unsafe { st.assume_init() };
-    Ok((st.st_dev as u64, st.st_ino as u64))
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// Gives up ownership of `fd` without closing it: for a descriptor whose
@@ -315,7 +315,7 @@ pub fn open_files_limit() -> Option<u64> {
     };
     // SAFETY: `r` is a valid out-pointer for a struct rlimit.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as u64)
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// This process's effective user id (the owner of the files it creates).
