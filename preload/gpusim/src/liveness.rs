@@ -300,4 +300,50 @@ mod tests {
         sys::close_raw_fd(raw);
         assert_eq!(live.cached(), 1, "a fresh pidfd replaced the stale entry");
     }
+
+    #[test]
+    fn a_process_whose_leader_exited_lives_until_its_last_thread_does() {
+        /// Kills and waits for the child, also when an assertion fails.
+        struct Child(Option<i32>);
+        impl Drop for Child {
+            fn drop(&mut self) {
+                if let Some(pid) = self.0.take() {
+                    sys::kill_and_wait(pid);
+                }
+            }
+        }
+        let mut child = Child(Some(sys::fork_with_leader_gone()));
+        let pid = child.0.unwrap();
+        // Until the leader has gone: Z, with the other thread still listed.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let start = loop {
+            let s = procfs::stat(pid).expect("the child is there");
+            let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+            if s.state == 'Z' && threads == 2 {
+                break s.start_time;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the leader did not exit"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let live = Liveness::with_capacity(8);
+        assert!(procfs::alive(pid, start), "/proc: a thread still runs");
+        assert!(
+            live.pass(0).alive(pid, start),
+            "first question (pidfd opened)"
+        );
+        assert_eq!(live.cached(), 1);
+        assert!(live.pass(0).alive(pid, start), "cached pidfd");
+        if let Some(pid) = child.0.take() {
+            sys::kill_and_wait(pid);
+        }
+        assert!(
+            !live.pass(0).alive(pid, start),
+            "cached pidfd, all threads gone"
+        );
+        assert!(!procfs::alive(pid, start));
+        assert_eq!(live.cached(), 0);
+    }
 }

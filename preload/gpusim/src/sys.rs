@@ -393,3 +393,52 @@ pub fn close_raw_fd(fd: RawFd) {
     // SAFETY: the caller owns `fd` and uses it no more.
     unsafe { libc::close(fd) };
 }
+
+/// Forks a child whose main thread exits at once while a second thread
+/// sleeps on: a process whose thread-group leader is a zombie although the
+/// process runs. Returns its pid; the caller kills it and waits for it
+/// ([`kill_and_wait`]).
+#[cfg(test)]
+pub fn fork_with_leader_gone() -> i32 {
+    extern "C" fn sleeper(_: *mut libc::c_void) -> *mut libc::c_void {
+        loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        }
+    }
+    // SAFETY: the child only creates a thread and ends its own (no
+    // allocation, no unwinding through Rust frames).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        let mut t = std::mem::MaybeUninit::<libc::pthread_t>::uninit();
+        // SAFETY: `t` is a valid out-pointer; `sleeper` never returns.
+        let rc = unsafe {
+            libc::pthread_create(
+                t.as_mut_ptr(),
+                std::ptr::null(),
+                sleeper,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: _exit ends this forked child at once.
+            unsafe { libc::_exit(1) };
+        }
+        // SAFETY: exit(2), not exit_group: only this thread ends.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
+    }
+    pid
+}
+
+/// SIGKILLs our child `pid` and waits for it.
+#[cfg(test)]
+pub fn kill_and_wait(pid: i32) {
+    // SAFETY: signals and waits for our own child; status is a valid
+    // out-pointer.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
+}
