@@ -19,8 +19,10 @@
 //!   its key still names the old process's fd (readable: dead); the new
 //!   process, if it attaches, has a key of its own.
 //!
-//! The answer is the one [`procfs::alive`] gives, which is what the cache
-//! falls back to whenever it cannot help: `pidfd_open` fails (old kernel,
+//! The answer is the one [`procfs::alive`] gives: a pidfd that turned
+//! readable is confirmed through `/proc` (once per death), and a pidfd that
+//! has not cannot belong to an exited process. `/proc` is also what the
+//! cache falls back to whenever it cannot help: `pidfd_open` fails (old kernel,
 //! seccomp, `EMFILE`), the cache is full, or its lock is busy (another
 //! thread of this process is reaping, or this is a forked child that
 //! inherited it locked). A forked child otherwise keeps using the inherited
@@ -159,10 +161,12 @@ impl Pass<'_> {
                         e.pass = self.number;
                         return true;
                     }
-                    // Dead for good: that process cannot come back.
+                    // Dead for good: that process cannot come back. A
+                    // death is rare, so `/proc` has the last word on it:
+                    // a verdict of dead is always exactly `/proc`'s.
                     Ok(true) => {
                         cache.entries.remove(&key);
-                        return false;
+                        return procfs::alive(pid, start_time);
                     }
                     // Not a pidfd after all: ask again below.
                     Err(_) => {}
