@@ -12,6 +12,7 @@
 //! - [`cost`]: how long kernels and copies take;
 //! - [`ioctl`] / [`nvrm`]: real NVIDIA ioctls on stand-in devices;
 //! - [`pci`]: PCI bus ids as CUDA and NVML parse and print them;
+//! - [`liveness`]: whether channel owners still run (pidfds, `/proc`);
 //! - [`sim`]: the operations a process performs (attach, allocate, submit,
 //!   wait, query);
 //! - [`connect`]: what `cuInit` and `nvmlInit` open.
@@ -22,6 +23,7 @@ pub mod cost;
 pub mod ioctl;
 pub mod launch_log;
 pub mod layout;
+pub mod liveness;
 pub mod node;
 pub mod nvrm;
 pub mod pci;

@@ -4,6 +4,9 @@
 //! matches the one recorded at attach (so a recycled pid is not mistaken for
 //! the original) and it is not a zombie: the real driver releases a
 //! process's memory when its files close at exit, before its parent reaps it.
+//! A thread-group leader that exited while other threads run shows as a
+//! zombie too, but its process's files are still open: it counts as alive
+//! until its last thread is gone (as a pidfd, see `liveness.rs`, tells).
 
 use std::fs;
 
@@ -53,7 +56,13 @@ pub fn comm(pid: u32) -> Option<String> {
 /// Whether `pid`, started at `start_time`, is still running.
 pub fn alive(pid: i32, start_time: u64) -> bool {
     match stat(pid) {
-        Some(s) => s.start_time == start_time && !matches!(s.state, 'Z' | 'X' | 'x'),
+        Some(s) if s.start_time != start_time => false,
+        // A zombie leader whose other threads still run is listed with
+        // them under `task/`; once alone, the process is gone.
+        Some(s) if matches!(s.state, 'Z' | 'X' | 'x') => {
+            fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.count() > 1)
+        }
+        Some(_) => true,
         None => false,
     }
 }

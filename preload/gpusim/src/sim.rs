@@ -6,15 +6,17 @@
 //! Work is *submitted* to the channel and *waited* for by sequence number.
 //! Every operation first brings the GPU's timeline up to now.
 //!
-//! Dead processes are found by looking at `/proc` (see `procfs.rs`) whenever
-//! a GPU's memory or processes are queried and before an allocation is
-//! refused; their channels, memory and queued work go away as they would
-//! when a real driver sees the process's files close.
+//! Dead processes are looked for whenever a GPU's memory or processes are
+//! queried and before an allocation is refused (through pidfds, falling
+//! back to `/proc`: see `liveness.rs` and `procfs.rs`); their channels,
+//! memory and queued work go away as they would when a real driver sees the
+//! process's files close.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::layout::{ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
+use crate::layout::{GpuInner, ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
+use crate::liveness::Liveness;
 use crate::node::{NodeDescription, uuid_bytes};
 use crate::pci::PciAddress;
 use crate::state::{Config, GpuGuard, State, StateError};
@@ -137,6 +139,8 @@ pub struct Sim {
     pid: i32,
     start_time: u64,
     pci: Vec<PciAddress>,
+    /// Pidfds of the channel owners this process has asked about.
+    liveness: Liveness,
 }
 
 static TOKENS: AtomicU64 = AtomicU64::new(1);
@@ -166,6 +170,7 @@ impl Sim {
             window_ns,
             pid: sys::getpid(),
             start_time: procfs::self_start_time(),
+            liveness: Liveness::new(),
         })
     }
 
@@ -227,7 +232,7 @@ impl Sim {
         }
         // Dead processes' queues must not keep taking time slices.
         if force || g.recovered || now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
-            Self::reap(&mut g);
+            self.reap(&mut g, gpu);
         }
         timeline::advance(&mut g, now, self.params);
         Ok(g)
@@ -274,7 +279,7 @@ impl Sim {
         if bytes <= self.memory(g, gpu).free {
             return Ok(());
         }
-        Self::reap(g);
+        self.reap(g, gpu);
         let free = self.memory(g, gpu).free;
         if bytes <= free {
             Ok(())
@@ -287,15 +292,23 @@ impl Sim {
         }
     }
 
-    /// Releases the channels of processes that have exited.
-    fn reap(g: &mut GpuGuard<'_>) {
+    /// Releases the channels of `gpu` (locked as `g`) whose processes have
+    /// exited.
+    fn reap(&self, g: &mut GpuGuard<'_>, gpu: usize) {
         g.last_reap_ns = sys::monotonic_ns();
+        let mut pass = self.liveness.pass(gpu);
+        let inner: &mut GpuInner = g;
         for c in 0..MAX_CHANNELS {
-            let ch = &g.channels[c];
-            if ch.active == 1 && !procfs::alive(ch.pid, ch.start_time) {
-                timeline::clear_channel(g, c);
+            let ch = &inner.channels[c];
+            if ch.active == 1 && !pass.alive(ch.pid, ch.start_time) {
+                timeline::clear_channel(inner, c);
             }
         }
+    }
+
+    /// Pidfds this handle keeps to tell whether channel owners still run.
+    pub fn cached_pidfds(&self) -> usize {
+        self.liveness.cached()
     }
 
     /// Claims (or re-uses) this process's channel on `gpu` for one more
@@ -321,7 +334,7 @@ impl Sim {
                 let c = match free(&g) {
                     Some(c) => c,
                     None => {
-                        Self::reap(&mut g);
+                        self.reap(&mut g, gpu);
                         free(&g).ok_or(SimError::TooManyProcesses { gpu })?
                     }
                 };
@@ -608,15 +621,19 @@ impl Sim {
     }
 
     /// Marks `gpu` lost (recording Xid 79) or healthy again.
+    ///
+    /// The Xid is recorded before the flag is set: whoever sees the flag
+    /// ([`is_lost`](Self::is_lost)) and then reads the Xids finds the one
+    /// that says why (NVML delivers it before reporting the GPU lost).
     pub fn set_lost(&self, gpu: usize, lost: bool) -> Result<(), SimError> {
         self.check_gpu(gpu)?;
+        if lost {
+            self.inject_xid(gpu, XID_FALLEN_OFF_BUS)?;
+        }
         self.state
             .gpu(gpu)
             .lost
             .store(u32::from(lost), Ordering::Release);
-        if lost {
-            self.inject_xid(gpu, XID_FALLEN_OFF_BUS)?;
-        }
         Ok(())
     }
 
@@ -709,6 +726,35 @@ mod tests {
         assert_eq!(g.slice_owner_plus_one, 0);
         drop(g);
         assert_eq!(sim.memory_info(0).unwrap().used, 0);
+    }
+
+    #[test]
+    fn a_gpu_seen_lost_already_has_its_xid() {
+        let (_dir, sim) = sim();
+        // Held, so that marking the GPU lost stops where it takes the lock.
+        let held = sim.state().lock(0).unwrap();
+        std::thread::scope(|s| {
+            let sim = &sim;
+            let setter = s.spawn(move || sim.set_lost(0, true).map_err(|e| e.to_string()));
+            let until = std::time::Instant::now() + Duration::from_millis(200);
+            while std::time::Instant::now() < until {
+                if sim.is_lost(0).unwrap() {
+                    let xids: Vec<u64> = held.xids.iter().map(|x| x.xid).collect();
+                    assert!(xids.contains(&XID_FALLEN_OFF_BUS), "lost before its Xid");
+                }
+                sleep_ns(1_000_000);
+            }
+            drop(held);
+            setter.join().unwrap().unwrap();
+        });
+        assert!(sim.is_lost(0).unwrap());
+        let xids: Vec<u64> = sim
+            .xids_after(0, 0)
+            .unwrap()
+            .iter()
+            .map(|x| x.xid)
+            .collect();
+        assert_eq!(xids, [XID_FALLEN_OFF_BUS]);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The simulator's only contact with the OS beyond `std`: shared mappings,
-//! process-shared robust mutexes, clocks, ioctls and liveness probes.
+//! process-shared robust mutexes, clocks, ioctls and liveness probes
+//! (pidfds).
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
@@ -243,6 +244,80 @@ pub unsafe fn ioctl(fd: RawFd, cmd: u64, arg: *mut libc::c_void) -> i32 {
     unsafe { libc::ioctl(fd, cmd as _, arg) }
 }
 
+/// Opens a pidfd for process `pid` (`pidfd_open(2)`; pidfds are always
+/// close-on-exec). It keeps referring to that process after it exits, even
+/// once its pid is reused.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    if pid <= 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: pidfd_open takes a pid and flags, touches no memory of ours
+    // and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether the process behind pidfd `fd` has exited: a zero-timeout
+/// `poll(POLLIN)`. A pidfd turns readable once the whole thread group has
+/// exited, zombies (exited, not yet waited for) included.
+pub fn pidfd_exited(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `p` is one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r >= 0 {
+            if p.revents & libc::POLLNVAL != 0 {
+                return Err(io::Error::from_raw_os_error(libc::EBADF));
+            }
+            return Ok(p.revents & (libc::POLLIN | libc::POLLHUP) != 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// `(st_dev, st_ino)` of the file behind `fd` (`fstat(2)`, no path walk).
+pub fn file_identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a valid out-pointer for a struct stat; the fd is
+    // borrowed, so open for the call.
+    let r = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Gives up ownership of `fd` without closing it: for a descriptor whose
+/// number no longer names the file it was opened as (someone else closed
+/// it and the number was reused), closing it would close that other file.
+pub fn abandon_fd(fd: OwnedFd) {
+    let _ = fd.into_raw_fd();
+}
+
+/// This process's soft limit on open files (`RLIMIT_NOFILE`), if known.
+pub fn open_files_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid out-pointer for a struct rlimit.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
 /// This process's effective user id (the owner of the files it creates).
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -293,4 +368,77 @@ pub unsafe fn lock_and_abandon(m: *mut libc::pthread_mutex_t) -> i32 {
         unsafe { libc::pthread_mutex_unlock(m) };
     }
     rc
+}
+
+/// Makes fd number `to` a duplicate of `from` (`dup2`), closing what `to`
+/// was, as a host program replacing a descriptor it does not own would.
+#[cfg(test)]
+pub fn replace_fd(from: RawFd, to: RawFd) {
+    // SAFETY: dup2 only changes the fd table; both numbers are the test's.
+    let r = unsafe { libc::dup2(from, to) };
+    assert_eq!(r, to, "dup2: {}", io::Error::last_os_error());
+}
+
+/// `(st_dev, st_ino)` of whatever fd number `fd` names.
+#[cfg(test)]
+pub fn raw_fd_identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: the borrow lasts for this call only; fstat of a closed
+    // number fails with EBADF, it does not misbehave.
+    file_identity(unsafe { BorrowedFd::borrow_raw(fd) })
+}
+
+/// Closes fd number `fd`, owned by the test.
+#[cfg(test)]
+pub fn close_raw_fd(fd: RawFd) {
+    // SAFETY: the caller owns `fd` and uses it no more.
+    unsafe { libc::close(fd) };
+}
+
+/// Forks a child whose main thread exits at once while a second thread
+/// sleeps on: a process whose thread-group leader is a zombie although the
+/// process runs. Returns its pid; the caller kills it and waits for it
+/// ([`kill_and_wait`]).
+#[cfg(test)]
+pub fn fork_with_leader_gone() -> i32 {
+    extern "C" fn sleeper(_: *mut libc::c_void) -> *mut libc::c_void {
+        loop {
+            // SAFETY: pause only waits for a signal.
+            unsafe { libc::pause() };
+        }
+    }
+    // SAFETY: the child only creates a thread and ends its own (no
+    // allocation, no unwinding through Rust frames).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        let mut t = std::mem::MaybeUninit::<libc::pthread_t>::uninit();
+        // SAFETY: `t` is a valid out-pointer; `sleeper` never returns.
+        let rc = unsafe {
+            libc::pthread_create(
+                t.as_mut_ptr(),
+                std::ptr::null(),
+                sleeper,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: _exit ends this forked child at once.
+            unsafe { libc::_exit(1) };
+        }
+        // SAFETY: exit(2), not exit_group: only this thread ends.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
+    }
+    pid
+}
+
+/// SIGKILLs our child `pid` and waits for it.
+#[cfg(test)]
+pub fn kill_and_wait(pid: i32) {
+    // SAFETY: signals and waits for our own child; status is a valid
+    // out-pointer.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
 }

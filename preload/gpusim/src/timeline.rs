@@ -58,16 +58,26 @@ pub fn advance(g: &mut GpuInner, now: u64, p: Params) {
         g.slice_start_ns = now;
         return;
     }
+    let mut any_work = false;
     for ch in g.channels.iter_mut() {
         // A corrupt count would replay phantom items forever: drop them.
         if ch.submitted < ch.completed || ch.submitted - ch.completed > QUEUE_CAPACITY as u64 {
             ch.completed = ch.submitted;
         }
+        any_work |= has_work(ch);
     }
     if g.sim_time_ns > now.saturating_add(1_000_000_000) {
         // Time from another clock (a state file from elsewhere): restart.
         g.sim_time_ns = now;
         g.slice_start_ns = now;
+        return;
+    }
+    if !any_work {
+        // What the loop below would find at once, without looking again.
+        if g.sim_time_ns < now {
+            g.slice_owner_plus_one = 0;
+        }
+        g.sim_time_ns = now.max(g.sim_time_ns);
         return;
     }
     let mut t = g.sim_time_ns;
@@ -195,15 +205,21 @@ fn bucket_mut(g: &mut GpuInner, epoch: u64) -> &mut Bucket {
     b
 }
 
-/// Sums `f(bucket)` over `[t0, t1)`, pro rata at the edges. Only buckets
-/// still in the history count. A bucket holds activity up to the
-/// simulated time only, so it is prorated over the part it covers.
-fn sum_history(g: &GpuInner, t0: u64, t1: u64, f: impl Fn(&Bucket) -> u64) -> u64 {
+/// Sums each of `f(bucket)`'s `N` figures over `[t0, t1)`, pro rata at the
+/// edges, in one walk of the history. Only buckets still in the history
+/// count. A bucket holds activity up to the simulated time only, so it is
+/// prorated over the part it covers.
+fn sum_history<const N: usize>(
+    g: &GpuInner,
+    t0: u64,
+    t1: u64,
+    f: impl Fn(&Bucket) -> [u64; N],
+) -> [u64; N] {
+    let mut total = [0u128; N];
     if t1 <= t0 {
-        return 0;
+        return [0; N];
     }
     let oldest = (t1 / BUCKET_NS).saturating_sub(HISTORY_BUCKETS as u64 - 1);
-    let mut total = 0u128;
     for epoch in (t0 / BUCKET_NS).max(oldest)..=(t1.saturating_sub(1) / BUCKET_NS) {
         let b = &g.history[(epoch % HISTORY_BUCKETS as u64) as usize];
         if b.epoch != epoch {
@@ -212,22 +228,23 @@ fn sum_history(g: &GpuInner, t0: u64, t1: u64, f: impl Fn(&Bucket) -> u64) -> u6
         let (bs, be) = (epoch * BUCKET_NS, (epoch + 1) * BUCKET_NS);
         let covered = be.min(g.sim_time_ns.max(bs + 1)) - bs;
         let overlap = be.min(t1).min(bs + covered) - bs.max(t0).min(bs + covered);
-        total += u128::from(f(b)) * u128::from(overlap) / u128::from(covered);
+        for (t, v) in total.iter_mut().zip(f(b)) {
+            *t += u128::from(v) * u128::from(overlap) / u128::from(covered);
+        }
     }
-    total as u64
+    total.map(|t| t as u64)
 }
 
 /// Device activity over `[t0, t1)`.
 pub fn busy(g: &GpuInner, t0: u64, t1: u64) -> Busy {
-    Busy {
-        sm_ns: sum_history(g, t0, t1, |b| u64::from(b.sm_ns)),
-        mem_ns: sum_history(g, t0, t1, |b| u64::from(b.mem_ns)),
-    }
+    let [sm_ns, mem_ns] = sum_history(g, t0, t1, |b| [u64::from(b.sm_ns), u64::from(b.mem_ns)]);
+    Busy { sm_ns, mem_ns }
 }
 
 /// Kernel time of channel `c` over `[t0, t1)`.
 pub fn channel_busy(g: &GpuInner, c: usize, t0: u64, t1: u64) -> u64 {
-    sum_history(g, t0, t1, |b| u64::from(b.channel_sm_ns[c % MAX_CHANNELS]))
+    let c = c % MAX_CHANNELS;
+    sum_history(g, t0, t1, |b| [u64::from(b.channel_sm_ns[c])])[0]
 }
 
 /// Why an item could not be queued.

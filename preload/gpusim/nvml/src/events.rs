@@ -68,6 +68,13 @@ impl EventSet {
     /// Takes the oldest pending event, if any. With none pending and a
     /// registered GPU lost, fails with `NVML_ERROR_GPU_IS_LOST`.
     fn take(&mut self, ctx: &Context) -> Result<Option<Event>, NvmlError> {
+        // Looked at before the Xids: the simulator records a lost GPU's
+        // Xid 79 before it sets the flag, so that Xid is among those read
+        // below and is delivered before the loss is reported.
+        let mut lost = false;
+        for r in &self.registrations {
+            lost |= ctx.sim.is_lost(r.gpu)?;
+        }
         let mut oldest: Option<(usize, XidRecord)> = None;
         for (i, r) in self.registrations.iter().enumerate() {
             if r.types & EVENT_XID_CRITICAL_ERROR == 0 {
@@ -89,10 +96,8 @@ impl EventSet {
                 xid: x.xid,
             }));
         }
-        for r in &self.registrations {
-            if ctx.sim.is_lost(r.gpu)? {
-                return Err(NvmlError::GpuIsLost);
-            }
+        if lost {
+            return Err(NvmlError::GpuIsLost);
         }
         Ok(None)
     }
