@@ -38,6 +38,11 @@ pub struct ContainerCounters {
     enforcement: [[Counter; Action::ALL.len()]; Reason::ALL.len()],
     /// The update that last saw the container.
     seen: u64,
+    /// The view the counters were last advanced from: the same one again
+    /// (a quiet container's, shared by the daemon) changes nothing. A
+    /// weak reference keeps its allocation, so no later view can take
+    /// its address.
+    from: std::sync::Weak<ContainerView>,
 }
 
 /// Every counter of the agent.
@@ -61,7 +66,10 @@ impl Counters {
                 None => self.containers.entry(c.id.clone()).or_default(),
             };
             cc.seen = now;
-            cc.update(c);
+            if !std::ptr::eq(cc.from.as_ptr(), std::sync::Arc::as_ptr(c)) {
+                cc.update(c);
+                cc.from = std::sync::Arc::downgrade(c);
+            }
         }
         self.containers.retain(|_, cc| cc.seen == now);
         self.policy_loads.advance(view.policy.loads);

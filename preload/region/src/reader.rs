@@ -149,18 +149,19 @@ fn all_zero(b: &[u8]) -> bool {
         && tail == 0
 }
 
-/// Validates and decodes the part of a usage region `scope` names; `b`
-/// holds at least [`Scope::len`] bytes from the start of the file (the
-/// header's size field must still say the whole region's size). Counters
-/// outside the scope read as zero. Within the scope the checks are those
-/// of [`read_usage`], in the same order, so the same field is named.
-pub fn read_usage_in(b: &[u8], scope: Scope) -> Result<UsageSnapshot, RegionError> {
-    let gpus = scope.gpus.min(MAX_GPUS);
-    let need = scope.len();
-    if b.len() < need {
+/// The launch counters of every GPU from the head of a usage region: `b`
+/// holds at least [`usage_offsets::OWNERS`] bytes from the start of the
+/// file (header and buckets), checked as [`read_usage_in`] checks them.
+/// For a cheap look at whether a container launched anything.
+pub fn read_buckets(b: &[u8]) -> Result<[BucketView; MAX_GPUS], RegionError> {
+    if b.len() < usage_offsets::OWNERS {
         return Err(bad(
             "size",
-            format!("file is {} bytes; expected {USAGE_SIZE}", b.len()),
+            format!(
+                "{} bytes read; the header and buckets take {}",
+                b.len(),
+                usage_offsets::OWNERS
+            ),
         ));
     }
     if b[..8] != USAGE_MAGIC {
@@ -177,13 +178,6 @@ pub fn read_usage_in(b: &[u8], scope: Scope) -> Result<UsageSnapshot, RegionErro
     if size as usize != USAGE_SIZE {
         return Err(bad("size", format!("is {size}; expected {USAGE_SIZE}")));
     }
-    let slots = u32_at(b, 16);
-    if slots as usize != MAX_SLOTS {
-        return Err(bad(
-            "slot_count",
-            format!("is {slots}; expected {MAX_SLOTS}"),
-        ));
-    }
     let mut buckets = [BucketView::default(); MAX_GPUS];
     for (g, v) in buckets.iter_mut().enumerate() {
         let off = usage_offsets::BUCKETS + g * 64;
@@ -192,6 +186,31 @@ pub fn read_usage_in(b: &[u8], scope: Scope) -> Result<UsageSnapshot, RegionErro
             warps: u64_at(b, off + 24),
             throttled_ns: u64_at(b, off + 32),
         };
+    }
+    Ok(buckets)
+}
+
+/// Validates and decodes the part of a usage region `scope` names; `b`
+/// holds at least [`Scope::len`] bytes from the start of the file (the
+/// header's size field must still say the whole region's size). Counters
+/// outside the scope read as zero. Within the scope the checks are those
+/// of [`read_usage`], in the same order, so the same field is named.
+pub fn read_usage_in(b: &[u8], scope: Scope) -> Result<UsageSnapshot, RegionError> {
+    let gpus = scope.gpus.min(MAX_GPUS);
+    let need = scope.len();
+    if b.len() < need {
+        return Err(bad(
+            "size",
+            format!("file is {} bytes; expected {USAGE_SIZE}", b.len()),
+        ));
+    }
+    let buckets = read_buckets(b)?;
+    let slots = u32_at(b, 16);
+    if slots as usize != MAX_SLOTS {
+        return Err(bad(
+            "slot_count",
+            format!("is {slots}; expected {MAX_SLOTS}"),
+        ));
     }
     let used_at = |g: usize, i: usize| u64_at(b, usage_offsets::USED + (g * MAX_SLOTS + i) * 8);
     let launches_at =

@@ -458,3 +458,33 @@ fn a_scoped_read_needs_the_whole_file_and_reads_only_its_prefix() {
         .to_string();
     assert!(e.contains("size"), "{e}");
 }
+
+/// The head-only reader (the daemon's cheap look at quiet containers)
+/// reports exactly the launch counters the full reader does, refuses a
+/// region the full reader refuses for its header, and needs only the
+/// header and buckets.
+#[test]
+fn the_bucket_reader_agrees_with_the_full_reader() {
+    use tessera_region::reader::read_buckets;
+    let mut runner = TestRunner::new(Config {
+        cases: 256,
+        ..Config::default()
+    });
+    runner
+        .run(&region(), |b| {
+            let head = read_buckets(&b[..usage_offsets::OWNERS]);
+            if let Ok(full) = read_usage(&b) {
+                prop_assert_eq!(head.unwrap(), full.buckets);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut b = valid_region();
+    put(&mut b, usage_offsets::BUCKETS + 64 + 16, 12345);
+    assert_eq!(read_buckets(&b).unwrap()[1].launches, 12345);
+    assert_eq!(read_buckets(&b).unwrap(), read_usage(&b).unwrap().buckets);
+    assert!(read_buckets(&b[..usage_offsets::OWNERS - 1]).is_err());
+    b[0] ^= 0xff;
+    let e = read_buckets(&b).unwrap_err().to_string();
+    assert!(e.contains("magic"), "{e}");
+}

@@ -24,6 +24,20 @@ impl Agent {
         };
         let now = Instant::now();
         for gpu in &g.gpus {
+            // A GPU none of whose containers was observed this period is
+            // left as it is (its tick would learn nothing and decide for
+            // no one; containers that left it are dropped at its next
+            // tick; the next tick's window, longer than the periods it
+            // spans, is learnt from only by containers observed throughout
+            // — one returning from a gap only records its counters).
+            let any_observed = ready
+                .iter()
+                .zip(observed)
+                .zip(per)
+                .any(|((_, o), p)| o.is_some() && p.uuids.contains(&gpu.uuid));
+            if !any_observed && self.controllers.contains_key(&gpu.uuid) {
+                continue;
+            }
             let ctl = self
                 .controllers
                 .entry(gpu.uuid)
@@ -41,11 +55,6 @@ impl Agent {
                     .ok()
                     .map(|at| (present[at].1, present[at].2))
             };
-            // Whether a container on it was observed this period (if none
-            // was, the tick would learn nothing and its decisions would be
-            // written nowhere: it is skipped, and the next one's window,
-            // too long to learn from, only records counters).
-            let mut any_observed = false;
             // Whether a present container is not on the controller.
             let mut refused = false;
             for (ci, ((c, o), p)) in ready.iter().zip(observed).zip(per).enumerate() {
@@ -54,7 +63,6 @@ impl Agent {
                 };
                 let id = c.id.as_str();
                 present.push((id, ci, i));
-                any_observed |= o.is_some();
                 let known = ctl.contains(id);
                 let Some(o) = o else {
                     if known {
@@ -119,9 +127,6 @@ impl Agent {
                 for k in gone {
                     ctl.remove(&k);
                 }
-            }
-            if !any_observed {
-                continue;
             }
             for d in ctl.tick(now, &sample) {
                 if let Some((ci, i)) = find(&present, d.id.as_str())

@@ -38,7 +38,7 @@ use std::time::Instant;
 use tessera_region::control::ControlSpec;
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw};
 use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
-use tessera_region::reader::{Scope, UsageSnapshot, read_usage_in};
+use tessera_region::reader::{Scope, UsageSnapshot, read_buckets, read_usage_in};
 use tessera_region::spec::format_uuid;
 use tessera_region::usage_file::UsageFile;
 
@@ -531,7 +531,6 @@ impl Agent {
     fn stirred(&mut self, busy: &BTreeSet<u32>) -> BTreeSet<ContainerId> {
         let mut out = BTreeSet::new();
         let mut buf = std::mem::take(&mut self.usage_buf);
-        let head = Scope::granted(0);
         for (id, m) in &mut self.managed {
             let Some(l) = &m.last else { continue };
             if !l.quiet {
@@ -546,11 +545,15 @@ impl Agent {
             }
             let moved = match m
                 .usage
-                .read_prefix(&l.view.dir.join(USAGE_FILE), head.len(), &mut buf)
+                .read_prefix(
+                    &l.view.dir.join(USAGE_FILE),
+                    usage_offsets::OWNERS,
+                    &mut buf,
+                )
                 .ok()
-                .and_then(|()| read_usage_in(&buf, head).ok())
+                .and_then(|()| read_buckets(&buf).ok())
             {
-                Some(u) => l.view.gpus.iter().zip(&u.buckets).any(|(g, b)| {
+                Some(buckets) => l.view.gpus.iter().zip(&buckets).any(|(g, b)| {
                     (g.launches, g.warps, g.throttled_ns) != (b.launches, b.warps, b.throttled_ns)
                 }),
                 None => true,
