@@ -148,6 +148,18 @@ impl GpuController {
     /// nothing this period. A container's first sample only records its
     /// counters.
     pub fn tick(&mut self, now: Instant, sample: &GpuSample) -> Vec<RateDecision> {
+        self.tick_for(now, sample, |_| true)
+    }
+
+    /// [`Self::tick`], returning the decisions of the containers for which
+    /// `wanted` holds only (every container still learns and is allotted
+    /// its share; the others' decisions are not built).
+    pub fn tick_for(
+        &mut self,
+        now: Instant,
+        sample: &GpuSample,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<RateDecision> {
         let cfg = self.config;
         let dt = self
             .last_tick
@@ -210,11 +222,14 @@ impl GpuController {
         self.containers
             .iter_mut()
             .zip(allocations)
-            .map(|((id, m), a)| {
+            .filter_map(|((id, m), a)| {
                 let obs = observations.get(id.as_str()).copied().flatten();
                 let rate = m.state.decide(obs, a.cap, saturated, &cfg);
+                if !wanted(id) {
+                    return None;
+                }
                 let burst = (rate * cfg.burst_s).ceil().max(1.0);
-                RateDecision {
+                Some(RateDecision {
                     id: id.clone(),
                     launch_rate: rate as u64,
                     launch_burst: burst as u64,
@@ -227,7 +242,7 @@ impl GpuController {
                     } else {
                         m.state.state()
                     },
-                }
+                })
             })
             .collect()
     }

@@ -38,6 +38,10 @@ impl Agent {
             if !any_observed && self.controllers.contains_key(&gpu.uuid) {
                 continue;
             }
+            // A controller made this period knows no one yet; an older
+            // one knows every container skipped this period (each was
+            // added at a visit since, or in the period it was made).
+            let fresh = !self.controllers.contains_key(&gpu.uuid);
             let ctl = self
                 .controllers
                 .entry(gpu.uuid)
@@ -63,6 +67,9 @@ impl Agent {
                 };
                 let id = c.id.as_str();
                 present.push((id, ci, i));
+                if o.is_none() && !fresh {
+                    continue;
+                }
                 let known = ctl.contains(id);
                 let Some(o) = o else {
                     if known {
@@ -115,9 +122,9 @@ impl Agent {
                 }
             }
             // (Unless one was refused, every present container is on the
-            // controller by now, so only a larger controller holds
-            // containers that left.)
-            if refused || ctl.len() > present.len() {
+            // controller by now, so only a controller of another size
+            // holds containers that left.)
+            if refused || ctl.len() != present.len() {
                 let gone: Vec<String> = ctl
                     .containers()
                     .map(|(k, _)| k)
@@ -128,10 +135,11 @@ impl Agent {
                     ctl.remove(&k);
                 }
             }
-            for d in ctl.tick(now, &sample) {
-                if let Some((ci, i)) = find(&present, d.id.as_str())
-                    && observed[ci].is_some()
-                {
+            // Decisions are written for observed containers only.
+            let wanted =
+                |id: &str| find(&present, id).is_some_and(|(ci, _)| observed[ci].is_some());
+            for d in ctl.tick_for(now, &sample, wanted) {
+                if let Some((ci, i)) = find(&present, d.id.as_str()) {
                     out[ci][i] = Some(d);
                 }
             }
