@@ -17,8 +17,10 @@
 //! that mapping (from `/proc/<pid>/smaps`) is printed separately, and the
 //! RSS aim is judged both with and without it.
 //!
-//! Run: `cargo xtask build --no-ebpf && TESSERA_ARTIFACTS=$PWD/target/tessera/debug
-//! cargo bench -p tessera-agent --bench footprint`; arguments after `--`:
+//! Run: `cargo xtask build --release --no-ebpf &&
+//! TESSERA_ARTIFACTS=$PWD/target/tessera/release cargo bench -p tessera-agent
+//! --bench footprint` (release simulator libraries: the stand-in NVML runs
+//! inside the agent); arguments after `--`:
 //! `quick` (a 10 s window instead of 30 s), `containers=N`, `gpus=N`.
 #![allow(
     clippy::unwrap_used,
