@@ -152,6 +152,29 @@ fn quiet(
         && counters(v) == counters(before)
 }
 
+/// The view of a container with no control region to show: who it is,
+/// its processes and its problems.
+fn bare_view(
+    c: &Container,
+    policy: crate::policy::Effective,
+    processes: Vec<ProcessView>,
+    problems: Vec<String>,
+) -> ContainerView {
+    ContainerView {
+        id: c.id.to_string(),
+        dir: c.dir.clone(),
+        meta: c.meta.clone(),
+        epoch: 0,
+        since_period: None,
+        gpus: Vec::new(),
+        processes,
+        problems,
+        policy,
+        ebpf: None,
+        enforcement: EnforcementView::default(),
+    }
+}
+
 /// The host processes NVML shows at work this period: running kernels
 /// (SM samples above zero), or holding other memory than last period.
 fn busy_pids(
@@ -600,18 +623,11 @@ impl Agent {
     /// The view of a container no visit has described (not reached: a
     /// container is skipped only after a visit).
     fn unvisited(&self, c: &Container) -> ContainerView {
-        ContainerView {
-            id: c.id.to_string(),
-            dir: c.dir.clone(),
-            meta: c.meta.clone(),
-            epoch: 0,
-            since_period: None,
-            gpus: Vec::new(),
-            processes: Vec::new(),
-            problems: vec!["not observed yet".to_owned()],
-            policy: self.policy.effective(&c.meta),
-            ebpf: None,
-            enforcement: EnforcementView::default(),
-        }
+        bare_view(
+            c,
+            self.policy.effective(&c.meta),
+            Vec::new(),
+            vec!["not observed yet".to_owned()],
+        )
     }
 }

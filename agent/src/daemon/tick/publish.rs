@@ -36,19 +36,7 @@ impl Agent {
             .unwrap_or_default();
         let Some(m) = self.managed.get_mut(&c.id) else {
             problems.push("control region not open".to_owned());
-            return ContainerView {
-                id: c.id.to_string(),
-                dir: c.dir.clone(),
-                meta: c.meta.clone(),
-                epoch: 0,
-                since_period: None,
-                gpus: Vec::new(),
-                processes,
-                problems,
-                policy: per.policy.clone(),
-                ebpf: None,
-                enforcement: EnforcementView::default(),
-            };
+            return bare_view(c, per.policy.clone(), processes, problems);
         };
         let current = m.control.snapshot();
         let spec: ControlSpec = c.meta.control_spec(|uuid| {
