@@ -255,6 +255,9 @@ pub struct Agent {
     gpu_memory: HashMap<u32, u64>,
     /// Periods a quiet container goes unvisited (at least one).
     revisit: u64,
+    /// A policy set by [`Self::set_policy`] since the last period (it
+    /// wakes every quiet container, as a reloaded file does).
+    policy_set: bool,
 }
 
 impl Agent {
@@ -292,6 +295,7 @@ impl Agent {
             gpu_memory: HashMap::new(),
             revisit: (config.quiet_revisit.as_millis() / config.period.as_millis().max(1)).max(1)
                 as u64,
+            policy_set: false,
         }
     }
 
@@ -299,6 +303,7 @@ impl Agent {
     /// watchdog tests set one directly).
     pub fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
+        self.policy_set = true;
     }
 
     /// The loop's NVML, for the other parts of the daemon to share.
@@ -327,7 +332,8 @@ impl Agent {
     /// Runs one period and returns its view.
     pub fn tick(&mut self, status: &Status) -> View {
         let start = Instant::now();
-        let policy_changed = self.policy_file.poll(&mut self.policy);
+        let policy_changed =
+            self.policy_file.poll(&mut self.policy) | std::mem::take(&mut self.policy_set);
         let policy: PolicyView = self.policy_file.view(&self.policy);
         self.ensure_nvml(status);
         let sm = self.sample_sm();
