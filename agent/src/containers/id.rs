@@ -23,9 +23,10 @@ pub struct IdError {
     pub problem: &'static str,
 }
 
-/// A validated container id.
+/// A validated container id (shared: a clone copies no text, and a period
+/// clones ids into its maps and views).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ContainerId(String);
+pub struct ContainerId(std::sync::Arc<str>);
 
 impl ContainerId {
     /// Validates `id`.
@@ -49,7 +50,7 @@ impl ContainerId {
         {
             return Err(bad("holds a character that is not accepted"));
         }
-        Ok(Self(id.to_owned()))
+        Ok(Self(id.into()))
     }
 
     /// The id as text (safe as one path component).

@@ -184,12 +184,15 @@ pub struct WriterLock {
 #[derive(Debug, Default)]
 pub struct MetaCache {
     /// By path: identity, parsed metadata, and the listing that last used
-    /// it (entries no listing used since are forgotten after it).
+    /// it (entries the last fresh listing of the root did not use are
+    /// forgotten after it; between fresh listings the root's entries are
+    /// the same, so no file goes stale).
     entries: std::collections::HashMap<PathBuf, (FileKey, std::sync::Arc<Metadata>, u64)>,
     /// Listings so far.
     listing: u64,
-    /// The root's entries as last read, and the root's identity then.
-    root: Option<(RootKey, Vec<Entry>)>,
+    /// The root's entries as last read (parsed), and the root's identity
+    /// then.
+    root: Option<(RootKey, std::sync::Arc<[Parsed]>)>,
 }
 
 /// The identity of the root directory: creating, removing or renaming an
@@ -212,6 +215,40 @@ struct RootKey {
 
 /// An entry of the root: its name, and its type if the listing said.
 type Entry = (std::ffi::OsString, Option<std::fs::FileType>);
+
+/// An entry of the root, its name checked: a container id (with the
+/// entry's type if the listing said), or why it is not one. The store's
+/// own (dot-prefixed) entries are left out.
+#[derive(Debug, Clone)]
+enum Parsed {
+    Container(ContainerId, Option<std::fs::FileType>),
+    Skipped(Skipped),
+}
+
+/// Checks the names of the root's entries.
+fn parse_entries(names: Vec<Entry>) -> Vec<Parsed> {
+    let mut out = Vec::with_capacity(names.len());
+    for (os, file_type) in names {
+        let Some(text) = os.to_str() else {
+            out.push(Parsed::Skipped(Skipped {
+                name: os.to_string_lossy().into_owned(),
+                reason: "name is not UTF-8".into(),
+            }));
+            continue;
+        };
+        if text.starts_with('.') {
+            continue; // the store's own entries
+        }
+        out.push(match ContainerId::new(text) {
+            Ok(id) => Parsed::Container(id, file_type),
+            Err(e) => Parsed::Skipped(Skipped {
+                name: text.to_owned(),
+                reason: e.to_string(),
+            }),
+        });
+    }
+    out
+}
 
 /// How long after its last change the root is read on every listing.
 const ROOT_SETTLE_NS: i128 = 1_000_000_000;
@@ -256,14 +293,6 @@ impl MetaCache {
                 self.entries.remove(path);
                 Err(e)
             }
-        }
-    }
-
-    /// Keeps `path`'s entry for this listing without looking at the file.
-    fn keep(&mut self, path: &Path) {
-        let listing = self.listing;
-        if let Some((_, _, used)) = self.entries.get_mut(path) {
-            *used = listing;
         }
     }
 
@@ -615,42 +644,41 @@ impl Store {
         force: bool,
         keep: impl Fn(&ContainerId) -> Option<Container>,
     ) -> Result<Listing, StoreError> {
-        cache.start_listing();
-        // (names, whether they were read afresh)
-        let (names, fresh) = match std::fs::metadata(&self.root) {
+        // (entries, whether they were read afresh)
+        let (parsed, fresh) = match std::fs::metadata(&self.root) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 cache.root = None;
-                (Vec::new(), true)
+                (std::sync::Arc::from(Vec::new()), true)
             }
             Err(e) => return Err(io("stat", &self.root)(e)),
             Ok(m) => {
                 let key = root_key(&m);
                 match &cache.root {
-                    Some((k, names)) if !force && *k == key && !k.settling => {
-                        (names.clone(), false)
+                    Some((k, parsed)) if !force && *k == key && !k.settling => {
+                        (parsed.clone(), false)
                     }
                     _ => {
-                        let names = self.entries()?;
-                        cache.root = Some((key, names.clone()));
-                        (names, true)
+                        let parsed: std::sync::Arc<[Parsed]> =
+                            parse_entries(self.entries()?).into();
+                        cache.root = Some((key, parsed.clone()));
+                        (parsed, true)
                     }
                 }
             }
         };
-        // A root that changed may hold a new directory under an old name:
-        // then every container is looked at.
-        let out = if fresh {
-            self.list_entries(names, Some(&mut *cache), |_| None)
-        } else {
-            self.list_entries(names, Some(&mut *cache), keep)
-        };
-        if let Ok(l) = &out {
-            for c in &l.containers {
-                cache.keep(&c.dir.join(META_FILE));
-            }
+        if !fresh {
+            // The same entries as at the last fresh read: every cached
+            // file still belongs to one (nothing to forget); a container
+            // is kept as it is or looked at.
+            return Ok(self.list_parsed(&parsed, Some(cache), keep));
         }
+        // A root that changed may hold a new directory under an old name:
+        // then every container is looked at, and the files of entries gone
+        // are forgotten.
+        cache.start_listing();
+        let out = self.list_parsed(&parsed, Some(&mut *cache), |_| None);
         cache.end_listing();
-        out
+        Ok(out)
     }
 
     /// The root's entries (none when it is missing).
@@ -669,54 +697,40 @@ impl Store {
     }
 
     fn list_with(&self, cache: Option<&mut MetaCache>) -> Result<Listing, StoreError> {
-        let names = self.entries()?;
-        self.list_entries(names, cache, |_| None)
+        let parsed = parse_entries(self.entries()?);
+        Ok(self.list_parsed(&parsed, cache, |_| None))
     }
 
-    fn list_entries(
+    fn list_parsed(
         &self,
-        names: Vec<Entry>,
+        parsed: &[Parsed],
         mut cache: Option<&mut MetaCache>,
         keep: impl Fn(&ContainerId) -> Option<Container>,
-    ) -> Result<Listing, StoreError> {
+    ) -> Listing {
         let mut out = Listing::default();
-        for (os, file_type) in names {
-            let name = os.to_string_lossy().into_owned();
-            let Some(text) = os.to_str() else {
-                out.skipped.push(Skipped {
-                    name,
-                    reason: "name is not UTF-8".into(),
-                });
-                continue;
-            };
-            if text.starts_with('.') {
-                continue; // the store's own entries
-            }
-            let id = match ContainerId::new(text) {
-                Ok(id) => id,
-                Err(e) => {
-                    out.skipped.push(Skipped {
-                        name,
-                        reason: e.to_string(),
-                    });
+        for p in parsed {
+            let (id, file_type) = match p {
+                Parsed::Skipped(s) => {
+                    out.skipped.push(s.clone());
                     continue;
                 }
+                Parsed::Container(id, t) => (id, *t),
             };
-            if let Some(c) = keep(&id) {
+            if let Some(c) = keep(id) {
                 out.containers.push(c);
                 continue;
             }
-            match self.load_with(&id, cache.as_deref_mut(), file_type) {
+            match self.load_with(id, cache.as_deref_mut(), file_type) {
                 Ok(c) => out.containers.push(c),
                 Err(e) => out.skipped.push(Skipped {
-                    name,
+                    name: id.to_string(),
                     reason: crate::error_chain::with_causes(&e),
                 }),
             }
         }
         out.containers.sort_by(|a, b| a.id.cmp(&b.id));
         out.skipped.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        out
     }
 }
 

@@ -20,6 +20,8 @@ struct Managed {
     hungry_for: u32,
     /// SM use in the last window.
     measured: Option<f64>,
+    /// This tick's observation (set and taken within one tick).
+    obs: Option<Observation>,
 }
 
 /// The compute controller of one GPU: one loop per container, and the
@@ -65,6 +67,7 @@ impl GpuController {
                         state: Loop::new(self.config.initial_rate),
                         hungry_for: 0,
                         measured: None,
+                        obs: None,
                     },
                 );
             }
@@ -99,6 +102,7 @@ impl GpuController {
                 state: Loop::new(rate),
                 hungry_for: 0,
                 measured: None,
+                obs: None,
             },
         );
         Ok(())
@@ -148,17 +152,29 @@ impl GpuController {
     /// nothing this period. A container's first sample only records its
     /// counters.
     pub fn tick(&mut self, now: Instant, sample: &GpuSample) -> Vec<RateDecision> {
-        self.tick_for(now, sample, |_| true)
+        self.tick_inner(now, sample, None)
     }
 
-    /// [`Self::tick`], returning the decisions of the containers for which
-    /// `wanted` holds only (every container still learns and is allotted
-    /// its share; the others' decisions are not built).
+    /// [`Self::tick`], returning the decisions of the containers named in
+    /// `wanted` only (sorted ascending, as ids compare; every container
+    /// still learns and is allotted its share, the others' decisions are
+    /// not built). One pass over the containers, whatever their number:
+    /// no lookup by id per container.
     pub fn tick_for(
         &mut self,
         now: Instant,
         sample: &GpuSample,
-        wanted: impl Fn(&str) -> bool,
+        wanted: &[&str],
+    ) -> Vec<RateDecision> {
+        debug_assert!(wanted.is_sorted(), "wanted ids must be sorted");
+        self.tick_inner(now, sample, Some(wanted))
+    }
+
+    fn tick_inner(
+        &mut self,
+        now: Instant,
+        sample: &GpuSample,
+        wanted: Option<&[&str]>,
     ) -> Vec<RateDecision> {
         let cfg = self.config;
         let dt = self
@@ -168,7 +184,6 @@ impl GpuController {
         if dt.is_none_or(|d| d >= 0.005) {
             self.last_tick = Some(now);
         }
-        let mut observations: BTreeMap<&str, Option<Observation>> = BTreeMap::new();
         let mut container_busy = 0.0;
         for s in &sample.containers {
             let Some(m) = self.containers.get_mut(&s.id) else {
@@ -192,7 +207,8 @@ impl GpuController {
                     m.hungry_for = m.hungry_for.saturating_sub(1);
                 }
             }
-            observations.insert(s.id.as_str(), obs);
+            // (A second sample of one container replaces the first.)
+            m.obs = obs;
         }
         let busy = sample
             .busy_percent
@@ -219,14 +235,21 @@ impl GpuController {
             })
             .collect();
         let allocations = allocate(&claims);
+        // (Both in id order: a cursor walks `wanted` alongside.)
+        let mut next_wanted = 0;
         self.containers
             .iter_mut()
             .zip(allocations)
             .filter_map(|((id, m), a)| {
-                let obs = observations.get(id.as_str()).copied().flatten();
+                let obs = m.obs.take();
                 let rate = m.state.decide(obs, a.cap, saturated, &cfg);
-                if !wanted(id) {
-                    return None;
+                if let Some(w) = wanted {
+                    while w.get(next_wanted).is_some_and(|k| *k < id.as_str()) {
+                        next_wanted += 1;
+                    }
+                    if w.get(next_wanted) != Some(&id.as_str()) {
+                        return None;
+                    }
                 }
                 let burst = (rate * cfg.burst_s).ceil().max(1.0);
                 Some(RateDecision {

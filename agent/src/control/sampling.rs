@@ -1,5 +1,5 @@
-//! SM use per process from NVML (`nvmlDeviceGetProcessUtilization`, through
-//! nvml-wrapper's `process_utilization_stats`), folded into what the
+//! SM use per process from NVML (`nvmlDeviceGetProcessUtilization`, one
+//! call a period into a kept buffer: [`tessera_nvml_sys`]), folded into what the
 //! controller takes: percent per pid over the window since a timestamp.
 //!
 //! NVML returns the samples its driver buffered since `since` (µs, CPU
@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use nvml_wrapper::Device;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample;
+use nvml_wrapper_sys::bindings::nvmlProcessUtilizationSample_t;
 
 use super::{CAPACITY_PERCENT, ControlError};
 
@@ -70,8 +71,25 @@ pub fn fold_samples(samples: &[ProcessUtilizationSample], since_us: u64) -> SmSa
 /// SMs since then) is an empty result whose `newest_us` is now, not an
 /// error.
 pub fn read_sm_samples(device: &Device<'_>, since_us: u64) -> Result<SmSamples, ControlError> {
-    match device.process_utilization_stats(since_us) {
-        Ok(samples) => Ok(fold_samples(&samples, since_us)),
+    read_sm_samples_into(device, since_us, &mut Vec::new())
+}
+
+/// [`read_sm_samples`] with the query's buffer `buf` kept by the caller
+/// between periods (one NVML call a period instead of two, see
+/// [`tessera_nvml_sys`]).
+pub fn read_sm_samples_into(
+    device: &Device<'_>,
+    since_us: u64,
+    buf: &mut Vec<nvmlProcessUtilizationSample_t>,
+) -> Result<SmSamples, ControlError> {
+    match tessera_nvml_sys::process_utilization(device, since_us, buf) {
+        Ok(raw) => {
+            let samples: Vec<ProcessUtilizationSample> = raw
+                .iter()
+                .map(|&s| ProcessUtilizationSample::from(s))
+                .collect();
+            Ok(fold_samples(&samples, since_us))
+        }
         Err(NvmlError::NotFound) => Ok(SmSamples {
             by_pid: BTreeMap::new(),
             newest_us: since_us.max(now_us()),

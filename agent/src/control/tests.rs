@@ -356,6 +356,54 @@ fn hostile_counters_neither_crash_nor_raise_the_rate() {
     );
 }
 
+/// `tick_for` returns, for the containers it is asked about, exactly the
+/// decisions `tick` makes, period after period (the others learn and are
+/// decided all the same, only not returned).
+#[test]
+fn tick_for_decides_the_wanted_as_tick_does() {
+    let ids = ["a", "b", "c", "d", "e"];
+    let mut all = GpuController::new(ControllerConfig::default());
+    for (k, id) in ids.iter().enumerate() {
+        let mode = if k % 2 == 0 {
+            Mode::Hard
+        } else {
+            Mode::Elastic
+        };
+        all.upsert(id, ctl(10.0 + 15.0 * k as f64, mode)).unwrap();
+    }
+    let mut some = all.clone();
+    let t0 = Instant::now();
+    let wanted_by_period: [&[&str]; 4] = [&["a", "c"], &[], &["b", "c", "e"], &["e"]];
+    for k in 0..40u64 {
+        // Samples for a shifting subset, in no particular order.
+        let containers = ids
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(i, _)| !(k as usize + i).is_multiple_of(3))
+            .map(|(i, id)| ContainerSample {
+                id: (*id).into(),
+                sm_percent: Some(5.0 + (i as f64) * 3.0 + (k % 4) as f64),
+                warps: k * 1000 * (i as u64 + 1),
+                throttled_ns: k * 1_000_000 * (i as u64 % 2),
+            })
+            .collect();
+        let sample = GpuSample {
+            busy_percent: Some(60.0),
+            containers,
+        };
+        let now = t0 + PERIOD * k as u32;
+        let every = all.tick(now, &sample);
+        let wanted = wanted_by_period[k as usize % wanted_by_period.len()];
+        let got = some.tick_for(now, &sample, wanted);
+        let expected: Vec<_> = every
+            .into_iter()
+            .filter(|d| wanted.contains(&d.id.as_str()))
+            .collect();
+        assert_eq!(got, expected, "period {k}");
+    }
+}
+
 #[test]
 fn live_mode_change_applies_at_the_next_tick() {
     let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2.9e-6))]);

@@ -156,6 +156,18 @@ pub struct GpuUsage {
     pub processes: Vec<GpuProcess>,
 }
 
+/// What the daemon reads of a GPU every period: its memory and processes
+/// (not the utilisation rates: its controllers take SM use per process).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuLive {
+    /// Memory allocated by processes (bytes).
+    pub memory_used_bytes: u64,
+    /// Memory still allocatable (bytes).
+    pub memory_free_bytes: u64,
+    /// Processes with memory on the GPU.
+    pub processes: Vec<GpuProcess>,
+}
+
 /// Access to the node's GPUs.
 pub trait GpuBackend {
     /// Driver and CUDA versions.

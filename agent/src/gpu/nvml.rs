@@ -7,7 +7,8 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
 use super::{
-    DriverInfo, GpuBackend, GpuDevice, GpuError, GpuProcess, GpuUsage, Health, cores_per_sm,
+    DriverInfo, GpuBackend, GpuDevice, GpuError, GpuLive, GpuProcess, GpuUsage, Health,
+    cores_per_sm,
 };
 
 /// `NVML_NVLINK_MAX_LINKS`.
@@ -16,6 +17,8 @@ const NVLINK_MAX_LINKS: u32 = 18;
 /// NVML, loaded and initialised; shut down on drop.
 pub struct NvmlBackend {
     nvml: Nvml,
+    /// The process list's buffer, kept between queries ([`tessera_nvml_sys`]).
+    processes: std::sync::Mutex<Vec<nvml_wrapper_sys::bindings::nvmlProcessInfo_t>>,
 }
 
 impl std::fmt::Debug for NvmlBackend {
@@ -43,7 +46,10 @@ impl NvmlBackend {
                 library: library.to_string_lossy().into_owned(),
                 source,
             })?;
-        Ok(Self { nvml })
+        Ok(Self {
+            nvml,
+            processes: std::sync::Mutex::default(),
+        })
     }
 
     /// The NVML handle (for the compute controller's samples).
@@ -71,37 +77,49 @@ impl NvmlBackend {
             })
     }
 
-    /// GPU `index`'s live state, with each process's SM use from `sm`
-    /// (pid → percent) instead of a query of its own: the daemon reads
-    /// per-process utilisation once a period for its controllers and
-    /// reuses it here (each NVML query of it is a driver round trip).
-    pub fn usage_with(
+    /// GPU `index`'s memory and processes, with each process's SM use
+    /// from `sm` (pid → percent) instead of a query of its own: the daemon
+    /// reads per-process utilisation once a period for its controllers and
+    /// reuses it here (each NVML query is a driver round trip).
+    pub fn live_with(
         &self,
         index: u32,
         sm: impl Fn(u32) -> Option<u32>,
-    ) -> Result<GpuUsage, GpuError> {
+    ) -> Result<GpuLive, GpuError> {
         let d = self.handle(index)?;
+        self.live_of(&d, index, sm)
+    }
+
+    fn live_of(
+        &self,
+        d: &nvml_wrapper::Device<'_>,
+        index: u32,
+        sm: impl Fn(u32) -> Option<u32>,
+    ) -> Result<GpuLive, GpuError> {
         let err = |what| device_error(index, what);
         let memory = d.memory_info().map_err(err("memory"))?;
-        let util = d.utilization_rates().map_err(err("utilisation"))?;
-        let processes = d
-            .running_compute_processes()
+        let mut buf = self
+            .processes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let processes = tessera_nvml_sys::running_compute_processes(d, &mut buf)
             .map_err(err("processes"))?
-            .into_iter()
-            .map(|p| GpuProcess {
-                pid: p.pid,
-                used_memory_bytes: match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => Some(b),
-                    UsedGpuMemory::Unavailable => None,
-                },
-                sm_percent: sm(p.pid),
+            .iter()
+            .map(|&raw| {
+                let p = nvml_wrapper::struct_wrappers::device::ProcessInfo::from(raw);
+                GpuProcess {
+                    pid: p.pid,
+                    used_memory_bytes: match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    },
+                    sm_percent: sm(p.pid),
+                }
             })
             .collect();
-        Ok(GpuUsage {
+        Ok(GpuLive {
             memory_used_bytes: memory.used,
             memory_free_bytes: memory.free,
-            utilization_gpu_percent: util.gpu,
-            utilization_memory_percent: util.memory,
             processes,
         })
     }
@@ -206,13 +224,24 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn usage(&self, index: u32, since_unix_us: u64) -> Result<GpuUsage, GpuError> {
-        let samples = match self.handle(index)?.process_utilization_stats(since_unix_us) {
+        let d = self.handle(index)?;
+        let samples = match d.process_utilization_stats(since_unix_us) {
             Ok(s) => s,
             Err(NvmlError::NotFound) => Vec::new(),
             Err(e) => return Err(device_error(index, "process utilisation")(e)),
         };
-        self.usage_with(index, |pid| {
+        let util = d
+            .utilization_rates()
+            .map_err(device_error(index, "utilisation"))?;
+        let live = self.live_of(&d, index, |pid| {
             samples.iter().find(|s| s.pid == pid).map(|s| s.sm_util)
+        })?;
+        Ok(GpuUsage {
+            memory_used_bytes: live.memory_used_bytes,
+            memory_free_bytes: live.memory_free_bytes,
+            utilization_gpu_percent: util.gpu,
+            utilization_memory_percent: util.memory,
+            processes: live.processes,
         })
     }
 }

@@ -135,10 +135,14 @@ impl Agent {
                     ctl.remove(&k);
                 }
             }
-            // Decisions are written for observed containers only.
-            let wanted =
-                |id: &str| find(&present, id).is_some_and(|(ci, _)| observed[ci].is_some());
-            for d in ctl.tick_for(now, &sample, wanted) {
+            // Decisions are written for observed containers only (in id
+            // order, as `present`).
+            let wanted: Vec<&str> = present
+                .iter()
+                .filter(|(_, ci, _)| observed[*ci].is_some())
+                .map(|(id, _, _)| *id)
+                .collect();
+            for d in ctl.tick_for(now, &sample, &wanted) {
                 if let Some((ci, i)) = find(&present, d.id.as_str()) {
                     out[ci][i] = Some(d);
                 }

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tessera_region::control::ControlSpec;
+use tessera_region::control::{ControlSnapshot, ControlSpec};
 use tessera_region::file::{Mapped, USAGE_FILE, open_control_rw};
 use tessera_region::layout::{ControlRegion, UNLIMITED, usage_offsets};
 use tessera_region::reader::{Scope, UsageSnapshot, read_buckets, read_usage_in};
@@ -52,7 +52,7 @@ use crate::control::{
     ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, RateDecision,
 };
 use crate::error_chain::with_causes;
-use crate::gpu::{GpuBackend, GpuUsage, NvmlBackend};
+use crate::gpu::{GpuBackend, GpuLive, NvmlBackend};
 
 use crate::policy::{Policy, Reloader};
 use crate::watchdog::{Facts, GpuMemory, Watchdog};
@@ -116,6 +116,52 @@ struct LastVisit {
     period: u64,
     /// The period by which a quiet container is visited again.
     next: u64,
+    /// What that visit found.
+    found: Found,
+}
+
+/// What a visit found in a container, apart from its metadata and the
+/// policy: its usage region (the header and buckets byte for byte, the
+/// slots decoded), its processes, the eBPF observer's counts and its
+/// control region. These and the metadata and policy are everything a
+/// visit publishes from, but for the controller's decisions, which only
+/// change what a container that launches gets. So a quiet container's
+/// revisit that finds the same as its last full visit (and no problem)
+/// would publish the same view and limits: it is cut short, and the
+/// container stays quiet.
+#[derive(Debug, PartialEq)]
+struct Found {
+    usage_raw: Option<Vec<u8>>,
+    usage: Option<UsageSnapshot>,
+    processes: Vec<ProcessView>,
+    /// ioctls, opens, bypass events, estimated bytes.
+    ebpf: Option<(u64, u64, u64, u64)>,
+    control: ControlSnapshot,
+}
+
+impl Found {
+    fn of(
+        usage_raw: Option<&[u8]>,
+        usage: Option<&UsageSnapshot>,
+        processes: &[ProcessView],
+        seen: Option<&Seen>,
+        control: ControlSnapshot,
+    ) -> Self {
+        Self {
+            usage_raw: usage_raw.map(<[u8]>::to_vec),
+            usage: usage.cloned(),
+            processes: processes.to_vec(),
+            ebpf: seen.map(|s| {
+                (
+                    s.view.ioctls,
+                    s.view.opens,
+                    s.view.bypass_events,
+                    s.estimate_bytes,
+                )
+            }),
+            control,
+        }
+    }
 }
 
 /// Visits in a row without activity before a container counts as quiet.
@@ -238,6 +284,8 @@ pub struct Agent {
     controllers: HashMap<[u8; 16], GpuController>,
     /// Start of each GPU's next SM sample window (µs).
     sm_since: HashMap<[u8; 16], u64>,
+    /// The SM sample query's buffer, kept between periods.
+    sm_buf: Vec<nvml_wrapper_sys::bindings::nvmlProcessUtilizationSample_t>,
     /// Parsed `meta.json` files, re-read only when they change.
     meta_cache: MetaCache,
     /// The policy in force.
@@ -285,6 +333,7 @@ impl Agent {
             periods: 0,
             controllers: HashMap::new(),
             sm_since: HashMap::new(),
+            sm_buf: Vec::new(),
             meta_cache: MetaCache::default(),
             policy: Policy::default(),
             policy_file: Reloader::new(&config.policy, config.policy_explicit),
@@ -414,6 +463,36 @@ impl Agent {
                 *o = Some(self.observe_managed(c));
             }
         }
+        // A quiet container looked at only because its revisit came, in
+        // which everything is as its last visit found it, stays quiet: its
+        // last view stands (see `Found`).
+        let (period, revisit) = (self.periods, self.revisit);
+        for (c, o) in ready.iter().zip(observed.iter_mut()) {
+            let (Some(ob), Some(m)) = (o.as_ref(), self.managed.get_mut(&c.id)) else {
+                continue;
+            };
+            let Some(l) = m.last.as_mut() else { continue };
+            let s = seen.get(&c.id);
+            let only_revisit = l.quiet
+                && !wake
+                && !stirred.contains(&c.id)
+                && Arc::ptr_eq(&l.meta, &c.meta)
+                && ob.problems.is_empty()
+                && s.is_none_or(|s| s.bypass.is_empty());
+            if only_revisit
+                && l.found
+                    == Found::of(
+                        ob.usage_raw.as_deref(),
+                        ob.usage.as_ref(),
+                        &ob.processes,
+                        s,
+                        m.control.snapshot(),
+                    )
+            {
+                l.next = period + revisit;
+                *o = None;
+            }
+        }
         let nvml: HashMap<[u8; 16], GpuMemory> = memory
             .iter()
             .map(|(u, m)| {
@@ -450,8 +529,6 @@ impl Agent {
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
         let lock = self.store.try_lock().ok().flatten();
-        let period = self.periods;
-        let revisit = self.revisit;
         let views = ready
             .iter()
             .zip(per)
@@ -467,15 +544,22 @@ impl Agent {
                         .map(|l| l.view.clone())
                         .unwrap_or_else(|| Arc::new(self.unvisited(c)));
                 };
-                let kept = (o.usage_raw.take(), o.usage.clone());
+                let (raw, usage) = (o.usage_raw.take(), o.usage.clone());
                 let mut v = self.publish(c, &per, o, &memory, &sm, lock.as_ref());
-                let usage = kept.1.clone();
-                self.enforce(c, &mut v, kept, &nvml, seen.get(&c.id));
+                let s = seen.get(&c.id);
+                self.enforce(c, &mut v, (raw.as_deref(), usage.as_ref()), &nvml, s);
                 let v = Arc::new(v);
                 let settled = self.watchdog.settled(&c.id);
                 if let Some(m) = self.managed.get_mut(&c.id) {
+                    let found = Found::of(
+                        raw.as_deref(),
+                        usage.as_ref(),
+                        &v.processes,
+                        s,
+                        m.control.snapshot(),
+                    );
                     let before = m.last.as_ref().map(|l| &*l.view);
-                    let calm = if quiet(&v, before, usage.as_ref(), seen.get(&c.id), settled) {
+                    let calm = if quiet(&v, before, usage.as_ref(), s, settled) {
                         m.last.as_ref().map_or(0, |l| l.calm) + 1
                     } else {
                         0
@@ -497,6 +581,7 @@ impl Agent {
                         host_pids: v.processes.iter().filter_map(|p| p.host_pid).collect(),
                         period,
                         next,
+                        found,
                     });
                 }
                 v
@@ -536,7 +621,7 @@ impl Agent {
     fn gpu_activity(
         &mut self,
         sm: &HashMap<[u8; 16], SmSamples>,
-        memory: &HashMap<[u8; 16], GpuUsage>,
+        memory: &HashMap<[u8; 16], GpuLive>,
     ) -> (bool, BTreeSet<u32>) {
         let mut now: HashMap<u32, u64> = HashMap::new();
         for p in memory.values().flat_map(|m| &m.processes) {

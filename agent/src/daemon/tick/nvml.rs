@@ -52,7 +52,7 @@ impl Agent {
     pub(super) fn sample_gpus(
         &self,
         sm: &HashMap<[u8; 16], SmSamples>,
-    ) -> HashMap<[u8; 16], GpuUsage> {
+    ) -> HashMap<[u8; 16], GpuLive> {
         let mut out = HashMap::new();
         let Some(g) = &self.gpus else {
             return out;
@@ -63,7 +63,7 @@ impl Agent {
                 let v = samples?.by_pid.get(&pid)?;
                 Some(v.round().clamp(0.0, 100.0) as u32)
             };
-            match g.backend.usage_with(gpu.index, of) {
+            match g.backend.live_with(gpu.index, of) {
                 Ok(u) => {
                     out.insert(gpu.uuid, u);
                 }
@@ -89,7 +89,7 @@ impl Agent {
                 .nvml()
                 .device_by_index(gpu.index)
                 .map_err(|source| ControlError::Nvml { source })
-                .and_then(|d| sampling::read_sm_samples(&d, since));
+                .and_then(|d| sampling::read_sm_samples_into(&d, since, &mut self.sm_buf));
             match read {
                 Ok(s) => {
                     self.sm_since.insert(gpu.uuid, s.newest_us);
@@ -106,7 +106,7 @@ impl Agent {
     /// Every GPU of the node in this period's view.
     pub(super) fn devices(
         &self,
-        memory: &HashMap<[u8; 16], GpuUsage>,
+        memory: &HashMap<[u8; 16], GpuLive>,
         sm: &HashMap<[u8; 16], SmSamples>,
     ) -> Vec<DeviceView> {
         let Some(g) = &self.gpus else {

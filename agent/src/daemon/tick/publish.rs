@@ -12,7 +12,7 @@ impl Agent {
         c: &Container,
         per: &PerContainer,
         o: Observed,
-        memory: &HashMap<[u8; 16], GpuUsage>,
+        memory: &HashMap<[u8; 16], GpuLive>,
         sm: &HashMap<[u8; 16], SmSamples>,
         lock: Option<&WriterLock>,
     ) -> ContainerView {
@@ -139,7 +139,7 @@ impl Agent {
         &mut self,
         c: &Container,
         v: &mut ContainerView,
-        (raw, usage): (Option<Vec<u8>>, Option<UsageSnapshot>),
+        (raw, usage): (Option<&[u8]>, Option<&UsageSnapshot>),
         nvml: &HashMap<[u8; 16], GpuMemory>,
         seen: Option<&Seen>,
     ) {
@@ -156,8 +156,8 @@ impl Agent {
         let facts = Facts {
             meta: &c.meta,
             processes: &v.processes,
-            usage: usage.as_ref(),
-            usage_raw: raw.as_deref(),
+            usage,
+            usage_raw: raw,
             control_epoch: v.epoch,
             launch_rates: &rates,
             launch_bursts: &bursts,
