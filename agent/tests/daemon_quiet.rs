@@ -172,3 +172,66 @@ fn an_idle_process_that_starts_launching_wakes_its_quiet_container() {
         a.view()
     );
 }
+
+/// A quiet container's revisit is cut short only when it finds everything
+/// as the last visit did: bytes a process of it charges in its usage
+/// region (no launch, no NVML change: nothing wakes it) show in its view
+/// at the next revisit. Judged by the bytes the test wrote into the file.
+#[test]
+fn a_revisit_shows_what_changed_in_a_quiet_containers_usage_region() {
+    use std::os::unix::fs::FileExt;
+    use tessera_region::layout::usage_offsets;
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let dir = add(&node, &root, "holder", "30");
+    let ops = "dev 0 alloc 100 ready hold";
+    let mut c = node.command(&workload(Link::Direct));
+    c.env("LD_PRELOAD", libtessera())
+        .env("TESSERA_REGION_DIR", &dir)
+        .args(ops.split_whitespace());
+    let work = spawn_command_ready(c, ops);
+    let pid = work.pid();
+    let config = node.dir.path().join("agent.toml");
+    std::fs::write(&config, "quiet_revisit_ms = 500\n").unwrap();
+    let a = Agent::start(&node, &root, &["--config", config.to_str().unwrap()]);
+    a.wait_ready();
+    let v = a.wait_view("holder with its slot", |v| {
+        Agent::container(v, "holder").is_some_and(|c| {
+            c["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["host_pid"] == pid && p["slot"].is_u64())
+        })
+    });
+    let c = Agent::container(&v, "holder").unwrap();
+    let slot = c["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["host_pid"] == pid)
+        .unwrap()["slot"]
+        .as_u64()
+        .unwrap() as usize;
+    // Quiet from here on (ten calm visits), revisited twice a second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let usage = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("usage"))
+        .unwrap();
+    for bytes in [300u64 << 20, 7 << 20] {
+        usage
+            .write_at(&bytes.to_le_bytes(), (usage_offsets::USED + slot * 8) as u64)
+            .unwrap();
+        let shown = wait_for(Duration::from_secs(5), || {
+            let v = a.view();
+            (Agent::container(&v, "holder")?["gpus"][0]["preload_used_bytes"] == bytes)
+                .then_some(())
+        });
+        assert!(
+            shown.is_some(),
+            "{bytes} bytes written into slot {slot} not shown within 5 s (revisit is 0.5 s): {:#}",
+            a.view()
+        );
+    }
+}

@@ -21,6 +21,10 @@
 //! quiet container that has processes), or the eBPF observer reports a
 //! bypass in it. Whatever uses a GPU shows in NVML, so
 //! a container that starts work is visited in the period that sees it.
+//! A revisit reads everything a visit reads (metadata, usage region,
+//! processes, control region, eBPF counts); when all of it is as the last
+//! visit found it, it stops there ([`Found`]): the container stays quiet
+//! and nothing is decided, written or checked again for it.
 //!
 //! Everything the agent needs to resume is on the host (invariant I4):
 //! the region directories and their metadata. The in-memory state here is
