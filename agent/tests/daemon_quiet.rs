@@ -221,7 +221,10 @@ fn a_revisit_shows_what_changed_in_a_quiet_containers_usage_region() {
         .unwrap();
     for bytes in [300u64 << 20, 7 << 20] {
         usage
-            .write_at(&bytes.to_le_bytes(), (usage_offsets::USED + slot * 8) as u64)
+            .write_at(
+                &bytes.to_le_bytes(),
+                (usage_offsets::USED + slot * 8) as u64,
+            )
             .unwrap();
         let shown = wait_for(Duration::from_secs(5), || {
             let v = a.view();

@@ -219,7 +219,7 @@ type Entry = (std::ffi::OsString, Option<std::fs::FileType>);
 /// An entry of the root, its name checked: a container id (with the
 /// entry's type if the listing said), or why it is not one. The store's
 /// own (dot-prefixed) entries are left out.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 enum Parsed {
     Container(ContainerId, Option<std::fs::FileType>),
     Skipped(Skipped),
@@ -635,9 +635,9 @@ impl Store {
     /// the root changed or `force` is set (the daemon's period). A
     /// container for which `keep` returns its last [`Container`] is taken
     /// as it is, without a look at its directory (the daemon keeps quiet
-    /// containers between their visits), unless the root's entries were
-    /// read afresh; one that is no longer an entry of the root is gone all
-    /// the same.
+    /// containers between their visits), unless the root changed (its
+    /// identity, or the entries `force` read again); one that is no longer
+    /// an entry of the root is gone all the same.
     pub fn list_cached(
         &self,
         cache: &mut MetaCache,
@@ -657,11 +657,21 @@ impl Store {
                     Some((k, parsed)) if !force && *k == key && !k.settling => {
                         (parsed.clone(), false)
                     }
-                    _ => {
-                        let parsed: std::sync::Arc<[Parsed]> =
-                            parse_entries(self.entries()?).into();
-                        cache.root = Some((key, parsed.clone()));
-                        (parsed, true)
+                    cached => {
+                        let now = parse_entries(self.entries()?);
+                        // Forced on a root whose identity did not change:
+                        // the same entries are the same containers.
+                        let same = cached
+                            .as_ref()
+                            .filter(|(k, parsed)| *k == key && !k.settling && **parsed == *now);
+                        match same {
+                            Some((_, parsed)) => (parsed.clone(), false),
+                            None => {
+                                let parsed: std::sync::Arc<[Parsed]> = now.into();
+                                cache.root = Some((key, parsed.clone()));
+                                (parsed, true)
+                            }
+                        }
                     }
                 }
             }
@@ -835,5 +845,37 @@ mod tests {
             [("a".into(), 11), ("b".into(), 30)]
         );
         assert_eq!(cache.entries.len(), 2);
+    }
+
+    /// A forced listing of a root whose entries did not change still takes
+    /// kept containers as they are; one whose entries changed looks at
+    /// every container. (The kept copy is told apart by its target.)
+    #[test]
+    fn a_forced_listing_keeps_containers_unless_the_entries_changed() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(root.path());
+        let mut cache = MetaCache::default();
+        let a = ContainerId::new("a").unwrap();
+        store.add(&a, &meta(10)).unwrap();
+        let first = store.list_cached(&mut cache, false, |_| None).unwrap();
+        let kept = Container {
+            meta: std::sync::Arc::new(meta(99)),
+            ..first.containers[0].clone()
+        };
+        let keep = |id: &ContainerId| (*id == a).then(|| kept.clone());
+        // Past the settling time of the root's last change.
+        std::thread::sleep(std::time::Duration::from_nanos(ROOT_SETTLE_NS as u64));
+        let l = store.list_cached(&mut cache, false, |_| None).unwrap();
+        assert_eq!(l.containers[0].meta.sm_target, 10);
+        for force in [false, true] {
+            let l = store.list_cached(&mut cache, force, keep).unwrap();
+            assert_eq!(l.containers[0].meta.sm_target, 99, "force {force}");
+        }
+        store
+            .add(&ContainerId::new("b").unwrap(), &meta(20))
+            .unwrap();
+        let l = store.list_cached(&mut cache, true, keep).unwrap();
+        let got: Vec<_> = l.containers.iter().map(|c| c.meta.sm_target).collect();
+        assert_eq!(got, [10, 20], "a new entry: every container looked at");
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::allocator::{Claim, allocate};
+use super::allocator::{Allocation, Claim, allocate};
 use super::feedback::{Loop, Observation};
 use super::{
     CAPACITY_PERCENT, ContainerControl, ContainerId, ControlError, ControllerConfig, GpuSample,
@@ -36,6 +36,9 @@ pub struct GpuController {
     config: ControllerConfig,
     containers: BTreeMap<ContainerId, Managed>,
     last_tick: Option<Instant>,
+    /// The last split and the claims it was made from (the same claims
+    /// split the same way: most periods on a GPU whose containers idle).
+    split: (Vec<Claim>, Vec<Allocation>),
 }
 
 impl GpuController {
@@ -45,6 +48,7 @@ impl GpuController {
             config,
             containers: BTreeMap::new(),
             last_tick: None,
+            split: (Vec::new(), Vec::new()),
         }
     }
 
@@ -234,7 +238,11 @@ impl GpuController {
                 }
             })
             .collect();
-        let allocations = allocate(&claims);
+        if claims != self.split.0 {
+            self.split.1 = allocate(&claims);
+            self.split.0 = claims;
+        }
+        let allocations = self.split.1.iter().copied();
         // (Both in id order: a cursor walks `wanted` alongside.)
         let mut next_wanted = 0;
         self.containers

@@ -77,17 +77,20 @@ impl NvmlBackend {
             })
     }
 
-    /// GPU `index`'s memory and processes, with each process's SM use
-    /// from `sm` (pid → percent) instead of a query of its own: the daemon
-    /// reads per-process utilisation once a period for its controllers and
-    /// reuses it here (each NVML query is a driver round trip).
+    /// GPU `index`'s processes, with each process's SM use from `sm` (pid
+    /// → percent) instead of a query of its own (the daemon reads
+    /// per-process utilisation once a period for its controllers; each
+    /// NVML query is a driver round trip), and its memory totals, read
+    /// unless `memory` gives them (`(used, free)` bytes: the daemon reads
+    /// them less often than the processes).
     pub fn live_with(
         &self,
         index: u32,
         sm: impl Fn(u32) -> Option<u32>,
+        memory: Option<(u64, u64)>,
     ) -> Result<GpuLive, GpuError> {
         let d = self.handle(index)?;
-        self.live_of(&d, index, sm)
+        self.live_of(&d, index, sm, memory)
     }
 
     fn live_of(
@@ -95,9 +98,16 @@ impl NvmlBackend {
         d: &nvml_wrapper::Device<'_>,
         index: u32,
         sm: impl Fn(u32) -> Option<u32>,
+        memory: Option<(u64, u64)>,
     ) -> Result<GpuLive, GpuError> {
         let err = |what| device_error(index, what);
-        let memory = d.memory_info().map_err(err("memory"))?;
+        let (used, free) = match memory {
+            Some(m) => m,
+            None => {
+                let m = d.memory_info().map_err(err("memory"))?;
+                (m.used, m.free)
+            }
+        };
         let mut buf = self
             .processes
             .lock()
@@ -118,8 +128,8 @@ impl NvmlBackend {
             })
             .collect();
         Ok(GpuLive {
-            memory_used_bytes: memory.used,
-            memory_free_bytes: memory.free,
+            memory_used_bytes: used,
+            memory_free_bytes: free,
             processes,
         })
     }
@@ -233,9 +243,12 @@ impl GpuBackend for NvmlBackend {
         let util = d
             .utilization_rates()
             .map_err(device_error(index, "utilisation"))?;
-        let live = self.live_of(&d, index, |pid| {
-            samples.iter().find(|s| s.pid == pid).map(|s| s.sm_util)
-        })?;
+        let live = self.live_of(
+            &d,
+            index,
+            |pid| samples.iter().find(|s| s.pid == pid).map(|s| s.sm_util),
+            None,
+        )?;
         Ok(GpuUsage {
             memory_used_bytes: live.memory_used_bytes,
             memory_free_bytes: live.memory_free_bytes,

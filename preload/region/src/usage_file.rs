@@ -88,11 +88,60 @@ impl UsageFile {
         self.open = Some((file, id));
         Ok(())
     }
+
+    /// Reads the first `len` bytes of the file the last [`Self::read_prefix`]
+    /// opened, without looking at the path again; `Ok(false)` when none is
+    /// open. For a cheap look at whether the processes that mapped that
+    /// file wrote to it (they keep writing to it whatever the path names
+    /// now); a path replaced since is seen by the next `read_prefix`. The
+    /// invariant above holds for `read_prefix` only.
+    pub fn read_kept_prefix(
+        &self,
+        path: &Path,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool, RegionError> {
+        let Some((file, _)) = &self.open else {
+            return Ok(false);
+        };
+        buf.clear();
+        buf.resize(len.min(USAGE_SIZE), 0);
+        file.read_exact_at(buf, 0).map_err(io_err("read", path))?;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kept read follows the file opened, not the path: a replaced
+    /// path is not seen by it, and is by the next full read.
+    #[test]
+    fn the_kept_read_reads_the_file_opened_until_the_next_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = region(dir.path(), 1);
+        let mut f = UsageFile::default();
+        let mut buf = Vec::new();
+        assert!(!f.read_kept_prefix(&path, 64, &mut buf).unwrap());
+        f.read_prefix(&path, 64, &mut buf).unwrap();
+        // The old file rewritten in place: seen.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&[5; 8], 0)
+            .unwrap();
+        assert!(f.read_kept_prefix(&path, 64, &mut buf).unwrap());
+        assert_eq!(&buf[..9], &[5, 5, 5, 5, 5, 5, 5, 5, 1]);
+        // Replaced by rename: the kept read still reads the old one.
+        let other = region(dir.path(), 2);
+        std::fs::rename(&other, &path).unwrap();
+        assert!(f.read_kept_prefix(&path, 64, &mut buf).unwrap());
+        assert_eq!(buf[8], 1);
+        f.read_prefix(&path, 64, &mut buf).unwrap();
+        assert_eq!(buf, [2; 64]);
+    }
 
     fn region(dir: &Path, fill: u8) -> std::path::PathBuf {
         let path = dir.join(format!("u{fill}"));

@@ -288,6 +288,9 @@ pub struct Agent {
     controllers: HashMap<[u8; 16], GpuController>,
     /// Start of each GPU's next SM sample window (µs).
     sm_since: HashMap<[u8; 16], u64>,
+    /// Each GPU's memory totals (used, free) and the period they were
+    /// read in.
+    device_memory: HashMap<[u8; 16], ((u64, u64), u64)>,
     /// The SM sample query's buffer, kept between periods.
     sm_buf: Vec<nvml_wrapper_sys::bindings::nvmlProcessUtilizationSample_t>,
     /// Parsed `meta.json` files, re-read only when they change.
@@ -337,6 +340,7 @@ impl Agent {
             periods: 0,
             controllers: HashMap::new(),
             sm_since: HashMap::new(),
+            device_memory: HashMap::new(),
             sm_buf: Vec::new(),
             meta_cache: MetaCache::default(),
             policy: Policy::default(),
@@ -661,16 +665,18 @@ impl Agent {
             if l.view.processes.is_empty() {
                 continue;
             }
-            let moved = match m
+            // (The file its processes mapped, as opened at the last visit:
+            // no look at the path; the revisit looks.)
+            let path = l.view.dir.join(USAGE_FILE);
+            let read = match m
                 .usage
-                .read_prefix(
-                    &l.view.dir.join(USAGE_FILE),
-                    usage_offsets::OWNERS,
-                    &mut buf,
-                )
-                .ok()
-                .and_then(|()| read_buckets(&buf).ok())
+                .read_kept_prefix(&path, usage_offsets::OWNERS, &mut buf)
             {
+                Ok(true) => Ok(()),
+                Ok(false) => m.usage.read_prefix(&path, usage_offsets::OWNERS, &mut buf),
+                Err(e) => Err(e),
+            };
+            let moved = match read.ok().and_then(|()| read_buckets(&buf).ok()) {
                 Some(buckets) => l.view.gpus.iter().zip(&buckets).any(|(g, b)| {
                     (g.launches, g.warps, g.throttled_ns) != (b.launches, b.warps, b.throttled_ns)
                 }),

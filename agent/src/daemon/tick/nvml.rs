@@ -50,7 +50,7 @@ impl Agent {
     /// per-process utilisation is read once a period, by
     /// [`sample_sm`](Self::sample_sm)).
     pub(super) fn sample_gpus(
-        &self,
+        &mut self,
         sm: &HashMap<[u8; 16], SmSamples>,
     ) -> HashMap<[u8; 16], GpuLive> {
         let mut out = HashMap::new();
@@ -63,11 +63,27 @@ impl Agent {
                 let v = samples?.by_pid.get(&pid)?;
                 Some(v.round().clamp(0.0, 100.0) as u32)
             };
-            match g.backend.live_with(gpu.index, of) {
+            // The memory totals only feed the device's view and gauges:
+            // read again once a revisit interval.
+            let known = self
+                .device_memory
+                .get(&gpu.uuid)
+                .filter(|(_, at)| self.periods < at + self.revisit)
+                .map(|(m, _)| *m);
+            match g.backend.live_with(gpu.index, of, known) {
                 Ok(u) => {
+                    if known.is_none() {
+                        self.device_memory.insert(
+                            gpu.uuid,
+                            ((u.memory_used_bytes, u.memory_free_bytes), self.periods),
+                        );
+                    }
                     out.insert(gpu.uuid, u);
                 }
-                Err(e) => tracing::debug!(gpu = gpu.index, error = %with_causes(&e), "no usage"),
+                Err(e) => {
+                    self.device_memory.remove(&gpu.uuid);
+                    tracing::debug!(gpu = gpu.index, error = %with_causes(&e), "no usage");
+                }
             }
         }
         out
