@@ -8,7 +8,8 @@
 //! ([`obj_get`]) and asks the kernel what it is attached to
 //! ([`link_info`]). Everything else stays with aya.
 //!
-//! This is the agent's only unsafe code outside aya: each function fills a
+//! This is the agent's only unsafe code for eBPF outside aya (NVML's is in
+//! `tessera-nvml-sys`): each function fills a
 //! zeroed `bpf_attr` prefix and makes one system call through the
 //! `unsafe` `bpf` wrapper, whose contract (the pointers inside the
 //! attribute block) each caller states.
