@@ -14,7 +14,7 @@ mod daemon_support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use daemon_support::sim::spawn_command_ready;
+use daemon_support::sim::{Running, spawn_command_ready};
 use daemon_support::{Agent, Link, Node, container_ok, libtessera, uuid, wait_for, workload};
 use tessera_region::file::open_control;
 
@@ -48,6 +48,19 @@ fn add(node: &Node, root: &Path, id: &str, target: &str) -> PathBuf {
     PathBuf::from(dir.trim())
 }
 
+/// A workload under the interposer in the container of `dir`, running
+/// `ops`; `stdin` piped when the test drives it.
+fn tenant(node: &Node, dir: &Path, ops: &str, stdin: bool) -> Running {
+    let mut c = node.command(&workload(Link::Direct));
+    c.env("LD_PRELOAD", libtessera())
+        .env("TESSERA_REGION_DIR", dir)
+        .args(ops.split_whitespace());
+    if stdin {
+        c.stdin(std::process::Stdio::piped());
+    }
+    spawn_command_ready(c, ops)
+}
+
 fn launch_rate(dir: &Path) -> u64 {
     open_control(&dir.join("control")).unwrap().snapshot().gpus[0].launch_rate
 }
@@ -65,12 +78,7 @@ fn a_workload_started_in_a_quiet_container_is_controlled_in_the_next_periods() {
     std::thread::sleep(Duration::from_millis(1500));
     let before = launch_rate(&dir);
 
-    let ops = "dev 0 ready run spin 1 256 30000";
-    let mut c = node.command(&workload(Link::Direct));
-    c.env("LD_PRELOAD", libtessera())
-        .env("TESSERA_REGION_DIR", &dir)
-        .args(ops.split_whitespace());
-    let work = spawn_command_ready(c, ops);
+    let work = tenant(&node, &dir, "dev 0 ready run spin 1 256 30000", false);
     let pid = work.pid();
     let started = Instant::now();
     // The simulator's NVML lists it (the oracle of "it uses the GPU").
@@ -142,12 +150,7 @@ fn an_idle_process_that_starts_launching_wakes_its_quiet_container() {
     // An inference server between requests: memory held, no kernel, until
     // the test writes a line.
     let ops = "dev 0 alloc 100 ready wait run spin 1 256 30000";
-    let mut c = node.command(&workload(Link::Direct));
-    c.env("LD_PRELOAD", libtessera())
-        .env("TESSERA_REGION_DIR", &dir)
-        .stdin(std::process::Stdio::piped())
-        .args(ops.split_whitespace());
-    let mut work = spawn_command_ready(c, ops);
+    let mut work = tenant(&node, &dir, ops, true);
     let pid = work.pid();
     let a = agent(&node, &root);
     a.wait_view("server with its process", |v| {
@@ -184,12 +187,7 @@ fn a_revisit_shows_what_changed_in_a_quiet_containers_usage_region() {
     let node = Node::small();
     let root = node.dir.path().join("containers");
     let dir = add(&node, &root, "holder", "30");
-    let ops = "dev 0 alloc 100 ready hold";
-    let mut c = node.command(&workload(Link::Direct));
-    c.env("LD_PRELOAD", libtessera())
-        .env("TESSERA_REGION_DIR", &dir)
-        .args(ops.split_whitespace());
-    let work = spawn_command_ready(c, ops);
+    let work = tenant(&node, &dir, "dev 0 alloc 100 ready hold", false);
     let pid = work.pid();
     let config = node.dir.path().join("agent.toml");
     std::fs::write(&config, "quiet_revisit_ms = 500\n").unwrap();

@@ -138,33 +138,29 @@ mod tests {
         }
     }
 
+    /// `driver(items)` through `into_buffer`: the entries and the calls.
+    fn read(buf: &mut Vec<u32>, items: &[u32]) -> (Vec<u32>, usize) {
+        let mut calls = 0;
+        let mut d = driver(items);
+        let got = into_buffer(buf, 0, |a, c| {
+            calls += 1;
+            d(a, c)
+        })
+        .unwrap()
+        .to_vec();
+        (got, calls)
+    }
+
     #[test]
     fn a_list_longer_than_the_buffer_is_read_whole_and_the_buffer_kept() {
         let items: Vec<u32> = (1..=100).collect();
         let mut buf = Vec::new();
-        let mut calls = 0;
-        let mut d = driver(&items);
-        let got = into_buffer(&mut buf, 0, |a, c| {
-            calls += 1;
-            d(a, c)
-        })
-        .unwrap()
-        .to_vec();
-        assert_eq!(got, items);
-        assert_eq!(calls, 2, "one short call, one that fits");
+        // One short call, one that fits.
+        assert_eq!(read(&mut buf, &items), (items.clone(), 2));
         // The next period fits at once.
-        calls = 0;
-        let mut d = driver(&items);
-        let got = into_buffer(&mut buf, 0, |a, c| {
-            calls += 1;
-            d(a, c)
-        })
-        .unwrap()
-        .to_vec();
-        assert_eq!((got.len(), calls), (100, 1));
+        assert_eq!(read(&mut buf, &items), (items, 1));
         // A shorter list: only its entries.
-        let got = into_buffer(&mut buf, 0, driver(&[7, 8])).unwrap().to_vec();
-        assert_eq!(got, [7, 8]);
+        assert_eq!(read(&mut buf, &[7, 8]), (vec![7, 8], 1));
     }
 
     #[test]
