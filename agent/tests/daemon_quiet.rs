@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use daemon_support::sim::{Running, spawn_command_ready};
-use daemon_support::{Agent, Link, Node, container_ok, libtessera, uuid, wait_for, workload};
+use daemon_support::{
+    Agent, Link, Node, add_container, container_ok, libtessera, uuid, wait_for, workload,
+};
 use tessera_region::file::open_control;
 
 /// Long enough that no test here waits for a revisit.
@@ -29,23 +31,8 @@ fn agent(node: &Node, root: &Path) -> Agent {
     a
 }
 
-fn add(node: &Node, root: &Path, id: &str, target: &str) -> PathBuf {
-    let gpu = uuid(node, 0);
-    let dir = container_ok(
-        root,
-        &[
-            "add",
-            "--id",
-            id,
-            "--gpu",
-            &format!("{gpu},memory=1000"),
-            "--sm-target",
-            target,
-            "--mode",
-            "hard",
-        ],
-    );
-    PathBuf::from(dir.trim())
+fn add(node: &Node, root: &Path, id: &str, target: u32) -> PathBuf {
+    add_container(root, id, &uuid(node, 0), 1000, target, &["--mode", "hard"])
 }
 
 /// A workload under the interposer in the container of `dir`, running
@@ -65,11 +52,25 @@ fn launch_rate(dir: &Path) -> u64 {
     open_control(&dir.join("control")).unwrap().snapshot().gpus[0].launch_rate
 }
 
+/// The launch rate in `dir`'s control region moves from `before` within
+/// 10 s (the revisit is a minute: only a wake-up path answers in time).
+#[track_caller]
+fn assert_rate_moves(dir: &Path, before: u64, a: &Agent, when: &str) {
+    let moved = wait_for(Duration::from_secs(10), || {
+        (launch_rate(dir) != before).then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "launch rate still {before} {when} (revisit is 60 s): {:#}",
+        a.view()
+    );
+}
+
 #[test]
 fn a_workload_started_in_a_quiet_container_is_controlled_in_the_next_periods() {
     let node = Node::small();
     let root = node.dir.path().join("containers");
-    let dir = add(&node, &root, "sleeper", "30");
+    let dir = add(&node, &root, "sleeper", 30);
     let a = agent(&node, &root);
     a.wait_view("sleeper visited", |v| {
         Agent::container(v, "sleeper").is_some_and(|c| c["since_period"].is_u64())
@@ -109,13 +110,11 @@ fn a_workload_started_in_a_quiet_container_is_controlled_in_the_next_periods() {
         a.view()
     );
     // And its controller acts on it: the rate in the control region moves.
-    let moved = wait_for(Duration::from_secs(10), || {
-        (launch_rate(&dir) != before).then_some(())
-    });
-    assert!(
-        moved.is_some(),
-        "launch rate still {before} {:?} after the workload started",
-        started.elapsed()
+    assert_rate_moves(
+        &dir,
+        before,
+        &a,
+        &format!("{:?} after the workload started", started.elapsed()),
     );
 }
 
@@ -123,7 +122,7 @@ fn a_workload_started_in_a_quiet_container_is_controlled_in_the_next_periods() {
 fn container_set_on_a_quiet_container_applies_in_the_next_periods() {
     let node = Node::small();
     let root = node.dir.path().join("containers");
-    add(&node, &root, "idle", "30");
+    add(&node, &root, "idle", 30);
     let a = agent(&node, &root);
     a.wait_view("idle visited at target 30", |v| {
         Agent::container(v, "idle").is_some_and(|c| c["meta"]["sm_target"] == 30)
@@ -146,7 +145,7 @@ fn an_idle_process_that_starts_launching_wakes_its_quiet_container() {
     use std::io::Write;
     let node = Node::small();
     let root = node.dir.path().join("containers");
-    let dir = add(&node, &root, "server", "30");
+    let dir = add(&node, &root, "server", 30);
     // An inference server between requests: memory held, no kernel, until
     // the test writes a line.
     let ops = "dev 0 alloc 100 ready wait run spin 1 256 30000";
@@ -166,14 +165,7 @@ fn an_idle_process_that_starts_launching_wakes_its_quiet_container() {
     std::thread::sleep(Duration::from_millis(1500));
     let before = launch_rate(&dir);
     writeln!(work.child.stdin.as_mut().unwrap(), "go").unwrap();
-    let moved = wait_for(Duration::from_secs(10), || {
-        (launch_rate(&dir) != before).then_some(())
-    });
-    assert!(
-        moved.is_some(),
-        "launch rate still {before} 10 s after its process started launching (revisit is 60 s): {:#}",
-        a.view()
-    );
+    assert_rate_moves(&dir, before, &a, "10 s after its process started launching");
 }
 
 /// A quiet container's revisit is cut short only when it finds everything
@@ -186,7 +178,7 @@ fn a_revisit_shows_what_changed_in_a_quiet_containers_usage_region() {
     use tessera_region::layout::usage_offsets;
     let node = Node::small();
     let root = node.dir.path().join("containers");
-    let dir = add(&node, &root, "holder", "30");
+    let dir = add(&node, &root, "holder", 30);
     let work = tenant(&node, &dir, "dev 0 alloc 100 ready hold", false);
     let pid = work.pid();
     let config = node.dir.path().join("agent.toml");

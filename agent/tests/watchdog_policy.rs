@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use daemon_support::{container_ok, nvml_lib, uuid};
+use daemon_support::{add_container, container_ok, nvml_lib, uuid};
 use tessera_agent::config::{Config, ConfigArgs, ConfigFile};
 use tessera_agent::control::Mode;
 use tessera_agent::daemon::status::Status;
@@ -158,22 +158,15 @@ impl Drop for Running {
 }
 
 fn add(root: &Path, id: &str, cg: &TestCgroup, limit_mib: u64, sm: u32) -> PathBuf {
-    let gpu = uuid(node(), 0);
-    let dir = container_ok(
+    let cgroup = cg.dir.to_str().unwrap();
+    add_container(
         root,
-        &[
-            "add",
-            "--id",
-            id,
-            "--gpu",
-            &format!("{gpu},memory={limit_mib}"),
-            "--sm-target",
-            &sm.to_string(),
-            "--cgroup",
-            cg.dir.to_str().unwrap(),
-        ],
-    );
-    PathBuf::from(dir.trim())
+        id,
+        &uuid(node(), 0),
+        limit_mib,
+        sm,
+        &["--cgroup", cgroup],
+    )
 }
 
 fn cli(root: &Path, args: &[&str]) -> String {

@@ -216,6 +216,24 @@ pub fn container_ok(root: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `container add --id ID --gpu GPU,memory=MEMORY_MIB --sm-target
+/// SM_TARGET` plus `extra`, expecting success; returns the region
+/// directory.
+pub fn add_container(
+    root: &Path,
+    id: &str,
+    gpu: &str,
+    memory_mib: u64,
+    sm_target: u32,
+    extra: &[&str],
+) -> PathBuf {
+    let grant = format!("{gpu},memory={memory_mib}");
+    let target = sm_target.to_string();
+    let mut args = vec!["add", "--id", id, "--gpu", &grant, "--sm-target", &target];
+    args.extend_from_slice(extra);
+    PathBuf::from(container_ok(root, &args).trim())
+}
+
 /// GPU `index`'s UUID on `node`.
 pub fn uuid(node: &Node, index: usize) -> String {
     node.sim().node().uuid(index)
