@@ -120,8 +120,8 @@ struct LastVisit {
     period: u64,
     /// The period by which a quiet container is visited again.
     next: u64,
-    /// What that visit found.
-    found: Found,
+    /// What that visit found, once the container is quiet.
+    found: Option<Found>,
 }
 
 /// What a visit found in a container, apart from its metadata and the
@@ -488,14 +488,14 @@ impl Agent {
                 && ob.problems.is_empty()
                 && s.is_none_or(|s| s.bypass.is_empty());
             if only_revisit
-                && l.found
-                    == Found::of(
+                && l.found.as_ref()
+                    == Some(&Found::of(
                         ob.usage_raw.as_deref(),
                         ob.usage.as_ref(),
                         &ob.processes,
                         s,
                         m.control.snapshot(),
-                    )
+                    ))
             {
                 l.next = period + revisit;
                 *o = None;
@@ -559,19 +559,22 @@ impl Agent {
                 let v = Arc::new(v);
                 let settled = self.watchdog.settled(&c.id);
                 if let Some(m) = self.managed.get_mut(&c.id) {
-                    let found = Found::of(
-                        raw.as_deref(),
-                        usage.as_ref(),
-                        &v.processes,
-                        s,
-                        m.control.snapshot(),
-                    );
                     let before = m.last.as_ref().map(|l| &*l.view);
                     let calm = if quiet(&v, before, usage.as_ref(), s, settled) {
                         m.last.as_ref().map_or(0, |l| l.calm) + 1
                     } else {
                         0
                     };
+                    // (Only a quiet container's revisit compares.)
+                    let found = (calm >= CALM_PERIODS).then(|| {
+                        Found::of(
+                            raw.as_deref(),
+                            usage.as_ref(),
+                            &v.processes,
+                            s,
+                            m.control.snapshot(),
+                        )
+                    });
                     // (Spread the revisits of containers that calmed down
                     // together over the revisit interval.)
                     let next = if calm == CALM_PERIODS {
