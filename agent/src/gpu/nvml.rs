@@ -235,9 +235,10 @@ impl GpuBackend for NvmlBackend {
 
     fn usage(&self, index: u32, since_unix_us: u64) -> Result<GpuUsage, GpuError> {
         let d = self.handle(index)?;
-        let samples = match d.process_utilization_stats(since_unix_us) {
+        let mut buf = Vec::new();
+        let samples = match tessera_nvml_sys::process_utilization(&d, since_unix_us, &mut buf) {
             Ok(s) => s,
-            Err(NvmlError::NotFound) => Vec::new(),
+            Err(NvmlError::NotFound) => &[],
             Err(e) => return Err(device_error(index, "process utilisation")(e)),
         };
         let util = d
@@ -246,7 +247,7 @@ impl GpuBackend for NvmlBackend {
         let live = self.live_of(
             &d,
             index,
-            |pid| samples.iter().find(|s| s.pid == pid).map(|s| s.sm_util),
+            |pid| samples.iter().find(|s| s.pid == pid).map(|s| s.smUtil),
             None,
         )?;
         Ok(GpuUsage {
