@@ -14,6 +14,16 @@
 //! GPU depends on the thread's current context, against the simulator
 //! alone on that node.
 //!
+//! Separate processes differ by more than the hook costs (address layout,
+//! caches, the machine's load between runs), so the same program also
+//! runs *paired*: in one process it alternates batches of calls bound by
+//! the dynamic linker (under `LD_PRELOAD`, the hook) with batches of the
+//! same calls straight into the driver library's own definitions, found
+//! in its ELF symbol table (no lookup the interposer hooks), and prints
+//! the median over 2000 rounds of each round's difference. Without the
+//! interposer both sides reach the same function, so that row is the
+//! method's zero; the runner checks which function each side reached.
+//!
 //! Wall-clock figures on a busy 2-core machine wobble by tens of ns, so
 //! when valgrind is installed the runner also counts *instructions* per
 //! call with callgrind (exact and repeatable): the difference between two
@@ -178,6 +188,22 @@ fn main() {
         b.1,
         b.1 - plain.1
     );
+    println!();
+    println!(
+        "paired in one process (median of {PAIRED_ROUNDS} rounds of {PAIRED_BATCH} calls each way):"
+    );
+    println!("                              direct ns   through ns   added ns");
+    let show = |label: &str, env: &[(&str, &Path)]| {
+        let p = paired(&bin, env, env.iter().any(|(k, _)| *k == "LD_PRELOAD"));
+        for (what, (added, direct, through)) in [("cuLaunchKernel", p.0), ("alloc+free", p.1)] {
+            println!("{label:<16}{what:<14}{direct:>10.1} {through:>12.1} {added:>+10.2}");
+        }
+    };
+    show("no interposer", &env_for(&base, &lib, None));
+    show("no rate limit", &env_for(&base, &lib, Some(&unlimited)));
+    show("token bucket", &env_for(&base, &lib, Some(&bucket)));
+    show("2 GPUs, none", &env_for(&base2, &lib, None));
+    show("2 GPUs, 2 bkts", &env_for(&base2, &lib, Some(&bucket2)));
     if Command::new("valgrind").arg("--version").output().is_err() {
         println!("(install valgrind for instruction counts)");
         return;
@@ -229,6 +255,63 @@ fn main() {
             t.1 - p.1
         );
     }
+}
+
+/// Rounds and calls per batch of the paired runs (`bench paired`).
+const PAIRED_ROUNDS: u32 = 2000;
+const PAIRED_BATCH: u32 = 1000;
+
+/// `(added, direct, through)` ns per launch and per alloc/free pair,
+/// medians of the bench program's paired mode.
+type Paired = (f64, f64, f64);
+
+///
+/// `interposed`: whether `env` preloads the interposer; the program says
+/// whether its calls bind to the driver's own definitions, which must be
+/// so exactly when nothing is interposed (else both sides time one
+/// function, or the direct side is not the driver's).
+fn paired(program: &Path, env: &[(&str, &Path)], interposed: bool) -> (Paired, Paired) {
+    let out = Command::new(program)
+        .args([
+            "paired".to_string(),
+            PAIRED_ROUNDS.to_string(),
+            PAIRED_BATCH.to_string(),
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .expect("run bench program");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "paired bench failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let get = |key: &str| -> Paired {
+        let v: Vec<f64> = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| {
+                v.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        match v[..] {
+            [added, direct, through] => (added, direct, through),
+            _ => panic!("no {key} in {text}"),
+        }
+    };
+    let bound = text
+        .lines()
+        .find_map(|l| l.strip_prefix("paired_bound_to_driver "))
+        .unwrap_or_else(|| panic!("no paired_bound_to_driver in {text}"));
+    assert_eq!(
+        bound == "1",
+        !interposed,
+        "the calls {} to the driver's own definitions",
+        if interposed { "bind" } else { "do not bind" }
+    );
+    (get("paired_launch "), get("paired_allocfree "))
 }
 
 /// Instructions per launch and per alloc/free pair, from callgrind; the
