@@ -38,7 +38,7 @@ use std::time::Instant;
 use aya::programs::{ProgramInfo, RawTracePoint, TracePoint};
 use support::{artifact_in, artifacts, device, or_skip, skip_if};
 use tessera_agent::cgroup;
-use tessera_agent::ebpf::{AttachMode, ModeRequest, Observer, ObserverConfig};
+use tessera_agent::ebpf::{AttachMode, Device, ModeRequest, Observer, ObserverConfig};
 
 const ROUNDS: usize = 7;
 
@@ -191,6 +191,125 @@ fn no_op_row(object: &Path, mode: AttachMode, iters: u32) -> Option<Row> {
     Some(run(&format!("{mode}, no-op"), iters, &info))
 }
 
+/// Rounds of the paired measurement ([`paired`]).
+const PAIRED_ROUNDS: usize = 31;
+
+/// Per op, the medians over the rounds of (no-op − none) and
+/// (observer − no-op), ns per call.
+struct Paired {
+    attach: [f64; OPS.len()],
+    program: [f64; OPS.len()],
+}
+
+/// The program's own cost by the wall clock, without the run-time
+/// statistics' clock reads: per round, every op is timed (`iters` calls)
+/// with no program attached, with the mode's program attached but
+/// unconfigured (no-op), and with the observer attached, in an order that
+/// rotates between rounds; each round's differences are taken within the
+/// round, so the machine's drift between rounds cancels, and the medians
+/// of the differences are kept. The observer is started afresh each round
+/// (its verdict caches start empty, as after an agent restart).
+fn paired(object: &Path, zero: &Device, mode: AttachMode, iters: u32) -> Option<Paired> {
+    let mut ebpf = aya::Ebpf::load_file(object).ok()?;
+    let name = mode.probe_program();
+    let targets = Targets::open();
+    let time = |i: usize| {
+        for _ in 0..iters / 20 {
+            targets.call(i);
+        }
+        let start = Instant::now();
+        for _ in 0..iters {
+            targets.call(i);
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(iters)
+    };
+    let time_all = || -> [f64; OPS.len()] { std::array::from_fn(time) };
+    let mut config = ObserverConfig::new(object, vec![zero.clone()]);
+    config.mode = ModeRequest::Only(mode);
+    match mode {
+        AttachMode::Tracepoint => {
+            let p: &mut TracePoint = ebpf.program_mut(name)?.try_into().ok()?;
+            p.load().ok()?;
+        }
+        AttachMode::RawTracepoint => {
+            let p: &mut RawTracePoint = ebpf.program_mut(name)?.try_into().ok()?;
+            p.load().ok()?;
+        }
+        AttachMode::Kprobe => return None,
+    }
+    // Times every op with the no-op program attached.
+    let mut no_op = || -> Option<[f64; OPS.len()]> {
+        let program = ebpf.program_mut(name)?;
+        Some(match mode {
+            AttachMode::Tracepoint => {
+                let p: &mut TracePoint = program.try_into().ok()?;
+                let link = p.attach("syscalls", "sys_enter_ioctl").ok()?;
+                let t = time_all();
+                p.detach(link).ok()?;
+                t
+            }
+            _ => {
+                let p: &mut RawTracePoint = program.try_into().ok()?;
+                let link = p.attach("sys_enter").ok()?;
+                let t = time_all();
+                p.detach(link).ok()?;
+                t
+            }
+        })
+    };
+    let observed = || -> Option<[f64; OPS.len()]> {
+        let observer = Observer::start(&config).ok()?;
+        let t = time_all();
+        drop(observer);
+        Some(t)
+    };
+    let (mut attach, mut program) = (Vec::new(), Vec::new());
+    for round in 0..PAIRED_ROUNDS {
+        let (mut none, mut idle, mut full) = (None, None, None);
+        for side in 0..3 {
+            match (side + round) % 3 {
+                0 => none = Some(time_all()),
+                1 => idle = Some(no_op()?),
+                _ => full = Some(observed()?),
+            }
+        }
+        let (none, idle, full) = (none?, idle?, full?);
+        attach.push(std::array::from_fn::<f64, { OPS.len() }, _>(|i| {
+            idle[i] - none[i]
+        }));
+        program.push(std::array::from_fn::<f64, { OPS.len() }, _>(|i| {
+            full[i] - idle[i]
+        }));
+    }
+    let median = |rows: &[[f64; OPS.len()]], i: usize| {
+        let mut v: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Some(Paired {
+        attach: std::array::from_fn(|i| median(&attach, i)),
+        program: std::array::from_fn(|i| median(&program, i)),
+    })
+}
+
+fn print_paired(mode: AttachMode, p: &Paired, iters: u32) {
+    println!(
+        "{mode}, paired (median over {PAIRED_ROUNDS} rounds of {iters} calls each way, statistics off), ns per call:"
+    );
+    print!("{:<18}", "");
+    for op in OPS {
+        print!(" {op:>16}");
+    }
+    println!();
+    for (label, row) in [("attach point", &p.attach), ("program", &p.program)] {
+        print!("{label:<18}");
+        for ns in row {
+            print!(" {ns:>+16.1}");
+        }
+        println!();
+    }
+}
+
 /// The tracepoint mode again, with this process registered, then reported.
 fn bypass_rows(observer: &mut Observer, rows: &mut Vec<Row>, iters: u32) {
     let pid = std::process::id();
@@ -264,6 +383,11 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
     let zero = device("/dev/zero");
+    // Before any tracepoint is attached: aya looks for tracefs once per
+    // process and keeps the answer.
+    if let Err(e) = tessera_agent::ebpf::mounts::ensure_tracefs() {
+        println!("tracefs unavailable ({e})");
+    }
 
     if let Err(e) = aya::sys::enable_stats(aya::sys::Stats::RunTime) {
         println!("no program run-time statistics ({e})");
@@ -296,4 +420,11 @@ fn main() {
         }
     }
     print(&rows, iters);
+    let paired_iters = (iters / 10).max(1000);
+    for mode in [AttachMode::Tracepoint, AttachMode::RawTracepoint] {
+        match paired(&object, &zero, mode, paired_iters) {
+            Some(p) => print_paired(mode, &p, paired_iters),
+            None => println!("{mode}, paired: not available here"),
+        }
+    }
 }
