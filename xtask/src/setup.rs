@@ -5,7 +5,7 @@
 //! - `bpf-linker`, built against that nightly's own `libLLVM` and kept under
 //!   `target/tools/`, one folder per LLVM build, so a nightly update never
 //!   leaves a linker behind that loads the wrong LLVM;
-//! - the Debian packages the tests use (`strace`, `prometheus`), as root
+//! - the Debian packages the tests use (`strace`, `prometheus`, `curl`, …), as root
 //!   only;
 //! - the Python packages the chart tests use, and NVIDIA's C headers for
 //!   the ABI check ([`crate::headers`]).
@@ -44,8 +44,10 @@ const COMPONENTS: [(&str, &str); 3] = [
 /// `agent/tests/ebpf_gpusim`); prometheus (its `prometheus` server and
 /// `promtool`) checks and scrapes the agent's `/metrics`
 /// (`agent/tests/metrics_*.rs`). On a systemd host the package also starts
-/// a prometheus service on :9090; the tests never use fixed ports.
-const PACKAGES: [&str; 4] = ["strace", "gcc", "libc6-dev", "prometheus"];
+/// a prometheus service on :9090; the tests never use fixed ports. curl is
+/// what the gpu bundle's `controller.sh` polls the agent with
+/// (`agent/tests/bundle_controller.rs` runs it).
+const PACKAGES: [&str; 5] = ["strace", "gcc", "libc6-dev", "prometheus", "curl"];
 /// Environment variable naming the nightly toolchain to use; setup, build
 /// and test all read it.
 pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";
