@@ -121,6 +121,7 @@ pub fn show(dir: &Path) -> Result<serde_json::Value, RegionCommandError> {
                 "context_overhead": g.context_overhead,
                 "launch_rate": limit(g.launch_rate),
                 "launch_burst": g.launch_burst,
+                "launch_floor": g.launch_floor,
                 "used": usage.used[i],
                 "launches": usage.buckets[i].launches,
                 "warps": usage.buckets[i].warps,

@@ -177,3 +177,41 @@ fn inflated_usage_counters_gain_a_hostile_container_nothing() {
     assert!(r.oracle[0][0] <= 32.0, "{:?}\n{}", r.oracle, table(&r));
     assert_near(&r, 0, 1, 70.0, 3.0);
 }
+
+/// A workload whose kernels change shape every 300 ms — one-warp kernels,
+/// then 6400-warp ones, both 23 µs long — as a training step alternates
+/// small element-wise kernels with wide ones. Charged by warps alone, a
+/// rate that holds one phase lets the other run at 6400 times (or a
+/// 6400th of) the cap; charged at least one wave of the GPU (the launch
+/// floor), both phases cost the same per microsecond of GPU time.
+#[test]
+fn a_workload_changing_kernel_shapes_holds_its_target() {
+    let phases = vec!["run k 1 32 300 run k 800 256 300"; 20].join(" ");
+    let s = Scenario {
+        containers: vec![Spec::new("mix", 30.0, Mode::Hard, phases)],
+        changes: vec![],
+        seconds: 10.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(3.0, 10.0)],
+    };
+    let Some(r) = run("a_workload_changing_kernel_shapes_holds_its_target", s) else {
+        return;
+    };
+    assert_near(&r, 0, 0, 30.0, 2.0);
+    // Each 100 ms window, not only the mean: at most a tenth of them off
+    // by more than 5 points.
+    let off: Vec<f64> = r
+        .periods
+        .iter()
+        .filter(|p| p.t >= 3.0)
+        .filter_map(|p| p.used[0])
+        .filter(|u| (u - 30.0).abs() > 5.0)
+        .collect();
+    let n = r.periods.iter().filter(|p| p.t >= 3.0).count();
+    assert!(
+        off.len() * 10 <= n,
+        "{} of {n} windows off by more than 5 points: {off:?}\n{}",
+        off.len(),
+        table(&r)
+    );
+}

@@ -141,7 +141,8 @@ fn a_new_container_is_paced_before_the_agent_first_decides() {
     );
     let dir = Path::new(dir.trim());
     // What the controller documents as every container's start.
-    let (rate, burst) = tessera_agent::control::ControllerConfig::default().initial_limits();
+    let start = tessera_agent::control::ControllerConfig::default().initial_limits();
+    let (rate, burst) = (start.rate, start.burst);
     // One-warp kernels of 200 µs for 1.5 s (unlimited: ~7500 warps), then
     // the process holds, still attached, so the simulator's record of it
     // names its pid (a detached channel's pid is cleared).

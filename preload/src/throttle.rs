@@ -17,7 +17,11 @@
 //! - a batch is spent on the GPU it was taken for only: a launch spends it
 //!   without a device lookup only while its [`Route`] (one GPU under the
 //!   batch's epoch, or the same current context in the same context
-//!   generation) still leads to that GPU, else it looks its device up.
+//!   generation) still leads to that GPU, else it looks its device up;
+//! - every launch is charged `max(cost, floor)`, the floor being the GPU's
+//!   `launch_floor` under the epoch the charge is made in (the batch's, or
+//!   the one `refill` reads): the bucket, the batch and the usage
+//!   counters all see the charged warps.
 //!
 //! The hooks try [`try_admit_fast`] before any other check (the one-GPU
 //! route), then [`try_admit_in_context`] (the context route), and only
@@ -136,6 +140,8 @@ struct Local {
     left: Cell<u64>,
     /// Warps the batch held.
     size: Cell<u64>,
+    /// The GPU's launch floor under `epoch`.
+    floor: Cell<u64>,
     /// Launches (and their warps) on `gpu` not yet counted.
     launches: Cell<u64>,
     warps: Cell<u64>,
@@ -156,6 +162,7 @@ impl Local {
             expires: Cell::new(0),
             left: Cell::new(0),
             size: Cell::new(0),
+            floor: Cell::new(0),
             launches: Cell::new(0),
             warps: Cell::new(0),
             unlimited: Cell::new(false),
@@ -163,11 +170,13 @@ impl Local {
         }
     }
 
-    /// Spends `cost` from this thread's batch if it is for `gpu`, taken
-    /// under `epoch`, holds enough and has not expired (unlimited: counts
-    /// the launch, up to [`FLUSH_EVERY`] of them).
+    /// Spends `cost` (at least the batch's floor) from this thread's batch
+    /// if it is for `gpu`, taken under `epoch`, holds enough and has not
+    /// expired (unlimited: counts the launch, up to [`FLUSH_EVERY`] of
+    /// them).
     #[inline(always)]
     fn try_spend(&self, gpu: usize, epoch: u64, cost: u64) -> bool {
+        let cost = cost.max(self.floor.get());
         if self.gpu.get() != gpu || self.epoch.get() != epoch || self.left.get() < cost {
             return false;
         }
@@ -265,6 +274,7 @@ pub fn forget() {
             &l.expires,
             &l.left,
             &l.size,
+            &l.floor,
             &l.launches,
             &l.warps,
         ] {
@@ -288,7 +298,7 @@ fn refill(e: &'static Enforcer, l: &Local, gpu: usize, cost: u64, route: Route, 
     let before_expiry = l.gpu.get() == gpu && sys::coarse_ns() < l.expires.get();
     let spent = l.size.get().saturating_sub(l.left.get());
     // Spent before it expired: twice as much; expired: what was spent.
-    let want = if before_expiry && l.left.get() < cost {
+    let want = if before_expiry && l.left.get() < cost.max(l.floor.get()) {
         l.size.get().saturating_mul(2)
     } else {
         spent
@@ -300,8 +310,11 @@ fn refill(e: &'static Enforcer, l: &Local, gpu: usize, cost: u64, route: Route, 
     l.unlimited.set(false);
     let bucket = &e.usage.buckets[gpu];
     loop {
-        let (rate, burst, epoch) = e.control.launch_limits(gpu);
+        let limits = e.control.launch_limits(gpu);
+        let (rate, burst, epoch) = (limits.rate, limits.burst, limits.epoch);
+        let cost = cost.max(limits.floor);
         l.epoch.set(epoch);
+        l.floor.set(limits.floor);
         // The route under the very epoch the batch is keyed on: a GPU set
         // written between the lookup and these limits leaves the batch to
         // the per-launch path (and the next launch looks again).
@@ -411,7 +424,8 @@ fn wait(e: &Enforcer, gpu: usize, mut start: u64, mut rate: u64, mut epoch: u64)
             return start;
         }
         if e.control.epoch() != epoch {
-            let (new_rate, _, new_epoch) = e.control.launch_limits(gpu);
+            let limits = e.control.launch_limits(gpu);
+            let (new_rate, new_epoch) = (limits.rate, limits.epoch);
             epoch = new_epoch;
             if new_rate == UNLIMITED {
                 return now;

@@ -289,3 +289,35 @@ fn a_launch_waiting_through_a_rate_change_is_charged_once() {
         last - first
     );
 }
+
+/// Under a launch floor a kernel smaller than the floor is charged the
+/// floor, and a larger one its warps: the launches per second the
+/// simulator was given follow `rate / max(warps, floor)`, whatever the
+/// shape.
+#[test]
+fn a_kernel_is_charged_at_least_the_launch_floor() {
+    let _serial = serial();
+    let (rate_w, floor) = (25_600u64, 256u64);
+    let c = Container::on(node(), |u| GpuLimits {
+        launch_floor: floor,
+        ..rate(u, rate_w, 2_560)
+    });
+    // (shape, warps per launch): one warp, 8 warps, then 512 warps.
+    for (shape, warps) in [("1 32", 1u64), ("1 256", 8), ("64 256", 512)] {
+        let p = c.spawn_ready(Link::Direct, &format!("dev 0 ready run tiny {shape} 2500"));
+        std::thread::sleep(Duration::from_millis(300));
+        let a = executed(&c, p.pid());
+        std::thread::sleep(Duration::from_millis(1500));
+        let b = executed(&c, p.pid());
+        drop(p);
+        let ms = b.last_ms.saturating_sub(a.last_ms).max(1) as f64;
+        let per_s = (b.kernels - a.kernels) as f64 * 1000.0 / ms;
+        assert_eq!(b.warps - a.warps, (b.kernels - a.kernels) * warps);
+        let want = rate_w as f64 / warps.max(floor) as f64;
+        assert!(
+            (per_s - want).abs() <= want * 0.03,
+            "kernels of {warps} warps: the simulator ran {per_s:.1} launches/s; \
+             at {rate_w} warps/s and a floor of {floor}, want {want:.1}"
+        );
+    }
+}

@@ -194,7 +194,7 @@ pub enum ContainerCommandError {
     Spec(#[from] SpecError),
     /// A `--gpu` value names a launch rate.
     #[error(
-        "gpu spec {0:?}: rate and burst are set by the agent from --sm-target; accepted keys: memory, overhead"
+        "gpu spec {0:?}: rate, burst and floor are set by the agent from --sm-target; accepted keys: memory, overhead"
     )]
     Rate(String),
     /// A `--cgroup` value is not accepted.
@@ -213,7 +213,7 @@ pub enum ContainerCommandError {
 
 fn grant(spec: &str) -> Result<(GpuGrant, bool), ContainerCommandError> {
     let g = parse_gpu(spec)?;
-    if g.launch_rate != UNLIMITED || g.launch_burst != 0 {
+    if g.launch_rate != UNLIMITED || g.launch_burst != 0 || g.launch_floor != 0 {
         return Err(ContainerCommandError::Rate(spec.to_owned()));
     }
     let overhead_given = spec.split(',').skip(1).any(|p| {

@@ -23,6 +23,8 @@ use tessera_region::layout::{FLAG_FAIL_OPEN, UNLIMITED};
 use tessera_region::spec::parse_uuid;
 use tessera_region::{ControlSpec, MAX_GPUS};
 
+use crate::control::Pacing;
+
 /// File name of the metadata in a region directory.
 pub const META_FILE: &str = "meta.json";
 /// The metadata format this agent writes and reads.
@@ -272,10 +274,10 @@ impl Metadata {
             .collect()
     }
 
-    /// The control region this metadata asks for, with the launch rate and
-    /// burst of each GPU taken from `rate` (by UUID; the controller's
-    /// business, not the metadata's).
-    pub fn control_spec(&self, rate: impl Fn(&[u8; 16]) -> (u64, u64)) -> ControlSpec {
+    /// The control region this metadata asks for, with the launch rate,
+    /// burst and floor of each GPU taken from `pacing` (by UUID; the
+    /// controller's business, not the metadata's).
+    pub fn control_spec(&self, pacing: impl Fn(&[u8; 16]) -> Pacing) -> ControlSpec {
         ControlSpec {
             flags: if self.fail_open { FLAG_FAIL_OPEN } else { 0 },
             gpus: self
@@ -283,13 +285,14 @@ impl Metadata {
                 .iter()
                 .filter_map(|g| {
                     let uuid = parse_uuid(&g.uuid)?;
-                    let (launch_rate, launch_burst) = rate(&uuid);
+                    let p = pacing(&uuid);
                     Some(GpuLimits {
                         uuid,
                         memory_limit: g.memory_limit_bytes.unwrap_or(UNLIMITED),
                         context_overhead: g.context_overhead_bytes,
-                        launch_rate,
-                        launch_burst,
+                        launch_rate: p.rate,
+                        launch_burst: p.burst,
+                        launch_floor: p.floor,
                     })
                 })
                 .collect(),
@@ -329,9 +332,14 @@ mod tests {
         let m = meta();
         let text = serde_json::to_vec(&m).unwrap();
         assert_eq!(Metadata::from_json(&text).unwrap(), m);
-        let spec = m.control_spec(|_| (7, 1));
+        let spec = m.control_spec(|_| Pacing {
+            rate: 7,
+            burst: 1,
+            floor: 640,
+        });
         assert_eq!(spec.gpus[0].memory_limit, 4000 << 20);
         assert_eq!(spec.gpus[0].launch_rate, 7);
+        assert_eq!(spec.gpus[0].launch_floor, 640);
     }
 
     #[test]

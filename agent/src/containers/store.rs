@@ -756,7 +756,7 @@ pub fn publish(dir: &Path, meta: &Metadata, _lock: &WriterLock) -> Result<(), St
     let spec = meta.control_spec(|uuid| {
         current.gpus.iter().find(|g| &g.uuid == uuid).map_or(
             crate::control::ControllerConfig::default().initial_limits(),
-            |g| (g.launch_rate, g.launch_burst),
+            crate::control::Pacing::from,
         )
     });
     control.write(&spec).map_err(region)

@@ -68,7 +68,7 @@ impl GpuController {
                     id.to_string(),
                     Managed {
                         control,
-                        state: Loop::new(self.config.initial_rate),
+                        state: Loop::new(self.config.start_rate()),
                         hungry_for: 0,
                         measured: None,
                         obs: None,
@@ -95,7 +95,7 @@ impl GpuController {
             return self.upsert(id, control);
         }
         let rate = if current_rate == 0 || current_rate == tessera_region::layout::UNLIMITED {
-            self.config.initial_rate
+            self.config.start_rate()
         } else {
             current_rate as f64
         };
@@ -264,6 +264,7 @@ impl GpuController {
                     id: id.clone(),
                     launch_rate: rate as u64,
                     launch_burst: burst as u64,
+                    launch_floor: cfg.launch_floor,
                     cap_percent: a.cap,
                     measured_percent: m.measured,
                     cost: m.state.cost(),

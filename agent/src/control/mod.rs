@@ -226,6 +226,8 @@ pub struct RateDecision {
     pub launch_rate: u64,
     /// Warps to write as `launch_burst`.
     pub launch_burst: u64,
+    /// Warps to write as `launch_floor` (the GPU's).
+    pub launch_floor: u64,
     /// The SM percent the rate aims at: the target for hard containers,
     /// the allocation for elastic ones.
     pub cap_percent: f64,
@@ -240,6 +242,15 @@ pub struct RateDecision {
 }
 
 impl RateDecision {
+    /// The launch limits to write.
+    pub fn pacing(&self) -> Pacing {
+        Pacing {
+            rate: self.launch_rate,
+            burst: self.launch_burst,
+            floor: self.launch_floor,
+        }
+    }
+
     /// Measured minus cap, in percentage points (the controller error, for
     /// metrics); `None` without a measurement.
     pub fn error_pp(&self) -> Option<f64> {
@@ -247,14 +258,37 @@ impl RateDecision {
     }
 }
 
+/// The launch limits of one GPU of a container's control region: what the
+/// controller decides, or what the region holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// Refill rate (warps/s).
+    pub rate: u64,
+    /// Burst (warps).
+    pub burst: u64,
+    /// Least warps a kernel is charged (the GPU's launch floor).
+    pub floor: u64,
+}
+
+impl From<&tessera_region::GpuLimits> for Pacing {
+    fn from(g: &tessera_region::GpuLimits) -> Self {
+        Self {
+            rate: g.launch_rate,
+            burst: g.launch_burst,
+            floor: g.launch_floor,
+        }
+    }
+}
+
 /// Tuning of the loops and the allocator (the defaults are what the
 /// benchmark measured; see the README's "Compute control").
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ControllerConfig {
-    /// Rate (warps/s) of a container with no cost estimate: low enough that
-    /// even single-warp kernels of milliseconds stay under a small cap
-    /// (probing then grows it by `probe_growth` per period, so cheap
-    /// warps reach 10^8 warps/s in about a second).
+    /// Rate of a container with no cost estimate, in launches of the
+    /// smallest charge per second (`initial_rate × max(launch_floor, 1)`
+    /// warps/s): low enough that even kernels of milliseconds stay under
+    /// a small cap (probing then grows it by `probe_growth` per period,
+    /// so cheap kernels reach their cap in about a second).
     pub initial_rate: f64,
     /// Factor per period by which a probing container's rate grows.
     pub probe_growth: f64,
@@ -272,6 +306,10 @@ pub struct ControllerConfig {
     pub saturated_percent: f64,
     /// Periods a container stays hungry after its bucket last bound.
     pub hungry_hold: u32,
+    /// The GPU's launch floor ([`crate::gpu::GpuDevice::launch_floor`]),
+    /// written with every rate: rates and warp counters are in charged
+    /// warps, each kernel at least this many.
+    pub launch_floor: u64,
 }
 
 impl ControllerConfig {
@@ -279,9 +317,26 @@ impl ControllerConfig {
     /// before the agent's first period decides one: what the loop itself
     /// starts from ([`Self::initial_rate`]), so that nothing started right
     /// after a container is created runs unlimited until then.
-    pub fn initial_limits(&self) -> (u64, u64) {
-        let rate = self.initial_rate.max(1.0);
-        (rate as u64, (rate * self.burst_s).ceil().max(1.0) as u64)
+    pub fn initial_limits(&self) -> Pacing {
+        let rate = self.start_rate();
+        Pacing {
+            rate: rate as u64,
+            burst: (rate * self.burst_s).ceil().max(1.0) as u64,
+            floor: self.launch_floor,
+        }
+    }
+
+    /// The rate (warps/s) a loop with no estimate starts from.
+    pub fn start_rate(&self) -> f64 {
+        (self.initial_rate * self.launch_floor.max(1) as f64).max(1.0)
+    }
+
+    /// This tuning on a GPU whose launch floor is `floor`.
+    pub fn with_launch_floor(self, floor: u64) -> Self {
+        Self {
+            launch_floor: floor,
+            ..self
+        }
     }
 }
 
@@ -297,6 +352,7 @@ impl Default for ControllerConfig {
             headroom_pp: 1.0,
             saturated_percent: 99.0,
             hungry_hold: 5,
+            launch_floor: 0,
         }
     }
 }

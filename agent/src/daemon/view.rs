@@ -24,6 +24,8 @@ pub struct GpuView {
     pub memory_limit_bytes: Option<u64>,
     /// Launch rate in the control region (warps/s; null: unlimited).
     pub launch_rate: Option<u64>,
+    /// Least warps a kernel is charged on this GPU (0: its warps).
+    pub launch_floor: u64,
     /// Bytes the preload accounts for (usage region).
     pub preload_used_bytes: u64,
     /// Bytes NVML reports for the container's processes.

@@ -181,6 +181,31 @@ pub trait GpuBackend {
     fn usage(&self, index: u32, since_unix_us: u64) -> Result<GpuUsage, GpuError>;
 }
 
+/// Warps one SM holds resident at once for a compute capability (the
+/// "maximum number of resident warps per SM" of NVIDIA's published
+/// per-capability figures; 64 for capabilities not listed).
+pub fn resident_warps_per_sm([major, minor]: [u32; 2]) -> u32 {
+    match (major, minor) {
+        (7, 5) => 32,
+        (8, 6..=9) | (12, _) => 48,
+        _ => 64,
+    }
+}
+
+impl GpuDevice {
+    /// The launch floor the agent writes for this GPU: the warps one wave
+    /// of it holds (SMs × resident warps per SM), so that a kernel too
+    /// small to fill the GPU is charged the time it holds it (NVML's
+    /// utilisation counts a GPU busy while any kernel runs, however few
+    /// SMs it uses). 0 (kernels cost their warps) when the SM count is
+    /// unknown.
+    pub fn launch_floor(&self) -> u64 {
+        let per_sm = self.compute_capability.map_or(64, resident_warps_per_sm);
+        self.sm_count
+            .map_or(0, |sms| u64::from(sms) * u64::from(per_sm))
+    }
+}
+
 /// FP32 cores per SM of a compute capability (NVIDIA's published figures),
 /// to turn NVML's core count into SMs.
 pub fn cores_per_sm([major, minor]: [u32; 2]) -> u32 {

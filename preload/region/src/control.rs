@@ -29,6 +29,23 @@ pub struct GpuLimits {
     pub launch_rate: u64,
     /// Launch burst (warps).
     pub launch_burst: u64,
+    /// Least warps a kernel is charged (0: its warps; see
+    /// [`crate::layout::ControlGpu::launch_floor`]).
+    pub launch_floor: u64,
+}
+
+/// What a launch on one GPU reads of its limits, and the epoch it read
+/// them under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchLimits {
+    /// Refill rate (warps/s; [`UNLIMITED`]; 0 pauses).
+    pub rate: u64,
+    /// Burst (warps).
+    pub burst: u64,
+    /// Least warps a kernel is charged.
+    pub floor: u64,
+    /// The control epoch they were read under.
+    pub epoch: u64,
 }
 
 impl GpuLimits {
@@ -40,6 +57,7 @@ impl GpuLimits {
             context_overhead: 0,
             launch_rate: UNLIMITED,
             launch_burst: 0,
+            launch_floor: 0,
         }
     }
 }
@@ -111,6 +129,7 @@ fn load_gpu(g: &ControlGpu) -> GpuLimits {
         context_overhead: g.context_overhead.load(Ordering::Relaxed),
         launch_rate: g.launch_rate.load(Ordering::Relaxed),
         launch_burst: g.launch_burst.load(Ordering::Relaxed),
+        launch_floor: g.launch_floor.load(Ordering::Relaxed),
     }
 }
 
@@ -147,6 +166,10 @@ fn store_copy(
         step!(
             stores,
             slot.launch_burst.store(g.launch_burst, Ordering::Relaxed)
+        );
+        step!(
+            stores,
+            slot.launch_floor.store(g.launch_floor, Ordering::Relaxed)
         );
     }
     Ok(true)
@@ -275,17 +298,23 @@ impl ControlRegion {
         self.read_section(|c| load_gpu(&c.gpus[i % MAX_GPUS]))
     }
 
-    /// GPU `i`'s launch rate and burst, and the epoch they were read under
-    /// (the launch fast path: two fields, no UUID).
-    pub fn launch_limits(&self, i: usize) -> (u64, u64, u64) {
-        let ((rate, burst), epoch) = self.read_section(|c| {
+    /// GPU `i`'s launch rate, burst and floor, and the epoch they were
+    /// read under (the launch path: three fields, no UUID).
+    pub fn launch_limits(&self, i: usize) -> LaunchLimits {
+        let ((rate, burst, floor), epoch) = self.read_section(|c| {
             let g = &c.gpus[i % MAX_GPUS];
             (
                 g.launch_rate.load(Ordering::Relaxed),
                 g.launch_burst.load(Ordering::Relaxed),
+                g.launch_floor.load(Ordering::Relaxed),
             )
         });
-        (rate, burst, epoch)
+        LaunchLimits {
+            rate,
+            burst,
+            floor,
+            epoch,
+        }
     }
 
     /// A consistent view of everything.
@@ -386,6 +415,7 @@ mod tests {
             context_overhead: 300 << 20,
             launch_rate: 1000,
             launch_burst: 50,
+            launch_floor: 8448,
         };
         let spec = ControlSpec {
             flags: 0,
@@ -455,6 +485,7 @@ mod tests {
                     context_overhead: k << 20 | i,
                     launch_rate: k * 1000 + i,
                     launch_burst: k * 10 + i,
+                    launch_floor: k * 7 + i,
                 })
                 .collect(),
         }
@@ -476,10 +507,10 @@ mod tests {
             .unwrap_or_else(|| panic!("{what}: a mixed view {s:?}"));
         for (g, want) in s.gpus.iter().enumerate() {
             assert_eq!(r.gpu(g).0, *want, "{what}");
-            let (rate, burst, _) = r.launch_limits(g);
+            let l = r.launch_limits(g);
             assert_eq!(
-                (rate, burst),
-                (want.launch_rate, want.launch_burst),
+                (l.rate, l.burst, l.floor),
+                (want.launch_rate, want.launch_burst, want.launch_floor),
                 "{what}"
             );
         }

@@ -11,7 +11,8 @@
 //!                          primary fields), backup_epoch (odd while it
 //!                          writes the backup)
 //!   64    ControlGpu × 16  uuid, memory_limit, context_overhead,
-//!                          launch_rate, launch_burst, flags (primary)
+//!                          launch_rate, launch_burst, flags,
+//!                          launch_floor (primary)
 //!   1088  ControlBackupHeader  flags, gpu_count (backup)
 //!   1152  ControlGpu × 16  the backup's GPUs
 //!
@@ -26,7 +27,13 @@
 //! ```
 //!
 //! Units: bytes, ns, and *warps* for launch cost (a launch of G blocks of
-//! T threads costs `G × ceil(T / 32)` warps).
+//! T threads costs `G × ceil(T / 32)` warps, or the GPU's `launch_floor`
+//! if that is more).
+//!
+//! Fields added within an ABI version take a word that was reserved
+//! (zero) and give zero the meaning the word had before: `launch_floor`
+//! (0: a kernel costs its warps) was `reserved1`, so regions written
+//! before it and libraries older than it agree on everything else.
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -145,8 +152,11 @@ pub struct ControlGpu {
     pub flags: AtomicU32,
     /// Reserved.
     pub reserved0: AtomicU32,
-    /// Reserved.
-    pub reserved1: AtomicU64,
+    /// Least warps one kernel is charged (0: its warps). The agent sets
+    /// the warps one wave of the GPU holds (SMs × resident warps per SM),
+    /// so that a kernel too small to fill the GPU is charged the time it
+    /// holds it, as NVML's utilisation counts it.
+    pub launch_floor: AtomicU64,
 }
 
 /// Header of the backup copy.
@@ -276,6 +286,9 @@ mod tests {
         );
         assert!(size_of::<ControlRegion>() <= CONTROL_SIZE);
         assert_eq!(std::mem::offset_of!(ControlHeader, flags), 16);
+        // Where `reserved1` was.
+        assert_eq!(std::mem::offset_of!(ControlGpu, launch_floor), 56);
+        assert_eq!(std::mem::size_of::<ControlGpu>(), 64);
         assert_eq!(std::mem::offset_of!(ControlHeader, epoch), 24);
         assert_eq!(size_of::<Bucket>(), 64);
         assert_eq!(usage_offsets::BUCKETS, 64);

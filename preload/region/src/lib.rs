@@ -27,6 +27,6 @@ pub mod spec;
 pub mod usage;
 pub mod usage_file;
 
-pub use control::{ControlSnapshot, ControlSpec, GpuLimits};
+pub use control::{ControlSnapshot, ControlSpec, GpuLimits, LaunchLimits};
 pub use error::RegionError;
 pub use layout::{ABI_VERSION, MAX_GPUS, MAX_SLOTS, UNLIMITED};

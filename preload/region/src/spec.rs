@@ -1,5 +1,5 @@
 //! Parsing per-GPU limits from text, for `tessera-agent region` and
-//! tests: `GPU-<uuid>[,memory=<MiB>][,overhead=<MiB>][,rate=<warps/s>][,burst=<warps>]`.
+//! tests: `GPU-<uuid>[,memory=<MiB>][,overhead=<MiB>][,rate=<warps/s>][,burst=<warps>][,floor=<warps>]`.
 //! `rate=unlimited` and `memory=unlimited` are accepted; omitted fields
 //! are unlimited (burst defaults to 1/100 of the rate, at least 1).
 
@@ -129,9 +129,15 @@ pub fn parse_gpu(spec: &str) -> Result<GpuLimits, SpecError> {
             "overhead" => g.context_overhead = mib(value)?.min(1 << 50),
             "rate" => g.launch_rate = number(value)?,
             "burst" => burst = Some(number(value)?),
+            "floor" => {
+                g.launch_floor = number(value)?;
+                if g.launch_floor == UNLIMITED {
+                    return Err(bad("needs a whole number of warps"));
+                }
+            }
             _ => {
                 return Err(bad(
-                    "has an unknown key; accepted: memory, overhead, rate, burst",
+                    "has an unknown key; accepted: memory, overhead, rate, burst, floor",
                 ));
             }
         }
@@ -157,7 +163,10 @@ mod tests {
         assert_eq!(g.context_overhead, 300 << 20);
         assert_eq!(g.launch_rate, 20000);
         assert_eq!(g.launch_burst, 200);
+        assert_eq!(g.launch_floor, 0);
         assert_eq!(format_uuid(&g.uuid), U);
+        let g = parse_gpu(&format!("{U},rate=20000,floor=8448")).unwrap();
+        assert_eq!(g.launch_floor, 8448);
         let g = parse_gpu(U).unwrap();
         assert_eq!(g.memory_limit, UNLIMITED);
         assert_eq!(g.launch_rate, UNLIMITED);
@@ -175,6 +184,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown key"), "{e}");
+        let e = parse_gpu(&format!("{U},floor=unlimited"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"floor=unlimited\" needs a whole number of warps"),
+            "{e}"
+        );
     }
 
     /// The text form built the slow, obvious way: the oracle of the codec.

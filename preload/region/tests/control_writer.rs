@@ -23,6 +23,7 @@ fn spec_of(k: u64) -> ControlSpec {
                 context_overhead: k << 8 | i,
                 launch_rate: k * 1000 + i,
                 launch_burst: k * 10 + i,
+                launch_floor: k * 7 + i,
             })
             .collect(),
     }

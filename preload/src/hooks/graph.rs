@@ -3,7 +3,11 @@
 //! date when kernel or child-graph nodes of the executable graph are
 //! changed or the executable is updated from another graph. Conditional
 //! nodes' bodies are not counted (their iteration count is only known on
-//! the GPU).
+//! the GPU). Each kernel costs at least the GPU's launch floor as it was
+//! when the executable was instantiated or last updated from a graph
+//! (the floor is a property of the GPU the agent sets once; a graph
+//! instantiated before the agent first set it keeps the lower cost until
+//! it is updated or instantiated again).
 //!
 //! Graph memory nodes (`cuGraphAddMemAllocNode`, or `cuGraphAddNode` of a
 //! memory-allocation node) allocate when the graph runs, outside any hook:
@@ -17,7 +21,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_ulonglong, c_void};
 
-use super::launch::{cost, launch};
+use super::launch::{cost, launch, launch_floor};
 use super::{alias, dispatch, hook, refused_when_limited};
 use crate::ffi::*;
 use crate::real::real_cuda;
@@ -35,6 +39,8 @@ pub struct GraphCost {
     /// Cost now of each kernel and child-graph node of the graph it was
     /// instantiated from, and of nodes changed since.
     nodes: HashMap<usize, u64>,
+    /// The launch floor its kernels were charged at.
+    floor: u64,
 }
 
 impl GraphCost {
@@ -52,16 +58,18 @@ impl GraphCost {
     }
 }
 
-/// Warps of a kernel node with these parameters.
-fn params_cost(p: &KernelNodeParamsV1) -> u64 {
+/// Warps charged for a kernel node with these parameters under launch
+/// floor `floor`.
+fn params_cost(p: &KernelNodeParamsV1, floor: u64) -> u64 {
     cost(
         [p.grid_dim_x, p.grid_dim_y, p.grid_dim_z],
         [p.block_dim_x, p.block_dim_y, p.block_dim_z],
     )
+    .max(floor)
 }
 
-/// Warps of kernel node `node` (0 if it is not one).
-fn kernel_cost(node: Handle) -> u64 {
+/// Warps charged for kernel node `node` (0 if it is not one).
+fn kernel_cost(node: Handle, floor: u64) -> u64 {
     // SAFETY: KernelNodeParams is plain data; zero is a valid value.
     let mut p: KernelNodeParams = unsafe { std::mem::zeroed() };
     let mut rc = real_cuda!(cuGraphKernelNodeGetParams_v2(node, &mut p));
@@ -69,24 +77,25 @@ fn kernel_cost(node: Handle) -> u64 {
         rc = real_cuda!(cuGraphKernelNodeGetParams(node, &mut p));
     }
     if rc == CUDA_SUCCESS {
-        params_cost(&p.v1)
+        params_cost(&p.v1, floor)
     } else {
         0
     }
 }
 
-/// Warps of node `node`: a kernel's, or a child graph's kernels'.
-fn node_cost(node: Handle, depth: u32) -> u64 {
+/// Warps charged for node `node`: a kernel's, or a child graph's
+/// kernels'.
+fn node_cost(node: Handle, depth: u32, floor: u64) -> u64 {
     let mut kind: c_int = -1;
     if real_cuda!(cuGraphNodeGetType(node, &mut kind)) != CUDA_SUCCESS {
         return 0;
     }
     match kind {
-        CU_GRAPH_NODE_TYPE_KERNEL => kernel_cost(node),
+        CU_GRAPH_NODE_TYPE_KERNEL => kernel_cost(node, floor),
         CU_GRAPH_NODE_TYPE_GRAPH => {
             let mut child: Handle = std::ptr::null_mut();
             if real_cuda!(cuGraphChildGraphNodeGetGraph(node, &mut child)) == CUDA_SUCCESS {
-                graph_cost(child, depth + 1, None)
+                graph_cost(child, depth + 1, None, floor)
             } else {
                 0
             }
@@ -95,9 +104,15 @@ fn node_cost(node: Handle, depth: u32) -> u64 {
     }
 }
 
-/// The launch cost of graph `g`: the sum over its kernel nodes, child
-/// graphs included. `record` receives each node's cost.
-fn graph_cost(g: Handle, depth: u32, mut record: Option<&mut HashMap<usize, u64>>) -> u64 {
+/// The launch cost of graph `g` under launch floor `floor`: the sum over
+/// its kernel nodes, child graphs included. `record` receives each node's
+/// cost.
+fn graph_cost(
+    g: Handle,
+    depth: u32,
+    mut record: Option<&mut HashMap<usize, u64>>,
+    floor: u64,
+) -> u64 {
     let mut n: usize = 0;
     if depth > MAX_DEPTH
         || real_cuda!(cuGraphGetNodes(g, std::ptr::null_mut(), &mut n)) != CUDA_SUCCESS
@@ -111,7 +126,7 @@ fn graph_cost(g: Handle, depth: u32, mut record: Option<&mut HashMap<usize, u64>
     }
     let mut total = 0u64;
     for &node in nodes.iter().take(n) {
-        let c = node_cost(node, depth);
+        let c = node_cost(node, depth, floor);
         if c > 0
             && let Some(r) = record.as_deref_mut()
         {
@@ -137,11 +152,17 @@ unsafe fn note_graph(e: &Enforcer, rc: CUresult, exec: *mut Handle, graph: Handl
 /// `exec` now runs the kernels of `graph`.
 fn exec_updated(e: &Enforcer, rc: CUresult, exec: Handle, graph: Handle) {
     if rc == CUDA_SUCCESS {
+        let floor = launch_floor(e);
         let mut nodes = HashMap::new();
-        let warps = graph_cost(graph, 0, Some(&mut nodes));
-        e.books()
-            .graphs
-            .insert(exec as usize, GraphCost { warps, nodes });
+        let warps = graph_cost(graph, 0, Some(&mut nodes), floor);
+        e.books().graphs.insert(
+            exec as usize,
+            GraphCost {
+                warps,
+                nodes,
+                floor,
+            },
+        );
     }
 }
 
@@ -154,11 +175,23 @@ fn graph_launch(e: &'static Enforcer, exec: Handle, real: impl FnOnce() -> CUres
     launch(e, warps, real)
 }
 
-/// Node `node` of `exec` now costs `now` warps (if the change succeeded).
-fn node_changed(e: &Enforcer, rc: CUresult, exec: Handle, node: Handle, now: u64) {
+/// Node `node` of `exec` now costs `now(floor)` warps, `floor` being the
+/// launch floor `exec` is charged at (if the change succeeded).
+fn node_changed(
+    e: &Enforcer,
+    rc: CUresult,
+    exec: Handle,
+    node: Handle,
+    now: impl FnOnce(u64) -> u64,
+) {
     if rc != CUDA_SUCCESS {
         return;
     }
+    // (Not under the books' lock: `now` may call the driver.)
+    let Some(floor) = e.books().graphs.get(&(exec as usize)).map(|g| g.floor) else {
+        return;
+    };
+    let now = now(floor);
     if let Some(g) = e.books().graphs.get_mut(&(exec as usize)) {
         g.change(node as usize, now);
     }
@@ -219,21 +252,18 @@ unsafe fn exec_set_node(
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     let rc = real_cuda!(cuGraphExecNodeSetParams(exec, node, &mut own));
-    let now = match own.kind {
+    match own.kind {
         CU_GRAPH_NODE_TYPE_KERNEL => {
             // SAFETY: the type says the kernel member is the one set.
             let k = unsafe { own.body.kernel };
-            Some(params_cost(&k.v1))
+            node_changed(e, rc, exec, node, |floor| params_cost(&k.v1, floor));
         }
         CU_GRAPH_NODE_TYPE_GRAPH => {
             // SAFETY: the type says the graph member is the one set.
             let child = unsafe { own.body.graph };
-            Some(graph_cost(child, 1, None))
+            node_changed(e, rc, exec, node, |floor| graph_cost(child, 1, None, floor));
         }
-        _ => None,
-    };
-    if let Some(now) = now {
-        node_changed(e, rc, exec, node, now);
+        _ => {}
     }
     rc
 }
@@ -297,7 +327,7 @@ hook! {
                     return real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, params));
                 };
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams(exec, node, &own));
-                node_changed(e, rc, exec, node, params_cost(&own));
+                node_changed(e, rc, exec, node, |floor| params_cost(&own, floor));
                 rc
             },
         )
@@ -313,7 +343,7 @@ hook! {
                     return real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, params));
                 };
                 let rc = real_cuda!(cuGraphExecKernelNodeSetParams_v2(exec, node, &own));
-                node_changed(e, rc, exec, node, params_cost(&own.v1));
+                node_changed(e, rc, exec, node, |floor| params_cost(&own.v1, floor));
                 rc
             },
         )
@@ -324,7 +354,7 @@ hook! {
             || real_cuda!(cuGraphExecChildGraphNodeSetParams(exec, node, child)),
             |e| {
                 let rc = real_cuda!(cuGraphExecChildGraphNodeSetParams(exec, node, child));
-                node_changed(e, rc, exec, node, graph_cost(child, 1, None));
+                node_changed(e, rc, exec, node, |floor| graph_cost(child, 1, None, floor));
                 rc
             },
         )

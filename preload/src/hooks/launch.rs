@@ -1,6 +1,8 @@
 //! Launches: every path draws from the container's launch bucket of the
 //! GPU before the real launch. A kernel costs its warps (grid blocks ×
-//! ceil(threads per block / 32)); graphs are in `graph.rs`.
+//! ceil(threads per block / 32)), or the GPU's launch floor if that is
+//! more (applied where the GPU is known, in `throttle`); graphs are in
+//! `graph.rs`.
 
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::Ordering;
@@ -31,6 +33,17 @@ pub fn launch(e: &'static Enforcer, warps: u64, real: impl FnOnce() -> CUresult)
         Ok(()) => real(),
         Err(rc) => rc,
     }
+}
+
+/// The launch floor of the current device's GPU in the container (0 when
+/// there is none, or no current device the container has).
+pub fn launch_floor(e: &Enforcer) -> u64 {
+    let gpu = if e.single_gpu_epoch().is_some() {
+        Ok(0)
+    } else {
+        current_context_device().and_then(|c| gpu_index(e, c.device))
+    };
+    gpu.map_or(0, |gpu| e.control.launch_limits(gpu).floor)
 }
 
 /// Admits a launch of `warps` on the current device (waiting for its

@@ -25,6 +25,7 @@ use tessera_agent::control::sampling::{now_us, read_sm_samples};
 use tessera_agent::control::{
     self, ContainerControl, ContainerSample, ControllerConfig, GpuController, GpuSample, Mode,
 };
+use tessera_agent::gpu::{GpuBackend, NvmlBackend};
 use tessera_region::control::{ControlSpec, GpuLimits};
 use tessera_region::file::{create_control, create_usage, read_usage_bytes};
 use tessera_region::reader::read_usage;
@@ -276,12 +277,13 @@ fn scribbler() -> PathBuf {
         .clone()
 }
 
-fn limits(uuid: [u8; 16], rate: u64, burst: u64) -> ControlSpec {
+fn limits(uuid: [u8; 16], rate: u64, burst: u64, floor: u64) -> ControlSpec {
     ControlSpec {
         flags: 0,
         gpus: vec![GpuLimits {
             launch_rate: rate,
             launch_burst: burst,
+            launch_floor: floor,
             ..GpuLimits::unlimited(uuid)
         }],
     }
@@ -315,13 +317,17 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
     let config = gpusim::state::Config::from_env();
     let simulator = gpusim::Sim::open(&config).unwrap();
     let uuid = simulator.uuid_bytes(0);
-    let nvml = nvml_wrapper::Nvml::builder()
-        .lib_path(sim::artifact("sim/libnvidia-ml.so.1").as_os_str())
-        .init()
-        .unwrap();
-    let device = nvml.device_by_index(0).unwrap();
-    let cfg = ControllerConfig::default();
-    let initial = cfg.initial_rate as u64;
+    let backend = NvmlBackend::load(sim::artifact("sim/libnvidia-ml.so.1").as_os_str()).unwrap();
+    let device = backend.nvml().device_by_index(0).unwrap();
+    // Tessera's limiter charges kernels at least the GPU's launch floor,
+    // as the agent writes it; the bang-bang one charges warps, as HAMi
+    // charges blocks.
+    let floor = match scenario.limiter {
+        Limiter::Tessera => backend.device(0).unwrap().launch_floor(),
+        Limiter::BangBang => 0,
+    };
+    let cfg = ControllerConfig::default().with_launch_floor(floor);
+    let initial = cfg.start_rate() as u64;
     let mut controller = GpuController::new(cfg);
     let program = sim::workload(sim::Link::Direct);
     let lib = sim::artifact("lib/libtessera.so");
@@ -331,8 +337,11 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
         .map(|s| {
             let region = dir.join(&s.id);
             std::fs::create_dir_all(&region).unwrap();
-            let control =
-                create_control(&region, &limits(uuid, initial, (initial / 200).max(1))).unwrap();
+            let control = create_control(
+                &region,
+                &limits(uuid, initial, (initial / 200).max(1), floor),
+            )
+            .unwrap();
             create_usage(&region).unwrap();
             Live {
                 spec: s.clone(),
@@ -443,7 +452,7 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
                     l.rate = d.launch_rate;
                     l.cap = d.cap_percent;
                     l.control
-                        .write(&limits(uuid, d.launch_rate, d.launch_burst))
+                        .write(&limits(uuid, d.launch_rate, d.launch_burst, d.launch_floor))
                         .unwrap();
                 }
             }
@@ -462,7 +471,7 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
                     l.rate = l.bang as u64;
                     let burst = (l.bang * 0.005).ceil() as u64;
                     l.control
-                        .write(&limits(uuid, l.rate, burst.max(1)))
+                        .write(&limits(uuid, l.rate, burst.max(1), floor))
                         .unwrap();
                 }
             }

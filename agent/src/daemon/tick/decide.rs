@@ -42,10 +42,9 @@ impl Agent {
             // one knows every container skipped this period (each was
             // added at a visit since, or in the period it was made).
             let fresh = !self.controllers.contains_key(&gpu.uuid);
-            let ctl = self
-                .controllers
-                .entry(gpu.uuid)
-                .or_insert_with(|| GpuController::new(ControllerConfig::default()));
+            let ctl = self.controllers.entry(gpu.uuid).or_insert_with(|| {
+                GpuController::new(ControllerConfig::default().with_launch_floor(gpu.launch_floor))
+            });
             let mut sample = GpuSample {
                 busy_percent: sm.get(&gpu.uuid).map(SmSamples::total),
                 containers: Vec::new(),

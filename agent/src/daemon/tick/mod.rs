@@ -53,7 +53,7 @@ use crate::containers::store::{Container, FileKey, MetaCache, Skipped, Store, Wr
 use crate::containers::{ContainerId, Metadata};
 use crate::control::sampling::{self, SmSamples};
 use crate::control::{
-    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, RateDecision,
+    ContainerSample, ControlError, ControllerConfig, GpuController, GpuSample, Pacing, RateDecision,
 };
 use crate::error_chain::with_causes;
 use crate::gpu::{GpuBackend, GpuLive, NvmlBackend};
@@ -79,6 +79,8 @@ mod publish;
 struct NodeGpu {
     index: u32,
     uuid: [u8; 16],
+    /// What its controller writes as `launch_floor`.
+    launch_floor: u64,
 }
 
 /// NVML and the node's GPUs.

@@ -9,7 +9,11 @@ fn node_gpus(backend: &NvmlBackend) -> Result<Vec<NodeGpu>, crate::gpu::GpuError
     for index in 0..backend.device_count()? {
         let d = backend.device(index)?;
         if let Some(uuid) = tessera_region::spec::parse_uuid(&d.uuid) {
-            gpus.push(NodeGpu { index, uuid });
+            gpus.push(NodeGpu {
+                index,
+                uuid,
+                launch_floor: d.launch_floor(),
+            });
         }
     }
     Ok(gpus)

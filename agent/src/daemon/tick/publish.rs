@@ -41,7 +41,7 @@ impl Agent {
         let current = m.control.snapshot();
         let spec: ControlSpec = c.meta.control_spec(|uuid| {
             if let Some(d) = decided(uuid) {
-                return (d.launch_rate, d.launch_burst);
+                return d.pacing();
             }
             current
                 .gpus
@@ -49,9 +49,7 @@ impl Agent {
                 .find(|g| &g.uuid == uuid)
                 // A GPU new to the region starts paced, as `container add`
                 // creates it.
-                .map_or(ControllerConfig::default().initial_limits(), |g| {
-                    (g.launch_rate, g.launch_burst)
-                })
+                .map_or(ControllerConfig::default().initial_limits(), Pacing::from)
         });
         for u in &per.uuids {
             if !node_gpus.is_empty() && !node_gpus.contains(u) {
@@ -100,6 +98,7 @@ impl Agent {
                     uuid: format_uuid(&g.uuid),
                     memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
                     launch_rate: (g.launch_rate != UNLIMITED).then_some(g.launch_rate),
+                    launch_floor: g.launch_floor,
                     preload_used_bytes: usage.as_ref().map_or(0, |u| u.used[i]),
                     nvml_used_bytes: mem,
                     sm_percent: sm
