@@ -104,6 +104,10 @@ fn two_hard_containers_hold_their_targets_and_follow_a_live_change() {
     let c = Agent::container(&view, "a").unwrap();
     assert!(c["gpus"][0]["launch_rate"].as_u64().is_some(), "{c:#}");
     assert_eq!(c["gpus"][0]["cap_percent"], 30.0);
+    // The launch floor the interposer reads: one wave of the node's GPU
+    // (100 SMs at compute 9.0, 64 resident warps each).
+    let region = tessera_region::file::open_control(&Path::new(&a).join("control")).unwrap();
+    assert_eq!(region.snapshot().gpus[0].launch_floor, 100 * 64);
 
     // A live target change: a 30 -> 20 without restarting anything.
     container_ok(&root, &["set", "--id", "a", "--sm-target", "20"]);

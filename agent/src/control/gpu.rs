@@ -259,7 +259,7 @@ impl GpuController {
                         return None;
                     }
                 }
-                let burst = (rate * cfg.burst_s).ceil().max(1.0);
+                let burst = cfg.burst_for(rate);
                 Some(RateDecision {
                     id: id.clone(),
                     launch_rate: rate as u64,

@@ -321,9 +321,19 @@ impl ControllerConfig {
         let rate = self.start_rate();
         Pacing {
             rate: rate as u64,
-            burst: (rate * self.burst_s).ceil().max(1.0) as u64,
+            burst: self.burst_for(rate) as u64,
             floor: self.launch_floor,
         }
+    }
+
+    /// The burst (warps) written with `rate`: `burst_s` of it, and at
+    /// least the smallest charge of one launch (the launch floor, or one
+    /// warp), so that the bucket's tolerance never falls below one launch
+    /// of the smallest kind, whatever unit the rate is in.
+    pub fn burst_for(&self, rate: f64) -> f64 {
+        (rate * self.burst_s)
+            .ceil()
+            .max(self.launch_floor.max(1) as f64)
     }
 
     /// The rate (warps/s) a loop with no estimate starts from.

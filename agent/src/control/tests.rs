@@ -533,3 +533,30 @@ fn samples_fold_per_pid() {
     assert_eq!(f.sum_over([1, 4, 1, 99]), 60.0, "each pid once");
     assert_eq!(f.total(), 100.0);
 }
+
+#[test]
+fn a_floor_scales_the_start_and_bounds_the_burst_below() {
+    let plain = ControllerConfig::default();
+    let floored = plain.with_launch_floor(8448);
+    // The same launches per second at the start, whatever the unit.
+    assert_eq!(floored.start_rate(), plain.start_rate() * 8448.0);
+    let start = floored.initial_limits();
+    assert_eq!((start.rate, start.floor), (20 * 8448, 8448));
+    // A burst never holds less than one launch of the smallest charge.
+    assert_eq!(floored.burst_for(1000.0), 8448.0);
+    assert_eq!(floored.burst_for(1e9), 1e9 * floored.burst_s);
+    assert_eq!(plain.burst_for(10.0), 1.0);
+    // Decisions carry the floor to the control region.
+    let mut c = GpuController::new(floored);
+    c.upsert("a", ctl(30.0, Mode::Hard)).unwrap();
+    let d = c.tick(
+        std::time::Instant::now(),
+        &GpuSample {
+            busy_percent: Some(0.0),
+            containers: Vec::new(),
+        },
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].launch_floor, d[0].pacing().floor), (8448, 8448));
+    assert!(d[0].launch_burst >= 8448, "{d:?}");
+}

@@ -215,3 +215,40 @@ pub fn cores_per_sm([major, minor]: [u32; 2]) -> u32 {
         _ => 128,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(sm_count: Option<u32>, cc: Option<[u32; 2]>) -> GpuDevice {
+        GpuDevice {
+            index: 0,
+            uuid: "GPU-5e1a0000-0000-4000-8000-000051510000".into(),
+            name: "test".into(),
+            pci_bus_id: "00000000:18:00.0".into(),
+            memory_total_bytes: None,
+            numa_node: None,
+            sm_count,
+            compute_capability: cc,
+            nvlink_remote_bus_ids: Vec::new(),
+            mig_enabled: None,
+            health: Health::Healthy,
+        }
+    }
+
+    #[test]
+    fn the_launch_floor_is_one_wave_of_the_gpu() {
+        // H100 / H200: 132 SMs, compute 9.0, 64 resident warps per SM.
+        assert_eq!(device(Some(132), Some([9, 0])).launch_floor(), 8448);
+        // A100: 108 SMs, 8.0.
+        assert_eq!(device(Some(108), Some([8, 0])).launch_floor(), 6912);
+        // L40S (8.9) and RTX 3090 (8.6): 48 warps per SM.
+        assert_eq!(device(Some(142), Some([8, 9])).launch_floor(), 142 * 48);
+        assert_eq!(device(Some(82), Some([8, 6])).launch_floor(), 82 * 48);
+        // T4 (7.5): 32.
+        assert_eq!(device(Some(40), Some([7, 5])).launch_floor(), 1280);
+        // Unknown capability: 64; unknown SM count: no floor.
+        assert_eq!(device(Some(10), None).launch_floor(), 640);
+        assert_eq!(device(None, Some([9, 0])).launch_floor(), 0);
+    }
+}
