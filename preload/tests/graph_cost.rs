@@ -85,21 +85,30 @@ fn check(c: &Container, link: Link, how: &str, l: Limits) {
     );
 }
 
+/// Every way `gcost` builds or changes a graph.
+const ALL_WAYS: [&str; 6] = [
+    "addnode",
+    "setparams",
+    "kernelset",
+    "childset",
+    "update",
+    "v1inst",
+];
+
+/// A container on the test node under `l`.
+fn container(l: Limits) -> Container {
+    Container::on(node(), |u| GpuLimits {
+        launch_rate: l.rate,
+        launch_burst: l.burst,
+        launch_floor: l.floor,
+        ..GpuLimits::unlimited(u)
+    })
+}
+
 #[test]
 fn a_graph_launch_is_charged_the_warps_the_simulator_runs() {
-    let c = Container::on(node(), |u| GpuLimits {
-        launch_rate: RATE,
-        launch_burst: BURST,
-        ..GpuLimits::unlimited(u)
-    });
-    for how in [
-        "addnode",
-        "setparams",
-        "kernelset",
-        "childset",
-        "update",
-        "v1inst",
-    ] {
+    let c = container(PLAIN);
+    for how in ALL_WAYS {
         check(&c, Link::Direct, how, PLAIN);
     }
     // The new entry points are hooked through dlsym and cuGetProcAddress.
@@ -120,20 +129,8 @@ fn each_kernel_of_a_graph_is_charged_at_least_the_floor() {
         burst: 640,
         floor: 64,
     };
-    let c = Container::on(node(), |u| GpuLimits {
-        launch_rate: l.rate,
-        launch_burst: l.burst,
-        launch_floor: l.floor,
-        ..GpuLimits::unlimited(u)
-    });
-    for how in [
-        "addnode",
-        "setparams",
-        "kernelset",
-        "childset",
-        "update",
-        "v1inst",
-    ] {
+    let c = container(l);
+    for how in ALL_WAYS {
         check(&c, Link::Direct, how, l);
     }
 }
