@@ -79,25 +79,29 @@ impl GpuController {
         Ok(())
     }
 
-    /// Adds container `id` that already runs under `current_rate` (read
-    /// from its control region, e.g. after the agent restarted): the loop
+    /// Adds container `id` that already runs under `current` (read from
+    /// its control region, e.g. after the agent restarted): the loop
     /// starts from that rate instead of the initial one, so control
-    /// resumes without a jump. A container already known is only updated
-    /// as by [`Self::upsert`].
+    /// resumes without a jump. A rate written under another launch floor
+    /// (by `container add`, which does not know the GPU's, or by an agent
+    /// from before the floor) is in other units: the loop then starts
+    /// from at least its own start rate, the pace of a new container. A
+    /// container already known is only updated as by [`Self::upsert`].
     pub fn resume(
         &mut self,
         id: &str,
         control: ContainerControl,
-        current_rate: u64,
+        current: super::Pacing,
     ) -> Result<(), ControlError> {
         control.validate()?;
         if self.containers.contains_key(id) {
             return self.upsert(id, control);
         }
-        let rate = if current_rate == 0 || current_rate == tessera_region::layout::UNLIMITED {
-            self.config.start_rate()
-        } else {
-            current_rate as f64
+        let start = self.config.start_rate();
+        let rate = match current.rate {
+            0 | tessera_region::layout::UNLIMITED => start,
+            r if current.floor != self.config.launch_floor => (r as f64).max(start),
+            r => r as f64,
         };
         self.containers.insert(
             id.to_string(),

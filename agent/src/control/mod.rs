@@ -55,7 +55,7 @@
 //! `agent/tests/control_support` does on the simulator):
 //!
 //! ```text
-//! at start, per container and GPU:  ctl.resume(id, control, rate in its control region)
+//! at start, per container and GPU:  ctl.resume(id, control, pacing in its control region)
 //! on a new container / changed meta: ctl.upsert(id, control)   // applies at the next tick
 //! on a removed container:            ctl.remove(id)
 //! every PERIOD, per GPU:

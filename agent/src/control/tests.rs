@@ -560,3 +560,30 @@ fn a_floor_scales_the_start_and_bounds_the_burst_below() {
     assert_eq!((d[0].launch_floor, d[0].pacing().floor), (8448, 8448));
     assert!(d[0].launch_burst >= 8448, "{d:?}");
 }
+
+#[test]
+fn a_rate_written_under_another_floor_resumes_at_least_at_the_start() {
+    let cfg = ControllerConfig::default().with_launch_floor(8448);
+    let resumed = |current: Pacing| {
+        let mut c = GpuController::new(cfg);
+        c.resume("a", ctl(30.0, Mode::Hard), current).unwrap();
+        let sample = GpuSample {
+            busy_percent: Some(0.0),
+            containers: Vec::new(),
+        };
+        c.tick(std::time::Instant::now(), &sample)[0].launch_rate
+    };
+    let pacing = |rate, floor| Pacing {
+        rate,
+        burst: 1,
+        floor,
+    };
+    // Same floor (an agent restarted): exactly the rate found (I4).
+    assert_eq!(resumed(pacing(5_000, 8448)), 5_000);
+    // `container add`'s start, written without the floor: the pace of a
+    // new container under this floor, not 8448 times slower.
+    let start = cfg.start_rate() as u64;
+    assert_eq!(resumed(pacing(20, 0)), start);
+    // A rate already above that is kept.
+    assert_eq!(resumed(pacing(start * 10, 0)), start * 10);
+}

@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// What a container without an open control region resumes from (the
+/// controller's own start).
+const UNLIMITED_PACING: Pacing = Pacing {
+    rate: UNLIMITED,
+    burst: 0,
+    floor: 0,
+};
+
 impl Agent {
     /// One controller tick per GPU of the node: the launch limits of every
     /// (container, GPU), as `out[container][gpu]` in the order of `ready`
@@ -79,7 +87,7 @@ impl Agent {
                     let rate = self
                         .managed
                         .get(&c.id)
-                        .map_or(UNLIMITED, |m| m.control.gpu(i).0.launch_rate);
+                        .map_or(UNLIMITED_PACING, |m| Pacing::from(&m.control.gpu(i).0));
                     if let Err(e) = ctl.resume(id, c.meta.control(&p.policy), rate) {
                         tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
                         refused = true;
@@ -95,7 +103,7 @@ impl Agent {
                     let rate = self
                         .managed
                         .get(&c.id)
-                        .map_or(UNLIMITED, |m| m.control.gpu(i).0.launch_rate);
+                        .map_or(UNLIMITED_PACING, |m| Pacing::from(&m.control.gpu(i).0));
                     ctl.resume(id, control, rate)
                 };
                 if let Err(e) = applied {
