@@ -173,6 +173,12 @@ fn memory_information_shows_the_limit() {
         view.to_str().unwrap(),
         "-ldl",
     ]);
+    // Memory-information calls look for dead processes at most every
+    // 100 ms (a tenth of the reclaim interval): the `meminfo` process
+    // above looked just before it exited, so its own context is seen dead
+    // only by a call made later than that (the compile above may be
+    // quick).
+    std::thread::sleep(std::time::Duration::from_millis(250));
     let out = c.command(&view).output().unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
     let used = 800 * MIB;
