@@ -215,3 +215,46 @@ fn a_workload_changing_kernel_shapes_holds_its_target() {
         table(&r)
     );
 }
+
+/// An elastic batch job beside a bursty, higher-priority elastic server
+/// (requests saturating the GPU for 200 ms, 300 ms apart). While a
+/// request runs the server gets its target plus what is left after the
+/// batch job's 40 % guarantee (60 %), and the batch job the whole GPU in
+/// between: ideally 24 % and 76 %, the GPU always busy. Each split moves
+/// both rates at once, also on a GPU busy all the time; what is lost is
+/// the period after each request in which the batch job is still held
+/// (the split learns of the end one period late): about 88 % busy at
+/// best. Before a risen cap could raise the rate on a busy GPU, the
+/// server took two periods of each request to get going: 12 % and 77 %
+/// busy.
+#[test]
+fn elastic_fills_the_gaps_of_a_bursty_neighbour() {
+    let requests = vec!["run k 800 256 200 sleep 300"; 26].join(" ");
+    let mut serve = Spec::new("serve", 20.0, Mode::Elastic, requests);
+    serve.control.priority = 10;
+    let s = Scenario {
+        containers: vec![
+            serve,
+            Spec::new("batch", 40.0, Mode::Elastic, spin_kernels(14.0)),
+        ],
+        changes: vec![],
+        seconds: 11.0,
+        limiter: Limiter::Tessera,
+        windows: vec![(3.0, 11.0)],
+    };
+    let Some(r) = run("elastic_fills_the_gaps_of_a_bursty_neighbour", s) else {
+        return;
+    };
+    let (serve, batch) = (r.oracle[0][0], r.oracle[0][1]);
+    assert!(
+        (18.0..=27.0).contains(&serve),
+        "serve {serve} %, want 18 to 27\n{}",
+        table(&r)
+    );
+    assert!(
+        r.oracle_busy[0] >= 80.0 && batch >= 55.0,
+        "device {:?} %, batch {batch} %: want at least 80 and 55\n{}",
+        r.oracle_busy,
+        table(&r)
+    );
+}

@@ -218,7 +218,11 @@ impl Loop {
             (None, None) => old,
         };
         let mut rate = clamp_rate(wanted.min(old * cfg.max_growth.max(1.0)));
-        if saturated && rate > old && probe_rate.is_none() {
+        // On a saturated device a higher rate may only queue: the rate
+        // rises there only towards a cap that rose (another container's
+        // fell in the same split), never from the integral or the
+        // estimate alone.
+        if saturated && rate > old && probe_rate.is_none() && cap <= self.aimed {
             rate = old;
         }
         if self.cost.is_none() {

@@ -587,3 +587,27 @@ fn a_rate_written_under_another_floor_resumes_at_least_at_the_start() {
     // A rate already above that is kept.
     assert_eq!(resumed(pacing(start * 10, 0)), start * 10);
 }
+
+#[test]
+fn on_a_saturated_device_only_a_risen_cap_raises_the_rate() {
+    use super::feedback::Loop;
+    let cfg = ControllerConfig::default();
+    // 1e6 warps/s giving 20 %: cost 2e-5 % per warp/s.
+    let mut l = Loop::new(1e6);
+    let mut warps = 0;
+    let mut step = |l: &mut Loop, u: f64, cap: f64, saturated: bool| {
+        warps += (l.rate() * 0.1) as u64;
+        let obs = l.observe(0.1, Some(u), warps, 50_000_000, cfg.burst_s);
+        l.decide(obs, cap, saturated, &cfg)
+    };
+    step(&mut l, 20.0, 20.0, false);
+    let r = step(&mut l, 20.0, 20.0, false);
+    assert!((r - 1e6).abs() < 1e3, "{r}");
+    // Under its cap on a busy device: its warps may be queueing, so the
+    // rate stays.
+    assert_eq!(step(&mut l, 15.0, 20.0, true), r);
+    // Its cap rose (a neighbour's fell in the same split): the rate goes
+    // to the new cap at once, busy device or not.
+    let up = step(&mut l, 20.0, 60.0, true);
+    assert!((up - 3e6).abs() < 3e4, "{up}");
+}
