@@ -8,7 +8,7 @@ use super::allocator::{Allocation, Claim, allocate};
 use super::feedback::{Loop, Observation};
 use super::{
     CAPACITY_PERCENT, ContainerControl, ContainerId, ControlError, ControllerConfig, GpuSample,
-    LoopState, RateDecision,
+    LoopState, Pacing, RateDecision,
 };
 
 /// One container on the GPU.
@@ -91,7 +91,7 @@ impl GpuController {
         &mut self,
         id: &str,
         control: ContainerControl,
-        current: super::Pacing,
+        current: Pacing,
     ) -> Result<(), ControlError> {
         control.validate()?;
         if self.containers.contains_key(id) {
@@ -263,12 +263,13 @@ impl GpuController {
                         return None;
                     }
                 }
-                let burst = cfg.burst_for(rate);
                 Some(RateDecision {
                     id: id.clone(),
-                    launch_rate: rate as u64,
-                    launch_burst: burst as u64,
-                    launch_floor: cfg.launch_floor,
+                    pacing: Pacing {
+                        rate: rate as u64,
+                        burst: cfg.burst_for(rate) as u64,
+                        floor: cfg.launch_floor,
+                    },
                     cap_percent: a.cap,
                     measured_percent: m.measured,
                     cost: m.state.cost(),

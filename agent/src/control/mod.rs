@@ -65,7 +65,7 @@
 //!   per container: usage = tessera_region::reader::read_usage(bytes)?  (skip on error)
 //!     ContainerSample::from_usage(id, Some(s.sum_over(container's host pids)), &usage, g)
 //!   for d in ctl.tick(Instant::now(), &GpuSample { busy_percent: Some(s.total()), containers }):
-//!     write d.launch_rate / d.launch_burst into GPU g of d.id's control region
+//!     write d.pacing into GPU g of d.id's control region
 //!     (the region skips a write that changes nothing); export d.error_pp() etc.
 //! ```
 
@@ -223,13 +223,9 @@ pub enum LoopState {
 pub struct RateDecision {
     /// Which container.
     pub id: ContainerId,
-    /// Warps/s to write as the GPU's `launch_rate` (never 0, never
-    /// unlimited).
-    pub launch_rate: u64,
-    /// Warps to write as `launch_burst`.
-    pub launch_burst: u64,
-    /// Warps to write as `launch_floor` (the GPU's).
-    pub launch_floor: u64,
+    /// The launch limits to write: a rate never 0 and never unlimited, its
+    /// burst, and the GPU's floor.
+    pub pacing: Pacing,
     /// The SM percent the rate aims at: the target for hard containers,
     /// the allocation for elastic ones.
     pub cap_percent: f64,
@@ -244,15 +240,6 @@ pub struct RateDecision {
 }
 
 impl RateDecision {
-    /// The launch limits to write.
-    pub fn pacing(&self) -> Pacing {
-        Pacing {
-            rate: self.launch_rate,
-            burst: self.launch_burst,
-            floor: self.launch_floor,
-        }
-    }
-
     /// Measured minus cap, in percentage points (the controller error, for
     /// metrics); `None` without a measurement.
     pub fn error_pp(&self) -> Option<f64> {
@@ -262,7 +249,7 @@ impl RateDecision {
 
 /// The launch limits of one GPU of a container's control region: what the
 /// controller decides, or what the region holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Pacing {
     /// Refill rate (warps/s).
     pub rate: u64,
@@ -270,6 +257,17 @@ pub struct Pacing {
     pub burst: u64,
     /// Least warps a kernel is charged (the GPU's launch floor).
     pub floor: u64,
+}
+
+impl Pacing {
+    /// No launch limit: what a region without one holds, and what a
+    /// container without an open control region resumes from (then the
+    /// controller's own start; see [`GpuController::resume`]).
+    pub const UNLIMITED: Self = Self {
+        rate: tessera_region::layout::UNLIMITED,
+        burst: 0,
+        floor: 0,
+    };
 }
 
 impl From<&tessera_region::GpuLimits> for Pacing {

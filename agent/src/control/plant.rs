@@ -184,7 +184,7 @@ impl Plant {
         );
         for d in &decisions {
             if let Some(c) = self.containers.iter_mut().find(|c| c.id == d.id) {
-                c.rate = d.launch_rate as f64;
+                c.rate = d.pacing.rate as f64;
             }
         }
         self.history.push((self.t, used));

@@ -142,7 +142,7 @@ fn no_windup_while_memory_bound_or_idle() {
     let mut p = plant(vec![("a", 40.0, Mode::Hard, saturating(cost))]);
     p.get("a").workload = w;
     p.run(20.0);
-    let rate = p.decisions.last().unwrap()[0].launch_rate as f64;
+    let rate = p.decisions.last().unwrap()[0].pacing.rate as f64;
     assert!(
         rate <= 1.5 * needed,
         "rate {rate} grew past 1.5 x the {needed} the target needs"
@@ -316,7 +316,7 @@ fn hostile_counters_neither_crash_nor_raise_the_rate() {
     };
     tick(0, Some(30.0), 0, 0);
     let d = tick(1, Some(30.0), 100, 100_000_000);
-    let sane = d.launch_rate;
+    let sane = d.pacing.rate;
     let values = [
         (Some(f64::NAN), u64::MAX, u64::MAX),
         (Some(1e300), 0, 0),
@@ -327,12 +327,12 @@ fn hostile_counters_neither_crash_nor_raise_the_rate() {
     ];
     for (k, (u, w, thr)) in values.into_iter().enumerate() {
         let d = tick(2 + k as u64, u, w, thr);
-        assert!(d.launch_rate >= 1, "{d:?}");
+        assert!(d.pacing.rate >= 1, "{d:?}");
         assert!(
-            (d.launch_rate as f64) <= sane as f64 * 4f64.powi(k as i32 + 1),
+            (d.pacing.rate as f64) <= sane as f64 * 4f64.powi(k as i32 + 1),
             "rate grew faster than the growth limit: {d:?}"
         );
-        assert!(d.launch_burst >= 1);
+        assert!(d.pacing.burst >= 1);
         assert!(d.cost.is_none_or(|c| c.is_finite() && c > 0.0), "{d:?}");
     }
     // Claimed warps beyond what the bucket admits are clipped: a container
@@ -341,7 +341,7 @@ fn hostile_counters_neither_crash_nor_raise_the_rate() {
     let honest = {
         let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2e-4))]);
         p.run(5.0);
-        p.decisions.last().unwrap()[0].launch_rate
+        p.decisions.last().unwrap()[0].pacing.rate
     };
     let mut p = plant(vec![("a", 30.0, Mode::Hard, saturating(2e-4))]);
     p.run(3.0);
@@ -349,7 +349,7 @@ fn hostile_counters_neither_crash_nor_raise_the_rate() {
         p.get("a").warps *= 10.0;
         p.period();
     }
-    let liar = p.decisions.last().unwrap()[0].launch_rate;
+    let liar = p.decisions.last().unwrap()[0].pacing.rate;
     assert!(
         liar as f64 <= honest as f64 * 1.5,
         "inflated counters raised the rate {honest} -> {liar}"
@@ -557,8 +557,8 @@ fn a_floor_scales_the_start_and_bounds_the_burst_below() {
         },
     );
     assert_eq!(d.len(), 1, "{d:?}");
-    assert_eq!((d[0].launch_floor, d[0].pacing().floor), (8448, 8448));
-    assert!(d[0].launch_burst >= 8448, "{d:?}");
+    assert_eq!(d[0].pacing.floor, 8448);
+    assert!(d[0].pacing.burst >= 8448, "{d:?}");
 }
 
 #[test]
@@ -571,7 +571,7 @@ fn a_rate_written_under_another_floor_resumes_at_least_at_the_start() {
             busy_percent: Some(0.0),
             containers: Vec::new(),
         };
-        c.tick(std::time::Instant::now(), &sample)[0].launch_rate
+        c.tick(std::time::Instant::now(), &sample)[0].pacing.rate
     };
     let pacing = |rate, floor| Pacing {
         rate,

@@ -449,10 +449,10 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
                 );
                 for d in decisions {
                     let l = live.iter_mut().find(|l| l.spec.id == d.id).unwrap();
-                    l.rate = d.launch_rate;
+                    l.rate = d.pacing.rate;
                     l.cap = d.cap_percent;
                     l.control
-                        .write(&limits(uuid, d.launch_rate, d.launch_burst, d.launch_floor))
+                        .write(&limits(uuid, d.pacing.rate, d.pacing.burst, d.pacing.floor))
                         .unwrap();
                 }
             }

@@ -2,14 +2,6 @@
 
 use super::*;
 
-/// What a container without an open control region resumes from (the
-/// controller's own start).
-const UNLIMITED_PACING: Pacing = Pacing {
-    rate: UNLIMITED,
-    burst: 0,
-    floor: 0,
-};
-
 impl Agent {
     /// One controller tick per GPU of the node: the launch limits of every
     /// (container, GPU), as `out[container][gpu]` in the order of `ready`
@@ -87,7 +79,7 @@ impl Agent {
                     let rate = self
                         .managed
                         .get(&c.id)
-                        .map_or(UNLIMITED_PACING, |m| Pacing::from(&m.control.gpu(i).0));
+                        .map_or(Pacing::UNLIMITED, |m| Pacing::from(&m.control.gpu(i).0));
                     if let Err(e) = ctl.resume(id, c.meta.control(&p.policy), rate) {
                         tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
                         refused = true;
@@ -103,7 +95,7 @@ impl Agent {
                     let rate = self
                         .managed
                         .get(&c.id)
-                        .map_or(UNLIMITED_PACING, |m| Pacing::from(&m.control.gpu(i).0));
+                        .map_or(Pacing::UNLIMITED, |m| Pacing::from(&m.control.gpu(i).0));
                     ctl.resume(id, control, rate)
                 };
                 if let Err(e) = applied {

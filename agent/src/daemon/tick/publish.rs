@@ -41,7 +41,7 @@ impl Agent {
         let current = m.control.snapshot();
         let spec: ControlSpec = c.meta.control_spec(|uuid| {
             if let Some(d) = decided(uuid) {
-                return d.pacing();
+                return d.pacing;
             }
             current
                 .gpus
