@@ -70,39 +70,31 @@ impl Agent {
                     continue;
                 }
                 let known = ctl.contains(id);
-                let Some(o) = o else {
-                    if known {
-                        continue;
-                    }
-                    // (A controller new since its last visit: it joins
-                    // without a sample.)
-                    let rate = self
-                        .managed
-                        .get(&c.id)
-                        .map_or(Pacing::UNLIMITED, |m| Pacing::from(&m.control.gpu(i).0));
-                    if let Err(e) = ctl.resume(id, c.meta.control(&p.policy), rate) {
-                        tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
-                        refused = true;
-                    }
+                if o.is_none() && known {
                     continue;
-                };
+                }
                 let control = c.meta.control(&p.policy);
                 let applied = if known {
                     ctl.upsert(id, control)
                 } else {
-                    // Resume from the rate in its control region (I4: a
-                    // restarted agent continues without a jump).
-                    let rate = self
+                    // Resume from the pacing in its control region (I4: a
+                    // restarted agent continues without a jump); a
+                    // controller new since the container's last visit
+                    // takes it on without a sample.
+                    let current = self
                         .managed
                         .get(&c.id)
                         .map_or(Pacing::UNLIMITED, |m| Pacing::from(&m.control.gpu(i).0));
-                    ctl.resume(id, control, rate)
+                    ctl.resume(id, control, current)
                 };
                 if let Err(e) = applied {
                     tracing::warn!(id, error = %with_causes(&e), "controller refused the container");
                     refused |= !known;
                     continue;
                 }
+                let Some(o) = o else {
+                    continue;
+                };
                 let after_gap = self
                     .managed
                     .get(&c.id)
