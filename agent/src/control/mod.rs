@@ -32,8 +32,8 @@
 //! So the rate never exceeds 1.25 × what the cap needs at the estimated
 //! cost, however long a workload idles. On a saturated device the rate
 //! does not rise at all unless the cap it aims at rose (the split moved
-//! share to it from a neighbour, whose cap fell in the same tick). A container with no estimate yet
-//! starts at [`ControllerConfig::initial_rate`] and, while its bucket binds
+//! share to it from a neighbour, whose cap fell in the same tick). A
+//! container with no estimate yet starts at [`ControllerConfig::initial_rate`] and, while its bucket binds
 //! below a quarter of its cap, quadruples the rate each period (probing
 //! from below, never above the cap).
 //!
