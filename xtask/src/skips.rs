@@ -90,11 +90,6 @@ pub fn is_skip(line: &str) -> bool {
         .any(|(at, _)| !line[at + MARK.len()..].starts_with(':'))
 }
 
-/// Whether this run is CI's: `CI` is `true` (or `1`), as CI services set it.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
-
 /// Runs `cmd`, echoing it, with its stdout and stderr copied line by line
 /// to this process's own as they come; returns its exit status and the
 /// skip lines both held.

@@ -6,6 +6,8 @@
 //! is printed as it comes and scanned for skips ([`skips`]); under
 //! `CI=true` any skip fails the run.
 
+use std::path::Path;
+
 use anyhow::{Result, bail};
 
 use crate::{build, ebpf, private_mounts, setup, sh, skips};
@@ -19,6 +21,7 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let tools = setup::run(&setup::Args::default())?;
+    warn_if_disk_is_short(&sh::workspace_root().join("target"));
 
     sh::run(sh::cargo().args(["fmt", "--all", "--", "--check"]))?;
     ebpf::fmt_check(&tools)?;
@@ -41,7 +44,8 @@ pub fn run(args: &Args) -> Result<()> {
         eprintln!("not root: the privileged tests will skip");
         std::process::Command::new(sh::cargo_program())
     };
-    cmd.current_dir(sh::workspace_root())
+    sh::cargo_env(&mut cmd)
+        .current_dir(sh::workspace_root())
         .args(["test", "--workspace"])
         .env("TESSERA_ARTIFACTS", artifacts.path())
         // Shows what passing tests printed, and so their skip lines.
@@ -53,7 +57,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("the tests failed ({status}){listed}");
     }
     if !skipped.is_empty() {
-        if skips::in_ci() {
+        if sh::in_ci() {
             bail!(
                 "{} test(s) skipped under CI=true (CI runs as root with everything `cargo xtask setup` installs, so a skip is a broken install step):{listed}",
                 skipped.len(),
@@ -63,4 +67,39 @@ pub fn run(args: &Args) -> Result<()> {
     }
     eprintln!("all checks passed");
     Ok(())
+}
+
+/// What `cargo xtask test` from a clean clone leaves in `target/`, with
+/// some room: 5.9 GB measured on 2026-12-05 (`du -s target` after
+/// `CI=true bash .ci/run`).
+const CLEAN_RUN_BYTES: u64 = 8 << 30;
+
+/// Says so, before anything is built, when the file system of `target`
+/// has less free space than a run from a clean target needs: a disk that
+/// fills midway fails the build with a linker's bus error or an LLVM I/O
+/// error that does not name the cause. Only a warning: a target built
+/// before needs far less.
+fn warn_if_disk_is_short(target: &Path) {
+    let probe = if target.exists() {
+        target
+    } else {
+        target.parent().unwrap_or(target)
+    };
+    match rustix::fs::statvfs(probe) {
+        Ok(fs) => {
+            let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+            if free < CLEAN_RUN_BYTES {
+                eprintln!(
+                    "warning: {:.1} GiB free on the file system of {}; a run from a clean target writes about {} GiB there",
+                    free as f64 / f64::from(1u32 << 30),
+                    target.display(),
+                    CLEAN_RUN_BYTES >> 30,
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "warning: cannot read the free space of {}: {e}",
+            probe.display()
+        ),
+    }
 }
