@@ -31,10 +31,11 @@ fn run(name: &str, scenario: Scenario) -> Option<Run> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = in_child(&scenario, &["--exact", name, "--nocapture"]);
     eprintln!(
-        "{name}: load {:.1}, late ticks {}, oracle {:?}\n{}",
+        "{name}: load {:.1}, late ticks {}, oracle {:?}, device busy {:?}\n{}",
         run.load,
         run.late_ticks,
         run.oracle,
+        run.oracle_busy,
         table(&run)
     );
     Some(run)
@@ -228,19 +229,26 @@ fn a_workload_changing_kernel_shapes_holds_its_target() {
 }
 
 /// An elastic batch job beside a bursty, higher-priority elastic server
-/// (requests saturating the GPU for 200 ms, 300 ms apart). While a
+/// (requests saturating the GPU for 200 ms, 330 ms apart). While a
 /// request runs the server gets its target plus what is left after the
 /// batch job's 40 % guarantee (60 %), and the batch job the whole GPU in
-/// between: ideally 24 % and 76 %, the GPU always busy. Each split moves
-/// both rates at once, also on a GPU busy all the time; what is lost is
-/// the period after each request in which the batch job is still held
-/// (the split learns of the end one period late): about 88 % busy at
-/// best. Before a risen cap could raise the rate on a busy GPU, the
-/// server took two periods of each request to get going: 12 % and 77 %
-/// busy.
+/// between: ideally 22.6 % and 77.4 %, the GPU always busy. Each split
+/// moves both rates at once, also on a GPU busy all the time; what is
+/// lost is the period in which the split learns that a request started or
+/// ended, and the batch job's kernels still queued when one starts.
+///
+/// The 530 ms cycle is no multiple of the agent's 100 ms period, so the
+/// requests' phase against the periods sweeps through every value in the
+/// run and the mean does not hang on where the first request fell (with
+/// requests 500 ms apart it did: one phase gives the server 23 %, another
+/// 16 %). Eight runs on 2026-12-05 gave the server 18–19 % and the GPU
+/// 84–86 % busy; without the rule that lets a risen cap raise the rate on
+/// a busy GPU, 13–16 % and 78–81 %. The bounds leave room for a loaded
+/// machine, so they do not pin that rule:
+/// `on_a_saturated_device_only_a_risen_cap_raises_the_rate` does.
 #[test]
 fn elastic_fills_the_gaps_of_a_bursty_neighbour() {
-    let requests = vec!["run k 800 256 200 sleep 300"; 26].join(" ");
+    let requests = vec!["run k 800 256 200 sleep 330"; 25].join(" ");
     let mut serve = Spec::new("serve", 20.0, Mode::Elastic, requests);
     serve.control.priority = 10;
     let s = Scenario {
@@ -258,8 +266,8 @@ fn elastic_fills_the_gaps_of_a_bursty_neighbour() {
     };
     let (serve, batch) = (r.oracle[0][0], r.oracle[0][1]);
     assert!(
-        (18.0..=27.0).contains(&serve),
-        "serve {serve} %, want 18 to 27\n{}",
+        (16.0..=27.0).contains(&serve),
+        "serve {serve} %, want 16 to 27\n{}",
         table(&r)
     );
     assert!(
