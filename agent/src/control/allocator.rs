@@ -10,13 +10,20 @@
 //! 2. **lending**: what is left goes to elastic containers whose claim is
 //!    not met, higher priority first, then in proportion to targets.
 //!
-//! A hard container's cap is its target, whatever the split. An elastic
-//! container's cap is its allocation; while it is not hungry, at least its
-//! target too (a container waking up is never held below its target: the
-//! next period's split makes room for it).
+//! A hard container's cap is its target, whatever is free. Only when the
+//! guarantees do not fit and its own is cut below its claim is it capped
+//! at that guarantee: targets that over-commit a GPU (outside Kubernetes
+//! nothing stops an operator from setting them) are then split by
+//! priority and target, not by the GPU's time slicing. The claim is NVML's
+//! measured use unless the container is hungry, so a container that hides
+//! its throttling is cut all the same. An elastic container's cap is its
+//! allocation; while it is not hungry, at least its target too (a
+//! container waking up is never held below its target: the next period's
+//! split makes room for it).
 //!
-//! Invariant: the allocations sum to at most the capacity, and no
-//! allocation exceeds its claim or the capacity.
+//! Invariants: the allocations sum to at most the capacity, and no
+//! allocation exceeds its claim or the capacity; a hard cap never exceeds
+//! the target.
 
 use super::{CAPACITY_PERCENT, Mode};
 
@@ -91,6 +98,10 @@ fn water_fill(capacity: f64, wants: &[Want]) -> Vec<f64> {
     got
 }
 
+/// How far (percent) below its demand a guarantee must fall to count as
+/// cut by over-committed targets, above the water-filling's rounding.
+const CUT_TOLERANCE: f64 = 1e-6;
+
 /// Splits [`CAPACITY_PERCENT`] among `claims` (see the module docs).
 pub fn allocate(claims: &[Claim]) -> Vec<Allocation> {
     let clean = |v: f64| {
@@ -125,10 +136,12 @@ pub fn allocate(claims: &[Claim]) -> Vec<Allocation> {
     let second = water_fill(left, &lending);
     claims
         .iter()
+        .zip(&guarantees)
         .zip(first.iter().zip(&second))
-        .map(|(c, (&g, &l))| {
+        .map(|((c, want), (&g, &l))| {
             let share = g + l;
             let cap = match c.mode {
+                Mode::Hard if g < want.demand - CUT_TOLERANCE => g,
                 Mode::Hard => clean(c.target),
                 Mode::Elastic if c.hungry => share,
                 Mode::Elastic => share.max(clean(c.target)),

@@ -127,6 +127,39 @@ fn priority_comes_before_target_share() {
     assert_holds(&p, 1, 50.0, 3.0, 8.0);
 }
 
+/// Hard targets that over-commit a GPU (possible outside Kubernetes,
+/// where `container set` does not know the neighbours): the GPU cannot
+/// give every container its target, so the split decides, as for
+/// elastic containers — higher priority first, then in proportion to
+/// targets — instead of whatever the GPU's time slicing hands out.
+#[test]
+fn over_committed_hard_targets_split_by_priority_then_target() {
+    let mut p = plant(vec![
+        ("a", 70.0, Mode::Hard, saturating(2.9e-6)),
+        ("b", 60.0, Mode::Hard, saturating(2.9e-6)),
+    ]);
+    p.controller
+        .upsert(
+            "a",
+            ContainerControl {
+                priority: 10,
+                ..ctl(70.0, Mode::Hard)
+            },
+        )
+        .unwrap();
+    p.run(8.0);
+    assert_holds(&p, 0, 70.0, 3.0, 8.0);
+    assert_holds(&p, 1, 30.0, 3.0, 8.0);
+
+    let mut p = plant(vec![
+        ("a", 60.0, Mode::Hard, saturating(2.9e-6)),
+        ("b", 50.0, Mode::Hard, saturating(2.9e-6)),
+    ]);
+    p.run(8.0);
+    assert_holds(&p, 0, 100.0 * 60.0 / 110.0, 3.0, 8.0);
+    assert_holds(&p, 1, 100.0 * 50.0 / 110.0, 3.0, 8.0);
+}
+
 #[test]
 fn no_windup_while_memory_bound_or_idle() {
     // Launches a tenth of what the target needs for 20 s, then saturates.
@@ -486,6 +519,17 @@ fn the_allocator_guarantees_then_lends() {
     assert_eq!(
         shares(&[claim(Hard, 0, 30.0, 11.0, false)]),
         vec![(11.0, 30.0)]
+    );
+    // Over-committed hard targets: the same order; a container cut by
+    // it is capped at its guarantee, one that got its claim keeps its
+    // target as a cap.
+    assert_eq!(
+        shares(&[
+            claim(Hard, 1, 70.0, 100.0, true),
+            claim(Hard, 0, 60.0, 100.0, true),
+            claim(Hard, 0, 40.0, 5.0, false)
+        ]),
+        vec![(70.0, 70.0), (25.0, 25.0), (5.0, 40.0)]
     );
     // Over-committed targets: priority first, then by target.
     assert_eq!(
