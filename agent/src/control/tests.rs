@@ -26,6 +26,13 @@ fn plant(specs: Vec<(&str, f64, Mode, Workload)>) -> Plant {
     p
 }
 
+/// Gives container `id` of `p` the control `c` at priority 10.
+fn raise_priority(p: &mut Plant, id: &str, c: ContainerControl) {
+    p.controller
+        .upsert(id, ContainerControl { priority: 10, ..c })
+        .unwrap();
+}
+
 /// Kernel shapes: GPU seconds per warp, from huge grids of cheap warps to
 /// single-warp kernels that run long.
 const COSTS: [f64; 5] = [2.7e-9, 1e-7, 2.9e-6, 2e-4, 5e-3];
@@ -112,15 +119,7 @@ fn priority_comes_before_target_share() {
         ("a", 30.0, Mode::Elastic, saturating(2.9e-6)),
         ("b", 50.0, Mode::Elastic, saturating(2.9e-6)),
     ]);
-    p.controller
-        .upsert(
-            "a",
-            ContainerControl {
-                priority: 10,
-                ..ctl(30.0, Mode::Elastic)
-            },
-        )
-        .unwrap();
+    raise_priority(&mut p, "a", ctl(30.0, Mode::Elastic));
     p.run(8.0);
     // b keeps its guarantee; everything else goes to the higher priority.
     assert_holds(&p, 0, 50.0, 3.0, 8.0);
@@ -138,15 +137,7 @@ fn over_committed_hard_targets_split_by_priority_then_target() {
         ("a", 70.0, Mode::Hard, saturating(2.9e-6)),
         ("b", 60.0, Mode::Hard, saturating(2.9e-6)),
     ]);
-    p.controller
-        .upsert(
-            "a",
-            ContainerControl {
-                priority: 10,
-                ..ctl(70.0, Mode::Hard)
-            },
-        )
-        .unwrap();
+    raise_priority(&mut p, "a", ctl(70.0, Mode::Hard));
     p.run(8.0);
     assert_holds(&p, 0, 70.0, 3.0, 8.0);
     assert_holds(&p, 1, 30.0, 3.0, 8.0);
