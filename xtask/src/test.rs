@@ -92,7 +92,7 @@ fn warn_if_disk_is_short(target: &Path) {
             let free = fs.f_bavail.saturating_mul(fs.f_frsize);
             if free < CLEAN_RUN_BYTES {
                 eprintln!(
-                    "warning: {:.1} GiB free on the file system of {}; a run from a clean target writes about {} GiB there",
+                    "warning: {:.1} GiB free on the file system of {}; a run from a clean target needs about {} GiB there",
                     free as f64 / f64::from(1u32 << 30),
                     target.display(),
                     CLEAN_RUN_BYTES >> 30,
