@@ -140,6 +140,77 @@ fn single_container_pod_gets_its_region_limits_mounts_and_devices() {
     );
 }
 
+/// HAMi's example pod asks for `nvidia.com/gpumem: 4000`, which
+/// kube-apiserver stores as `4k`; with an assignment that leaves memory to
+/// the spec, every spelling of a whole number gives its limit, and a
+/// fraction or garbage is refused naming the container and the resource.
+#[test]
+fn spec_quantities_in_every_spelling_the_api_server_keeps_give_their_limits() {
+    on_node(
+        "spec_quantities_in_every_spelling_the_api_server_keeps_give_their_limits",
+        || {
+            runtime().block_on(async {
+                let pod = |i: usize, spelling: &str| {
+                    let mut p = single(&format!("hami-{i}"), 400 + i, UUIDS[0], 4000, 30, i);
+                    let a = p["metadata"]["annotations"]["tessera.dev/assignment"]
+                        .as_str()
+                        .unwrap()
+                        .replace("\"memoryMiB\":4000,", "");
+                    p["metadata"]["annotations"]["tessera.dev/assignment"] = Value::String(a);
+                    for list in ["limits", "requests"] {
+                        p["spec"]["containers"][0]["resources"][list]["nvidia.com/gpumem"] =
+                            spelling.into();
+                    }
+                    p
+                };
+                let good = [
+                    ("4k", 4000),
+                    ("4e3", 4000),
+                    ("+4k", 4000),
+                    ("4000", 4000),
+                    ("4Ki", 4096),
+                    ("1500", 1500),
+                ];
+                let pods = good
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (q, _))| pod(i, q))
+                    .collect();
+                let mut env = start(pods).await;
+                for (i, (q, mib)) in good.iter().enumerate() {
+                    allocate(&mut env.client, &vgpus(&[0])).await.unwrap();
+                    let (gpus, _) = region(&env.root(), &uid(400 + i), "main");
+                    assert_eq!(gpus, vec![(UUIDS[0].to_owned(), mib * MIB)], "gpumem {q}");
+                }
+                env.stop().await;
+
+                for (q, says) in [
+                    ("0.5", "nvidia.com/gpumem \"0.5\" is not a whole number"),
+                    ("500m", "nvidia.com/gpumem \"500m\" is not a whole number"),
+                    (
+                        "four",
+                        "nvidia.com/gpumem \"four\" is not a Kubernetes quantity",
+                    ),
+                    ("2Gi", "nvidia.com/gpumem is 2147483648, out of range"),
+                ] {
+                    let mut env = start(vec![pod(0, q)]).await;
+                    let e = allocate(&mut env.client, &vgpus(&[0])).await.unwrap_err();
+                    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{q}");
+                    let m = e.message();
+                    assert!(
+                        m.contains("pod ml/hami-0 container main")
+                            && m.contains("container \"main\": ")
+                            && m.contains(says),
+                        "{q}: {m}"
+                    );
+                    assert!(env.regions().is_empty(), "{q}");
+                    env.stop().await;
+                }
+            });
+        },
+    );
+}
+
 #[test]
 fn multi_container_pod_gives_each_container_its_own_gpus_and_limits() {
     on_node(

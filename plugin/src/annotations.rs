@@ -19,8 +19,8 @@ use tessera_api::GpuUuid;
 use thiserror::Error;
 
 pub use tessera_api::annotations::{
-    ALLOCATED, ASSIGNMENT, COMPUTE_MODE, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE, NUMA_BIND, PLACEMENT,
-    PREFIX, UUID_EXCLUDE, UUID_INCLUDE,
+    ALLOCATED, ASSIGNMENT, COMPUTE_MODE, COMPUTE_MODE_VALUES, KNOWN, MODEL_EXCLUDE, MODEL_INCLUDE,
+    NUMA_BIND, PLACEMENT, PREFIX, UUID_EXCLUDE, UUID_INCLUDE,
 };
 /// How a container's compute limit behaves (the type the `GpuNode` status
 /// reports too).
@@ -152,11 +152,12 @@ pub fn parse(annotations: &BTreeMap<String, String>) -> Result<GpuPolicy, Vec<An
     }
     let get = |key: &str| annotations.get(key).map(|v| v.trim());
     let mut policy = GpuPolicy::default();
-    match get(COMPUTE_MODE) {
+    match get(COMPUTE_MODE).map(|v| (v, v.parse::<ComputeMode>())) {
         None => {}
-        Some("hard") => policy.compute_mode = Some(ComputeMode::Hard),
-        Some("elastic") => policy.compute_mode = Some(ComputeMode::Elastic),
-        Some(other) => errors.push(value_error(COMPUTE_MODE, other, "hard or elastic")),
+        Some((_, Ok(mode))) => policy.compute_mode = Some(mode),
+        Some((other, Err(_))) => {
+            errors.push(value_error(COMPUTE_MODE, other, COMPUTE_MODE_VALUES));
+        }
     }
     match get(PLACEMENT) {
         None | Some("fragmentation") => {}

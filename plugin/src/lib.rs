@@ -1,8 +1,9 @@
 //! Tessera's scheduling side: the mutating admission webhook and the
 //! kube-scheduler extender, as pure functions over Kubernetes JSON.
 //!
-//! - [`resources`] and [`annotations`] read what a pod asks for
-//!   ([`quantity`] parses the values, [`pod`] is the Pod subset read),
+//! - [`resources`] and [`annotations`] read what a pod asks for, in the
+//!   vocabulary of `tessera_api::resources` ([`pod`] is the Pod subset
+//!   read),
 //!   and [`request`] puts the two together for the webhook and extender;
 //! - [`webhook`] decides admission and builds the JSON patch;
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
@@ -30,7 +31,6 @@ pub mod manifest;
 pub mod metrics;
 pub mod placement;
 pub mod pod;
-pub mod quantity;
 pub mod request;
 pub mod resources;
 pub mod server;

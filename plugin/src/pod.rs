@@ -134,7 +134,7 @@ pub struct SecurityContext {
 
 /// A quantity as written: the API server sends strings (`"4k"`), while a
 /// YAML manifest may hold a bare number (`4000`). Both are kept as text and
-/// parsed by [`crate::quantity::parse_whole`].
+/// parsed by [`tessera_api::quantity::parse_whole`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quantity(pub String);
 

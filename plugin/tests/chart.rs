@@ -621,7 +621,7 @@ fn the_webhook_is_on_by_default_with_a_generated_certificate_that_serves() {
     let mut tls = support::connect(support::client_config(ca), &server.webhook, &host);
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
         "spec": {"containers": [{"name": "c", "image": "i",
-            "resources": {"limits": {"nvidia.com/gpumem": "4000"}}}]}});
+            "resources": {"limits": {"nvidia.com/gpumem": "4k"}}}]}});
     let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                     "operation": "CREATE", "namespace": "ml", "object": pod}});

@@ -69,7 +69,7 @@ fn serve_filters_against_the_node_file_and_stops_on_sigterm() {
         .to_owned();
 
     let pod = json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
-        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]}});
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8k"}}}]}});
     let result = post(
         &addr,
         "/filter",
@@ -279,7 +279,7 @@ fn serve_without_a_node_file_filters_against_the_watched_gpunodes() {
             .env_remove("KUBERNETES_SERVICE_HOST");
     });
     let pod = json!({"metadata": {"name": "p", "namespace": "ml"}, "spec": {"containers": [
-        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}}}]}});
+        {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8k"}}}]}});
     let request = json!({"Pod": pod, "NodeNames": ["live", "gone"]});
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let result = loop {

@@ -7,9 +7,15 @@
 //!   agent writes; [`crd`] renders its CustomResourceDefinition, the one
 //!   committed at `deploy/crds/gpunodes.tessera.dev.yaml` (a test fails when
 //!   the two drift apart);
-//! - [`resources`]: the extended resource names pods ask for (HAMi's, so
-//!   HAMi manifests run unchanged);
-//! - [`annotations`]: the `tessera.dev/` pod annotation keys;
+//! - [`resources`]: HAMi's vocabulary, so HAMi manifests run unchanged:
+//!   the extended resources pods ask for, what each value means, the
+//!   defaults, and the one reading of a container's values that the
+//!   webhook, the extender, bind and the agent's `Allocate` share;
+//! - [`quantity`]: the Kubernetes quantity grammar for whole numbers, in
+//!   every spelling the API server accepts or stores (`4000` reads back as
+//!   `4k`);
+//! - [`annotations`]: the `tessera.dev/` pod annotation keys and the
+//!   compute-mode values;
 //! - [`assignment`]: the scheduler's per-container GPU assignment
 //!   (`tessera.dev/assignment`) and the agent's allocation progress
 //!   (`tessera.dev/allocated`);
@@ -21,6 +27,7 @@ pub mod annotations;
 pub mod assignment;
 pub mod crd;
 pub mod gpunode;
+pub mod quantity;
 pub mod resources;
 pub mod uuid;
 

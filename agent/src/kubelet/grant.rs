@@ -1,6 +1,7 @@
 //! A chosen container's metadata (`meta.json`): its assignment turned
-//! into limits on this node's GPUs, with HAMi's resource names and
-//! defaults (design §4.1).
+//! into limits on this node's GPUs, in HAMi's vocabulary
+//! ([`tessera_api::resources`]: the same reading, ranges, percent → MiB
+//! and defaults as the scheduler's).
 //!
 //! Per GPU, the memory limit is the assignment's `memoryMiB`, else its
 //! `memoryPercent` of the GPU's memory (NVML), else the container's own
@@ -22,18 +23,18 @@
 //! 0 → [`HAMI_HIGH`], 1 → [`HAMI_LOW`]. Absent, the node policy decides.
 
 use tessera_api::GpuUuid;
-use tessera_api::annotations::COMPUTE_MODE;
-use tessera_api::resources::{GPU_CORES, GPU_MEM, GPU_MEM_PERCENTAGE, PRIORITY};
+use tessera_api::annotations::{COMPUTE_MODE, COMPUTE_MODE_VALUES};
+use tessera_api::gpunode::ComputeMode;
+use tessera_api::resources::{
+    ContainerResources, GPU_CORES, GpuShare, UNCAPPED_SM_PERCENT, percent_of_mib,
+};
 
 use crate::containers::meta::{GpuGrant, META_VERSION, Metadata, Mode};
 use crate::gpu::InventoryGpu;
 
-use super::pods::{Choice, container_quantity};
+use super::pods::Choice;
 
-/// The agent priority of HAMi's `nvidia.com/priority: 0` (high).
-pub const HAMI_HIGH: u32 = 100;
-/// The agent priority of HAMi's `nvidia.com/priority: 1` (low).
-pub const HAMI_LOW: u32 = 0;
+pub use tessera_api::resources::{HAMI_HIGH, HAMI_LOW};
 
 /// Why a chosen container's limits cannot be granted; the message names
 /// the pod, container, GPU and field.
@@ -66,22 +67,13 @@ pub fn grant(choice: &Choice, gpus: &[InventoryGpu]) -> Result<Grant, GrantError
         problem,
     };
     let c = &choice.container;
-    let asked = |r: &str| container_quantity(c, r).transpose().map_err(fail);
-    let asked_mib = asked(GPU_MEM)?;
-    let asked_pct = asked(GPU_MEM_PERCENTAGE)?;
-    let asked_cores = asked(GPU_CORES)?;
-    if let Some(p) = asked_pct
-        && !(1..=100).contains(&p)
-    {
-        return Err(fail(format!(
-            "{GPU_MEM_PERCENTAGE} is {p}; accepted: 1 to 100"
-        )));
-    }
-    if let Some(p) = asked_cores
-        && p > 100
-    {
-        return Err(fail(format!("{GPU_CORES} is {p}; accepted: 0 to 100")));
-    }
+    let share = GpuShare::read(&ContainerResources::from(c)).map_err(|errors| {
+        let each: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        fail(each.join("; "))
+    })?;
+    let share = share.as_ref();
+    let asked_memory = share.and_then(|s| s.memory);
+    let asked_cores = share.and_then(|s| s.cores).map(u64::from);
     let mut grants = Vec::new();
     let mut indices = Vec::new();
     let mut cores: Option<Option<u64>> = None;
@@ -102,11 +94,12 @@ pub fn grant(choice: &Choice, gpus: &[InventoryGpu]) -> Result<Grant, GrantError
                 g.uuid
             ))
         })?;
-        let of_gpu = |p: u64| total_mib * p / 100;
-        let asked_limit = asked_mib.or(asked_pct.map(of_gpu));
+        let asked_limit = asked_memory.map(|m| m.mib_on(total_mib));
         let mib = g
             .memory_mib
-            .or(g.memory_percent.map(|p| of_gpu(u64::from(p))))
+            .or(g
+                .memory_percent
+                .map(|p| percent_of_mib(total_mib, u64::from(p))))
             .or(asked_limit)
             .unwrap_or(total_mib);
         if mib == 0 {
@@ -160,24 +153,17 @@ pub fn grant(choice: &Choice, gpus: &[InventoryGpu]) -> Result<Grant, GrantError
         });
         indices.push(i);
     }
-    let sm_target = cores.flatten().map_or(100, |p| p as u32);
-    let priority = match asked(PRIORITY)? {
+    let sm_target = cores.flatten().map_or(UNCAPPED_SM_PERCENT, |p| {
+        u32::try_from(p).unwrap_or(UNCAPPED_SM_PERCENT)
+    });
+    let priority = share.and_then(GpuShare::agent_priority);
+    let mode = match choice.annotations.get(COMPUTE_MODE).map(|v| (v, v.parse())) {
         None => None,
-        Some(0) => Some(HAMI_HIGH),
-        Some(1) => Some(HAMI_LOW),
-        Some(p) => {
+        Some((_, Ok(ComputeMode::Hard))) => Some(Mode::Hard),
+        Some((_, Ok(ComputeMode::Elastic))) => Some(Mode::Elastic),
+        Some((v, Err(_))) => {
             return Err(fail(format!(
-                "{PRIORITY} is {p}; accepted: 0 (high) or 1 (low)"
-            )));
-        }
-    };
-    let mode = match choice.annotations.get(COMPUTE_MODE).map(String::as_str) {
-        None => None,
-        Some("hard") => Some(Mode::Hard),
-        Some("elastic") => Some(Mode::Elastic),
-        Some(v) => {
-            return Err(fail(format!(
-                "annotation {COMPUTE_MODE} is {v:?}; accepted: hard or elastic"
+                "annotation {COMPUTE_MODE} is {v:?}; accepted: {COMPUTE_MODE_VALUES}"
             )));
         }
     };
@@ -250,7 +236,7 @@ mod tests {
 
     #[test]
     fn limits_come_from_the_assignment_then_the_spec_then_hami_defaults() {
-        // Percent of each GPU's own memory, floor; one SM target.
+        // Percent of each GPU's own memory, rounded down; one SM target.
         let g = grant(
             &choice(
                 j!({}),
@@ -272,7 +258,7 @@ mod tests {
         // priority 1 (HAMi's low).
         let g = grant(
             &choice(
-                j!({"nvidia.com/gpumem":"2000","nvidia.com/gpucores":"15","nvidia.com/priority":"1"}),
+                j!({"nvidia.com/gpumem":"2k","nvidia.com/gpucores":"15","nvidia.com/priority":"1"}),
                 j!([{"uuid":G0}]),
                 &[("tessera.dev/compute-mode", "hard")],
             ),
@@ -301,7 +287,7 @@ mod tests {
         let cases: Vec<(Choice, &str)> = vec![
             (
                 choice(
-                    j!({"nvidia.com/gpumem":"1000"}),
+                    j!({"nvidia.com/gpumem":"1k"}),
                     j!([{"uuid":G0,"memoryMiB":1001}]),
                     &[],
                 ),
@@ -337,11 +323,11 @@ mod tests {
             ),
             (
                 choice(j!({"nvidia.com/priority":"2"}), j!([{"uuid":G0}]), &[]),
-                "nvidia.com/priority is 2; accepted: 0 (high) or 1 (low)",
+                "nvidia.com/priority is 2, out of range; accepted: 0 (high) or 1 (low)",
             ),
             (
                 choice(j!({"nvidia.com/gpumem":"4Gi"}), j!([{"uuid":G0}]), &[]),
-                "nvidia.com/gpumem: \"4Gi\" is not a whole number",
+                "nvidia.com/gpumem is 4294967296, out of range; accepted: whole MiB per GPU",
             ),
             (
                 choice(

@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, HashSet};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tessera_api::assignment::{ALLOCATED, ASSIGNMENT, Allocated, Assignment, ContainerAssignment};
+use tessera_api::resources::{ContainerResources, ResourceError};
 
 /// The container chosen for an `Allocate`.
 #[derive(Debug, Clone)]
@@ -102,21 +103,11 @@ impl NoMatch {
     }
 }
 
-/// The number a container asks for of `resource` (limits, else requests;
-/// kubelet requires them equal for extended resources), if any.
-pub fn container_quantity(c: &Container, resource: &str) -> Option<Result<u64, String>> {
-    let r = c.resources.as_ref()?;
-    let q = r
-        .limits
-        .as_ref()
-        .and_then(|l| l.get(resource))
-        .or_else(|| r.requests.as_ref().and_then(|l| l.get(resource)))?;
-    Some(q.0.trim().parse::<u64>().map_err(|_| {
-        format!(
-            "container {} limits {resource}: {:?} is not a whole number",
-            c.name, q.0
-        )
-    }))
+/// The number a container asks for of `resource` (limits, else requests,
+/// which must agree; any spelling of a whole number the API server
+/// accepts, as it stores them: `4000` reads back as `4k`), if any.
+pub fn container_quantity(c: &Container, resource: &str) -> Option<Result<u64, ResourceError>> {
+    ContainerResources::from(c).whole(resource).transpose()
 }
 
 fn spec_containers(pod: &Pod) -> Vec<&Container> {

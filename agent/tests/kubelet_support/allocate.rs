@@ -123,7 +123,24 @@ pub fn bound(second: usize) -> String {
     format!("2026-12-01T15:{:02}:{:02}Z", second / 60, second % 60)
 }
 
-/// `single.json`: one container `main` with one GPU.
+/// `n` as kube-apiserver stores a whole-number quantity it was given in
+/// plain digits: trailing thousands become a decimal suffix (`4000` reads
+/// back as `4k`, `1500` stays `1500`).
+pub fn as_stored(n: u64) -> String {
+    let (mut n, mut suffix) = (n, "");
+    for next in ["k", "M", "G", "T", "P", "E"] {
+        if n == 0 || n % 1000 != 0 {
+            break;
+        }
+        n /= 1000;
+        suffix = next;
+    }
+    format!("{n}{suffix}")
+}
+
+/// `single.json`: one container `main` with one GPU; its spec holds `mib`
+/// as the API server stores it ([`as_stored`]), its assignment `mib`
+/// itself.
 pub fn single(name: &str, i: usize, gpu: &str, mib: u64, cores: u32, at: usize) -> Value {
     fixture(
         "single.json",
@@ -134,6 +151,7 @@ pub fn single(name: &str, i: usize, gpu: &str, mib: u64, cores: u32, at: usize) 
             ("BOUND", &bound(at)),
             ("GPU", gpu),
             ("MIB", &mib.to_string()),
+            ("SPEC_MIB", &as_stored(mib)),
             ("CORES", &cores.to_string()),
         ],
     )

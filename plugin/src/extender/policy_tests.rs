@@ -158,7 +158,7 @@ fn a_gpu_node_gives_topology_live_use_and_one_running_share_per_container() {
 fn a_new_cluster_keeps_room_for_pods_like_the_one_being_placed() {
     let view = ClusterView::new([gpu_node("n", vec![device(0, None, &[])], vec![], vec![])]);
     let request = pod_request(&pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "5000", "nvidia.com/gpucores": "40"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "5k", "nvidia.com/gpucores": "40"}),
         json!({}),
     ))
     .unwrap();
@@ -195,7 +195,7 @@ fn the_default_keeps_room_for_the_running_workload_where_binpack_does_not() {
         ),
     ]);
     let limits =
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"});
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1k", "nvidia.com/gpucores": "10"});
     let nodes = ["pool", "wide", "tight"];
     let default = scores(pod(limits.clone(), json!({})), &nodes, &view);
     assert_eq!(default[0], MIN_PRIORITY, "pool is full");
@@ -235,7 +235,7 @@ fn an_elastic_pod_goes_where_measured_use_leaves_it_idle_sms() {
         ),
     ]);
     let limits =
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "20"});
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1k", "nvidia.com/gpucores": "20"});
     let elastic = scores(
         pod(
             limits.clone(),
@@ -273,7 +273,7 @@ fn numa_binding_refuses_a_node_whose_gpus_straddle_numa_nodes() {
             vec![],
         ),
     ]);
-    let limits = json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"});
+    let limits = json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1k"});
     let args = |annotations| ExtenderArgs {
         pod: pod(limits.clone(), annotations),
         nodes: None,
@@ -303,7 +303,7 @@ fn a_two_gpu_pod_takes_an_nvlink_pair_and_bind_places_it_the_same_way() {
         vec![],
     );
     let request = pod_request(&pod(
-        json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "20"}),
+        json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1k", "nvidia.com/gpucores": "20"}),
         json!({"tessera.dev/placement": "binpack"}),
     ))
     .unwrap();

@@ -115,7 +115,7 @@ fn a_whole_card_request_needs_an_untouched_card() {
 #[test]
 fn multi_gpu_requests_need_distinct_cards() {
     let two = pod(
-        json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"}),
+        json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1k"}),
         json!({}),
     );
     let view = ClusterView::new([
@@ -134,8 +134,8 @@ fn multi_gpu_requests_need_distinct_cards() {
 #[test]
 fn containers_of_one_pod_count_against_each_other() {
     let object = json!({"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6000"}}},
-        {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6000"}}}
+        {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6k"}}},
+        {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6k"}}}
     ]}});
     let small = ClusterView::new([node("n", vec![gpu(0, T4, 15360, 0, 0)])]);
     assert_eq!(
@@ -157,7 +157,7 @@ fn unhealthy_gpus_and_selectors_exclude_cards() {
         node("a100", vec![gpu(2, A100, 81920, 0, 0)]),
     ]);
     let wants_a100 = pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1k"}),
         json!({"tessera.dev/gpu-model-include": "a100"}),
     );
     let result = filter(&args(wants_a100, &["sick", "t4", "a100"]), &view);
@@ -242,7 +242,7 @@ fn binpack_prefers_the_fuller_card_and_spread_the_emptier() {
     let packed = place(&request.shares, &request.policy, &none, &node).unwrap();
     assert_eq!(packed.containers, [("train".to_owned(), vec![uuid(1)])]);
     let binpack = pod_request(&pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4k"}),
         json!({"tessera.dev/placement": "binpack"}),
     ))
     .unwrap();
@@ -250,7 +250,7 @@ fn binpack_prefers_the_fuller_card_and_spread_the_emptier() {
     assert_eq!(packed.containers[0].1, [uuid(1)]);
 
     let spread = pod_request(&pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4k"}),
         json!({"tessera.dev/placement": "spread"}),
     ))
     .unwrap();
@@ -265,7 +265,7 @@ fn scores_follow_the_placement_policy() {
         node("half", vec![gpu(1, A100, 100_000, 50_000, 50)]),
     ]);
     let pack = pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10k", "nvidia.com/gpucores": "10"}),
         json!({}),
     );
     let scores = prioritize(&args(pack, &["empty", "half", "missing"]), &view);
@@ -288,7 +288,7 @@ fn scores_follow_the_placement_policy() {
     );
     let scores_as = |placement: &str| -> Vec<i64> {
         let pod = pod(
-            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"}),
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10k", "nvidia.com/gpucores": "10"}),
             json!({"tessera.dev/placement": placement}),
         );
         prioritize(&args(pod, &["empty", "half"]), &view)
@@ -430,7 +430,7 @@ fn whole_gpu_shares_take_only_idle_gpus() {
         node("idle", vec![gpu(1, A100, 81920, 0, 0)]),
     ]);
     let whole = pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "100"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4k", "nvidia.com/gpucores": "100"}),
         json!({}),
     );
     let result = filter(&args(whole, &["shared", "idle"]), &view);

@@ -68,7 +68,7 @@ fn design_example_gets_the_scheduler_and_no_other_change() {
 #[test]
 fn a_pod_already_complete_is_left_alone() {
     let mut object = defaulted_pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4k", "nvidia.com/gpucores": "30"}),
     );
     object["spec"]["schedulerName"] = json!("tessera-scheduler");
     assert_eq!(admit_pod(&object, &config()).unwrap(), Admitted::default());
@@ -89,7 +89,7 @@ fn gpu_only_gets_whole_card_defaults() {
 #[test]
 fn memory_only_gets_zero_cores_and_keeps_memory() {
     let out = admitted(&gpu_pod(
-        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}),
+        json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2k"}),
     ));
     let limits = &out["spec"]["containers"][0]["resources"]["limits"];
     assert_eq!(limits["nvidia.com/gpucores"], "0");
@@ -222,7 +222,7 @@ fn memory_or_cores_alone_get_one_gpu_in_limits_and_requests() {
     }
     // Limits alone (a manifest, before the API server defaults requests
     // from them): the limits are completed, requests left to defaulting.
-    let out = admitted(&gpu_pod(json!({"nvidia.com/gpumem": "3000"})));
+    let out = admitted(&gpu_pod(json!({"nvidia.com/gpumem": "3k"})));
     let resources = &out["spec"]["containers"][0]["resources"];
     assert_eq!(resources["limits"]["nvidia.com/gpu"], "1");
     assert_eq!(resources["limits"]["nvidia.com/gpucores"], "0");

@@ -1,4 +1,4 @@
-//! Kubernetes quantity strings for Tessera's integer resources.
+//! Kubernetes quantity strings for Tessera's whole-number resources.
 //!
 //! Every `nvidia.com/*` resource Tessera reads is an extended resource, and
 //! Kubernetes only admits whole numbers for those. So this module accepts any
