@@ -21,7 +21,8 @@
     reason = "a benchmark binary: failing loudly is fine"
 )]
 
-use tessera_testkit::control as control_support;
+#[path = "../tests/control_support/mod.rs"]
+mod control_support;
 
 use control_support::{
     Limiter, Run, Scenario, Spec, huge_kernels, in_child, spin_kernels, wide_kernels,

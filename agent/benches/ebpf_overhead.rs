@@ -26,7 +26,9 @@
     reason = "a benchmark binary: failing loudly is fine"
 )]
 
-use tessera_testkit::ebpf as support;
+#[path = "../tests/ebpf_support/mod.rs"]
+mod ebpf_support;
+use ebpf_support as support;
 
 use std::fs::File;
 use std::io::IsTerminal;

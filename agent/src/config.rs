@@ -617,7 +617,7 @@ fn kubelet_settings(
         resource_name: plugin.resource_name.clone(),
         interval: secs(file.gc_interval_s, dg.interval),
         timeout: secs(file.gc_timeout_s, dg.timeout),
-        settings: crate::containers::gc::GcSettings {
+        settings: crate::kubelet::gc::GcSettings {
             grace: secs(file.gc_grace_s, dg.settings.grace),
             settle: secs(file.gc_settle_s, dg.settings.settle),
             confirm: secs(file.gc_confirm_s, dg.settings.confirm),

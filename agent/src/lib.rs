@@ -1,50 +1,49 @@
-//! The Tessera node agent.
+//! The Tessera node agent: one per GPU node.
 //!
-//! One agent runs on every GPU node. So far it has:
-//! - [`gpu`]: the GPU inventory and live use through NVML (a trait with an
-//!   NVML and a fake implementation);
+//! Its modules, bottom to top; each imports only those above it in this
+//! list (`tests/layering.rs` holds the code to it):
+//!
+//! - leaves, crates of their own under `agent/`: [`gpu`] (the GPUs and
+//!   their live state through NVML, behind a trait), [`control`] (the
+//!   compute controller: SM targets held by one feedback loop per
+//!   container and GPU, hard and elastic), [`cgroup`] (cgroup id → pod
+//!   and container); and [`error_chain`], [`mountinfo`] (shared helpers);
 //! - [`ebpf`]: the eBPF observer (per-cgroup NVIDIA ioctls and opens,
-//!   bypass events, GPU use, memory estimates) and the per-pod device
-//!   guard, with attach-mode probing;
-//! - [`control`]: the compute controller (SM targets held by one feedback
-//!   loop per container and GPU, hard and elastic modes);
-//! - [`cgroup`]: cgroup id → pod/container mapping for the cgroup drivers
-//!   and runtimes Kubernetes nodes use;
-//! - [`error_chain`]: an error and its causes on one line;
-//! - [`mountinfo`]: this process's mounts (the `tessera-mountinfo` crate,
-//!   which xtask shares);
-//! - [`region`]: the writer of container region directories (`tessera-agent
-//!   region create|set|show`);
+//!   bypass events, memory estimates) and the per-pod device guard, with
+//!   attach-mode probing;
 //! - [`containers`]: the agent's unit, a container's region directory
-//!   under one root, and `tessera-agent container add|set|rm|list|show`;
-//! - [`config`]: the daemon's settings (file, flags, environment);
+//!   under one root, and its metadata;
 //! - [`policy`]: the node policy file (defaults and rules by namespace and
 //!   pod labels), checked and hot-reloaded;
-//! - [`daemon`]: `tessera-agent run`, the control loop with `/healthz` and
-//!   `/readyz`;
-//! - [`metrics`]: the Prometheus series served at `/metrics`.
-//! - [`watchdog`]: ground truth (NVML, cgroups, eBPF) against each
-//!   container's limits and usage region, and the policy's action.
-//!
-//! - [`telemetry`]: the node's `GpuNode` (inventory, shares, live use)
-//!   written to the API server for the scheduler.
-//! - [`kubelet`]: the device plugin (vGPUs registered with kubelet,
-//!   health from NVML, preferred allocation); Allocate comes later.
+//! - [`view`]: what one control period saw and did, and the loop's status,
+//!   read by everything above;
+//! - [`watchdog`] (ground truth against each container's limits and usage
+//!   region, and the policy's action), [`metrics`] (the Prometheus series
+//!   at `/metrics`), [`telemetry`] (the node's `GpuNode` for the
+//!   scheduler) and [`kubelet`] (the device plugin: registration, health,
+//!   `Allocate`, PodResources and the collection of departed pods'
+//!   directories);
+//! - [`config`]: the daemon's settings (file, flags, environment);
+//! - [`daemon`]: `tessera-agent run`, the control loop with its HTTP
+//!   endpoint;
+//! - [`commands`]: the one-shot subcommands (`container`, `region`,
+//!   `policy`).
 
 #![forbid(unsafe_code)]
 
-pub mod cgroup;
+pub use tessera_cgroup as cgroup;
+pub mod commands;
 pub mod config;
 pub mod containers;
-pub mod control;
+pub use tessera_control as control;
 pub mod daemon;
 pub mod ebpf;
 pub mod error_chain;
-pub mod gpu;
+pub use tessera_gpu as gpu;
 pub mod kubelet;
 pub mod metrics;
 pub use tessera_mountinfo as mountinfo;
 pub mod policy;
-pub mod region;
 pub mod telemetry;
+pub mod view;
 pub mod watchdog;

@@ -6,14 +6,14 @@ use anyhow::{Context, Result};
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tessera_agent::cgroup::{CgroupMap, cgroup2_root};
+use tessera_agent::commands::container::ContainerArgs;
+use tessera_agent::commands::policy::PolicyCommand;
+use tessera_agent::commands::region::RegionCommand;
 use tessera_agent::config::{Config, ConfigArgs};
-use tessera_agent::containers::cli::ContainerArgs;
 use tessera_agent::ebpf::Observer;
 use tessera_agent::ebpf::args::EbpfArgs;
 use tessera_agent::error_chain::with_causes;
 use tessera_agent::gpu::{GpuArgs, Inventory};
-use tessera_agent::policy::cli::PolicyCommand;
-use tessera_agent::region::RegionCommand;
 use tessera_ebpf_common::{
     dev::{kdev_major, kdev_minor},
     uvm::format_uuid,
@@ -208,15 +208,15 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check { config },
         } => config_check(&cli, nvml_given, config),
-        Command::Container(args) => tessera_agent::containers::cli::run(args)
+        Command::Container(args) => tessera_agent::commands::container::run(args)
             .map(|out| println!("{out}"))
             .map_err(anyhow::Error::from),
         Command::Inventory { json } => inventory(&cli, *json),
         Command::Observe { ebpf, seconds } => observe(ebpf, *seconds),
-        Command::Region { command } => tessera_agent::region::run(command)
+        Command::Region { command } => tessera_agent::commands::region::run(command)
             .map(|out| println!("{out}"))
             .map_err(anyhow::Error::from),
-        Command::Policy { command } => tessera_agent::policy::cli::run(command)
+        Command::Policy { command } => tessera_agent::commands::policy::run(command)
             .map(|out| println!("{out}"))
             .map_err(anyhow::Error::from),
     };

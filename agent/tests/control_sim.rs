@@ -10,7 +10,7 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use tessera_testkit::control as control_support;
+mod control_support;
 
 use std::sync::Mutex;
 

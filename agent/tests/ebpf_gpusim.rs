@@ -15,7 +15,8 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use tessera_testkit::ebpf as support;
+mod ebpf_support;
+use ebpf_support as support;
 
 use tessera_testkit::sim;
 

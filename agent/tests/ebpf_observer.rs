@@ -14,7 +14,8 @@
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
 )]
 
-use tessera_testkit::ebpf as support;
+mod ebpf_support;
+use ebpf_support as support;
 
 use support::{
     Child, TestCgroup, answer, child_role, device, object, skip_if, skip_reason, sys, wait_line,

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use tessera_agent::containers::gc::{Action, Collector, Decision, GcSettings, Observation};
 use tessera_agent::containers::live::Probe;
 use tessera_agent::containers::meta::META_VERSION;
 use tessera_agent::containers::{ContainerId, GpuGrant, Metadata, Store};
+use tessera_agent::kubelet::gc::{Action, Collector, Decision, GcSettings, Observation};
 use tessera_agent::kubelet::gc_task::{GcConfig, spawn_gc};
 use tessera_agent::kubelet::podresources::{Client, ContainerKey, Device, PodResourcesError};
 use tessera_agent::kubelet::vgpu::VgpuId;

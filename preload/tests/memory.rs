@@ -167,12 +167,8 @@ fn memory_information_shows_the_limit() {
 
     let dir = tempfile::tempdir().unwrap();
     let view = dir.path().join("nvml_view");
-    common::sim::cc(&[
-        concat!(env!("CARGO_MANIFEST_DIR"), "/gpusim/tests/c/nvml_view.c"),
-        "-o",
-        view.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let src = common::sim::workspace().join("xtask/gpusim/tests/c/nvml_view.c");
+    common::sim::cc(&[src.to_str().unwrap(), "-o", view.to_str().unwrap(), "-ldl"]);
     // Memory-information calls look for dead processes at most every
     // 100 ms (a tenth of the reclaim interval): the `meminfo` process
     // above looked just before it exited, so its own context is seen dead

@@ -15,7 +15,7 @@ to what Tessera's model says (the simulator's and libtessera.so's).
                                  device really holds (nvidia-smi, which runs
                                  without the library)
 
-The model (preload/gpusim/cuda/src/heap.rs, preload/src/pages.rs): a request
+The model (xtask/gpusim/cuda/src/heap.rs, preload/src/pages.rs): a request
 of at most half a page (1 MiB on 2 MiB pages) is rounded to 512 bytes and
 packed into shared pages; a larger one starts on a page boundary and holds
 whole pages; a page is held while any allocation lives in it. libtessera.so

@@ -6,7 +6,7 @@
 //! Mode and priority are optional: a value here is explicit (in
 //! Kubernetes: the pod's `tessera.dev/compute-mode` annotation and
 //! priority) and wins over the node policy; an absent one is the policy's
-//! to decide ([`crate::policy::Policy::effective`]). A file written before
+//! to decide (the node policy reads this metadata, never the reverse). A file written before
 //! they became optional has both, so they stay explicit.
 //!
 //! The metadata is the source of truth for the limits; the control region
@@ -251,19 +251,6 @@ impl Metadata {
         let m: Self = serde_json::from_slice(text).map_err(|e| bad("(file)", e.to_string()))?;
         m.validate()?;
         Ok(m)
-    }
-
-    /// What the compute controller is asked to hold on each of its GPUs:
-    /// this SM target, the mode and priority `policy` decided for this
-    /// container (its own explicit values included, see
-    /// [`crate::policy::Policy::effective`]).
-    pub fn control(&self, policy: &crate::policy::Effective) -> crate::control::ContainerControl {
-        crate::control::ContainerControl {
-            target_percent: f64::from(self.sm_target),
-            mode: policy.mode,
-            // At most MAX_PRIORITY (validated): fits.
-            priority: i32::try_from(policy.priority).unwrap_or(i32::MAX),
-        }
     }
 
     /// The GPUs' UUID bytes (valid after [`Self::validate`]).

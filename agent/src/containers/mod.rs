@@ -10,11 +10,7 @@
 //! - [`pids`]: host pids of a container (its cgroup, `NSpid`) joined with
 //!   the processes registered in its usage region;
 //! - [`live`]: whether any process still uses a directory;
-//! - [`gc`]: removal of directories kubelet no longer runs (PodResources);
-//! - [`cli`]: `tessera-agent container add|set|rm|list`.
 
-pub mod cli;
-pub mod gc;
 pub mod id;
 pub mod labels;
 pub mod live;

@@ -19,7 +19,7 @@ use crate::ebpf::{BypassEvents, Observer, ObserverConfig, Snapshot};
 use crate::error_chain::with_causes;
 use crate::watchdog::{EbpfSetting, WatchdogSettings};
 
-use super::view::EbpfView;
+use crate::view::EbpfView;
 
 /// Most cgroup directories below a container's cgroup whose ids count as
 /// its own.

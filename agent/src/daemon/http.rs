@@ -21,8 +21,8 @@ use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::status::{Status, Verdict};
 use crate::metrics::Metrics;
+use crate::view::status::{Status, Verdict};
 
 /// An answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,10 +19,8 @@ pub mod ebpf;
 pub mod http;
 pub mod nvml;
 pub mod plugin;
-pub mod status;
 pub mod telemetry;
 pub mod tick;
-pub mod view;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +29,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use status::Status;
+use crate::view::Status;
 use tick::Agent;
 
 /// Why the daemon could not run.

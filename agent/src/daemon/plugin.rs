@@ -9,9 +9,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::nvml::SharedNvml;
-use super::status::Status;
 use crate::config::Config;
 use crate::kubelet::{AllocateSetup, Wiring};
+use crate::view::status::Status;
 
 /// Where the device nodes are on the host.
 pub const DEV_DIR: &str = "/dev";

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use super::nvml::SharedNvml;
-use super::status::Status;
 use crate::config::Config;
 use crate::gpu::Inventory;
+use crate::view::status::Status;
 
 /// Runs the writer until `stop` turns true (it is awaited twice: while
 /// NVML is retried, then by the writer).

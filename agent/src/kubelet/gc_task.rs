@@ -1,7 +1,7 @@
 //! The garbage-collection task of `tessera-agent run`: every
 //! [`GcConfig::interval`] it asks kubelet's PodResources ([`super::podresources`])
 //! which containers exist and lets the collector
-//! ([`crate::containers::gc`]) remove the region directories of those that
+//! ([`crate::kubelet::gc`]) remove the region directories of those that
 //! are gone.
 //!
 //! Each round's file system work runs on the blocking pool; a kubelet that
@@ -17,8 +17,8 @@ use tessera_kubelet_api::podresources::KUBELET_SOCKET;
 use tokio::task::JoinHandle;
 
 use crate::containers::Store;
-use crate::containers::gc::{Action, Collector, GcSettings, Observation};
 use crate::containers::live::Probe;
+use crate::kubelet::gc::{Action, Collector, GcSettings, Observation};
 
 use super::podresources::Client;
 

@@ -20,10 +20,11 @@
 //! GPU loss), [`preferred`] (GetPreferredAllocation), [`plugin`] (the
 //! service), [`registration`], [`socket`]; [`podresources`] (kubelet's
 //! PodResources client) and [`gc_task`] (the garbage collection of
-//! departed pods' region directories, `crate::containers::gc`).
+//! departed pods' region directories: [`gc`] decides, [`gc_task`] runs it).
 
 pub mod allocate;
 pub mod allocator;
+pub mod gc;
 pub mod gc_task;
 pub mod grant;
 pub mod health;

@@ -19,7 +19,7 @@
 //! Each snapshot names the kubelet instance that answered
 //! ([`KubeletInstance`]: the socket's identity and creation time), which
 //! is what the garbage collector weighs its evidence by
-//! ([`crate::containers::gc`]).
+//! ([`crate::kubelet::gc`]).
 //!
 //! Kubelet's answer is untrusted input: entries with an empty name are left
 //! out (and reported), device IDs of our resource that are not

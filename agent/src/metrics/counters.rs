@@ -9,8 +9,8 @@
 use std::collections::HashMap;
 
 use super::monotonic::Counter;
-use crate::daemon::view::{ContainerView, Reason, View};
 use crate::policy::Action;
+use crate::view::{ContainerView, Reason, View};
 
 /// The usage region's counters of one (container, GPU).
 #[derive(Debug, Default)]

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use prometheus::core::Desc;
 use prometheus::{Registry, TextEncoder};
 
-use crate::daemon::view::View;
+use crate::view::View;
 use counters::Counters;
 use families::{Families, ViewFamily};
 use scrape::ViewCollector;
@@ -157,11 +157,9 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::view::{
-        ActionCount, ContainerView, EbpfView, EnforcementView, GpuView, Reason,
-    };
     use crate::policy::Action;
     use crate::policy::Policy;
+    use crate::view::{ActionCount, ContainerView, EbpfView, EnforcementView, GpuView, Reason};
 
     const GPU: &str = "GPU-00000000-0000-0000-0000-000000000001";
 
@@ -408,7 +406,7 @@ mod tests {
             container("a", 10, Some("c")),
             container("b", 20, None),
         ]);
-        v.devices = vec![crate::daemon::view::DeviceView {
+        v.devices = vec![crate::view::DeviceView {
             index: 0,
             uuid: GPU.into(),
             memory_used_bytes: Some(5),

@@ -22,8 +22,8 @@ use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricT
 use super::counters::Counters;
 use super::families::ViewFamily;
 use super::labels;
-use crate::daemon::view::{ContainerView, Reason, View};
 use crate::policy::Action;
+use crate::view::{ContainerView, Reason, View};
 
 fn ratio(percent: Option<f64>) -> Option<f64> {
     percent.filter(|p| p.is_finite()).map(|p| p / 100.0)

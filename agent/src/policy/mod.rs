@@ -6,7 +6,6 @@
 //!   checked; every error names the file, line, column and field;
 //! - [`reload`]: the daemon's hot reload (a stat per period, a re-read on
 //!   any change, the previous policy kept while the file is bad or gone);
-//! - [`cli`]: `tessera-agent policy check FILE`.
 //!
 //! How a container's [`Effective`] settings are decided
 //! ([`Policy::effective`]), field by field:
@@ -24,7 +23,6 @@
 //! namespace (outside Kubernetes) matches only rules without a
 //! `namespaces` criterion.
 
-pub mod cli;
 pub mod file;
 pub mod reload;
 
@@ -87,6 +85,20 @@ pub struct Effective {
     pub memory_overage_action: Action,
     /// The rule that matched (none: the defaults).
     pub rule: Option<String>,
+}
+
+impl Effective {
+    /// What the compute controller is asked to hold on each of `meta`'s
+    /// GPUs: its SM target, with the mode and priority decided here (its
+    /// own explicit values included, see [`Policy::effective`]).
+    pub fn control(&self, meta: &Metadata) -> crate::control::ContainerControl {
+        crate::control::ContainerControl {
+            target_percent: f64::from(meta.sm_target),
+            mode: self.mode,
+            // At most MAX_PRIORITY (validated): fits.
+            priority: i32::try_from(self.priority).unwrap_or(i32::MAX),
+        }
+    }
 }
 
 /// The fields a rule (or the file's `defaults`) may set; `None`: not set

@@ -21,8 +21,9 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use super::{Policy, file};
-use crate::daemon::view::PolicyView;
 use crate::error_chain::with_causes;
 
 /// What identifies one version of the file.
@@ -177,4 +178,21 @@ impl Reloader {
             error: self.error.clone(),
         }
     }
+}
+
+/// The policy in force and the last reload, as the view shows it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyView {
+    /// The file the policy in force came from (null: built-in defaults).
+    pub file: Option<PathBuf>,
+    /// The file the agent watches (the `policy` setting).
+    pub watching: PathBuf,
+    /// Policies loaded so far (1 after the first load).
+    pub loads: u64,
+    /// The names of the policy's rules, in the order they are tried.
+    pub rules: Vec<String>,
+    /// Why the file as it is now is not applied (bad, unreadable, removed,
+    /// missing); the policy in force stays. Null: the file is in force (or
+    /// there is none at the default path).
+    pub error: Option<String>,
 }

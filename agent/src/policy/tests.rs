@@ -177,7 +177,7 @@ fn explicit_metadata_wins_over_rules_and_defaults() {
         (None, Mode::Elastic, 0)
     );
     // And the controller is asked for what the policy decided.
-    let c = m.control(&e);
+    let c = e.control(&m);
     assert_eq!(
         (c.mode, c.priority, c.target_percent),
         (Mode::Elastic, 0, 30.0)

@@ -23,7 +23,7 @@ use tessera_api::gpunode::{
 };
 
 use crate::control::Mode;
-use crate::daemon::view::View;
+use crate::view::View;
 
 const MIB: u64 = 1 << 20;
 
@@ -258,8 +258,8 @@ mod tests {
     use super::*;
     use crate::containers::Metadata;
     use crate::containers::meta::{GpuGrant, META_VERSION};
-    use crate::daemon::view::{ContainerView, DeviceView, EnforcementView, GpuView};
     use crate::policy::{Action, Effective};
+    use crate::view::{ContainerView, DeviceView, EnforcementView, GpuView};
 
     const A: &str = "GPU-00000000-0000-0000-0000-00000000000a";
     const B: &str = "GPU-00000000-0000-0000-0000-00000000000b";

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::daemon::status::Status;
 use crate::gpu::Inventory;
+use crate::view::status::Status;
 
 pub use publish::PublishError;
 

@@ -32,8 +32,8 @@ use tokio::time::Instant;
 
 use super::Settings;
 use super::build::{self, Quantum};
-use crate::daemon::status::Status;
 use crate::gpu::{GpuError, Inventory};
+use crate::view::status::Status;
 
 /// The field manager of the agent's status writes.
 pub const FIELD_MANAGER: &str = "tessera-agent";

@@ -46,7 +46,7 @@ use tessera_region::spec::format_uuid;
 
 use crate::containers::Metadata;
 use crate::containers::pids::{ProcessView, Source};
-use crate::daemon::view::Reason;
+use crate::view::Reason;
 
 /// One thing seen this period.
 #[derive(Clone, Debug, PartialEq, Eq)]

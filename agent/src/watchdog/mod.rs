@@ -33,9 +33,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::containers::{ContainerId, Metadata};
-use crate::daemon::view::{ActionCount, EnforcementView, Reason};
 use crate::error_chain::with_causes;
 use crate::policy::{Action, Effective};
+use crate::view::{ActionCount, EnforcementView, Reason};
 
 pub use actions::{ActionError, Deny};
 pub use detect::{Facts, Finding, GpuMemory};

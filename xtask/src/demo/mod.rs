@@ -131,7 +131,7 @@ pub fn run(args: &Args) -> Result<()> {
 /// Builds the C workload (an unmodified CUDA driver API program) against
 /// the simulator's `libcuda`.
 fn compile_workload(sim_dir: &Path, out: &Path) -> Result<()> {
-    let src = workspace_root().join("preload/gpusim/tests/c/workload.c");
+    let src = workspace_root().join("xtask/gpusim/tests/c/workload.c");
     // The flags of the simulator tests' build of the same file
     // (xtask/testkit/src/sim.rs), so a warning fails here too.
     let o = Command::new("cc")

@@ -56,7 +56,7 @@ pub(super) struct Plan {
 }
 
 /// A container's workload (an unmodified CUDA program: the simulator's C
-/// workload, `preload/gpusim/tests/c/workload.c`).
+/// workload, `xtask/gpusim/tests/c/workload.c`).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Work {
     /// Allocates `alloc_mib`, then launches 8-warp `spin` kernels back to

@@ -1,17 +1,14 @@
 //! Test helpers shared by Tessera's crates, so no test includes another
-//! crate's files by path:
+//! crate's files by path. They depend only downward (the simulator, the
+//! region ABI): helpers for one crate's tests live with that crate's
+//! tests (the agent's controller and eBPF helpers in
+//! `agent/tests/{control,ebpf}_support`).
 //!
 //! - [`sim`]: the built artifacts, a private simulated node per test, and
 //!   the simulator's C workload (used by the simulator's, the interposer's
 //!   and the agent's tests);
-//! - [`ebpf`] (feature `agent`): skip reasons, built objects, test cgroups
-//!   and child processes for the agent's privileged eBPF tests and its
-//!   overhead benchmark;
 //! - [`poll`]: waiting for a condition, and GET from a local HTTP
 //!   endpoint (also the demo's reader of the agent's view);
-//! - [`control`] (feature `agent`): closed-loop runs of the agent's compute
-//!   controller on the simulator, judged by the simulator's timeline (the
-//!   controller tests and the accuracy benchmark);
 //! - [`programs`]: finding a program on `PATH`;
 //! - [`promtool`]: `promtool check metrics`, the judge of `/metrics` texts;
 //! - [`helm`] (feature `helm`): the Helm chart rendered and packaged
@@ -32,10 +29,6 @@
 
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
-#[cfg(feature = "agent")]
-pub mod control;
-#[cfg(feature = "agent")]
-pub mod ebpf;
 #[cfg(feature = "helm")]
 pub mod helm;
 pub mod poll;

@@ -219,7 +219,7 @@ pub fn workload(link: Link) -> PathBuf {
     static BUILT: OnceLock<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> = OnceLock::new();
     let (_, direct, dl, dlsym) = BUILT.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir");
-        let src = workspace().join("preload/gpusim/tests/c/workload.c");
+        let src = workspace().join("xtask/gpusim/tests/c/workload.c");
         let sim = sim_dir();
         let direct = dir.path().join("workload");
         let dl = dir.path().join("workload-dlopen");

@@ -73,7 +73,7 @@ impl Agent {
                 if o.is_none() && known {
                     continue;
                 }
-                let control = c.meta.control(&p.policy);
+                let control = p.policy.control(&c.meta);
                 let applied = if known {
                     ctl.upsert(id, control)
                 } else {

@@ -64,8 +64,8 @@ use crate::watchdog::{Facts, GpuMemory, Watchdog};
 use super::ebpf::{DaemonEbpf, Member, Seen};
 use super::nvml::SharedNvml;
 
-use super::status::Status;
-use super::view::{
+use crate::view::status::Status;
+use crate::view::{
     ContainerView, DeviceView, EnforcementView, GpuView, PolicyView, SkippedView, View,
 };
 

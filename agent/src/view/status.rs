@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::view::View;
+use super::View;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

@@ -72,7 +72,7 @@ fn devices_are_found_by_every_documented_bus_id_form() {
 fn the_driver_version_is_the_same_before_and_after_cu_init() {
     let node = Node::new(&format!("cuda_version = 12040\n{}", support::SMALL_NODE));
     let exe = node.dir.path().join("driver_version");
-    let src = support::workspace().join("preload/gpusim/tests/c/driver_version.c");
+    let src = support::workspace().join("xtask/gpusim/tests/c/driver_version.c");
     let sim = support::sim_dir();
     support::cc(&[
         src.to_str().unwrap(),

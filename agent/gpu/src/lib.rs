@@ -10,8 +10,10 @@
 //! A GPU that has fallen off the bus keeps its identity (NVML caches it),
 //! so it is listed with health [`Health::Lost`] and without live values.
 
+#![forbid(unsafe_code)]
+
 pub mod args;
-#[cfg(test)]
+#[cfg(any(test, feature = "fake"))]
 mod fake;
 pub mod inventory;
 pub mod nvml;
@@ -20,8 +22,8 @@ use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
 pub use args::GpuArgs;
-#[cfg(test)]
-pub(crate) use fake::{FakeBackend, FakeGpu};
+#[cfg(any(test, feature = "fake"))]
+pub use fake::{FakeBackend, FakeGpu};
 pub use inventory::{Inventory, InventoryGpu};
 pub use nvml::NvmlBackend;
 

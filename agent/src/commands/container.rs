@@ -17,12 +17,12 @@ use std::str::FromStr;
 use tessera_region::layout::UNLIMITED;
 use tessera_region::spec::{SpecError, format_uuid, parse_gpu};
 
-use super::id::ContainerId;
-use super::labels::{LabelEdit, parse_label_arg};
-use super::meta::{GpuGrant, META_VERSION, Metadata, Mode, check_cgroup};
-use super::store::{Store, StoreError};
 use crate::cgroup::cgroup2_root;
 use crate::config::DEFAULT_ROOT;
+use crate::containers::id::ContainerId;
+use crate::containers::labels::{LabelEdit, parse_label_arg};
+use crate::containers::meta::{GpuGrant, META_VERSION, Metadata, Mode, check_cgroup};
+use crate::containers::store::{Store, StoreError};
 
 /// `tessera-agent container …`.
 #[derive(Debug, clap::Args)]
@@ -430,7 +430,7 @@ pub fn run(args: &ContainerArgs) -> Result<String, ContainerCommandError> {
         }
         ContainerCommand::Show { id } => {
             let c = store.load(id)?;
-            let region = crate::region::show(&c.dir).unwrap_or_else(
+            let region = super::region::show(&c.dir).unwrap_or_else(
                 |e| serde_json::json!({"error": crate::error_chain::with_causes(&e)}),
             );
             let v = serde_json::json!({"id": c.id.as_str(), "dir": c.dir, "meta": c.meta, "region": region});

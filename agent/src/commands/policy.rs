@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::{PolicyError, file};
+use crate::policy::{PolicyError, file};
 
 /// `tessera-agent policy …`.
 #[derive(Debug, clap::Subcommand)]

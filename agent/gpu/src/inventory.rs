@@ -202,7 +202,7 @@ impl InventoryGpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{FakeBackend, FakeGpu};
+    use crate::{FakeBackend, FakeGpu};
 
     fn node() -> FakeBackend {
         let mut a = FakeGpu::new(0, "NVIDIA H100 80GB HBM3", 81559);
@@ -243,9 +243,9 @@ mod tests {
         let e = bad.api_devices().unwrap_err();
         assert!(matches!(e, GpuError::Uuid { index: 1, .. }), "{e}");
         assert!(
-            crate::error_chain::with_causes(&e).contains("\"GPU-not-a-uuid\""),
+            tessera_error_chain::with_causes(&e).contains("\"GPU-not-a-uuid\""),
             "{}",
-            crate::error_chain::with_causes(&e)
+            tessera_error_chain::with_causes(&e)
         );
     }
 

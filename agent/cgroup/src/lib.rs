@@ -12,6 +12,8 @@
 //!   says when a hybrid host keeps the pods out of the v2 tree altogether;
 //! - [`v2`]: where cgroup v2 is mounted and a directory's id.
 
+#![forbid(unsafe_code)]
+
 pub mod path;
 pub mod v2;
 pub mod walk;

@@ -1,6 +1,6 @@
 //! The loop of one (container, GPU): counters to observations, and an
 //! observation plus a cap to the next launch rate (see the module docs of
-//! [`crate::control`] for the law).
+//! [`crate`] for the law).
 //!
 //! Invariants the code keeps:
 //! - the rate is finite, at least [`MIN_RATE`] and at most [`MAX_RATE`]

@@ -8,7 +8,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::mountinfo;
+use tessera_mountinfo as mountinfo;
 
 /// Errors finding cgroups.
 #[derive(Debug, thiserror::Error)]

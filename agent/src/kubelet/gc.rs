@@ -21,7 +21,7 @@
 //!    row. A failed `List`, a new kubelet instance (its socket recreated)
 //!    or a `List` naming the container starts the count again;
 //! 5. no process uses it and kubelet has cleaned its pod up
-//!    ([`super::live`]: the pod's cgroup, the container's cgroup, its usage
+//!    ([`crate::containers::live`]: the pod's cgroup, the container's cgroup, its usage
 //!    slots, any process mapping its usage file);
 //! 6. under the store's writer lock (the one `Store::add` holds; tried for
 //!    at most about half a second, else the removal waits a round) the
@@ -41,13 +41,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::kubelet::podresources::{ContainerKey, Snapshot};
-use crate::kubelet::socket::FileId;
+use crate::containers::StoreError;
+use crate::containers::id::ContainerId;
+use crate::containers::live::{Probe, Verdict};
+use crate::containers::meta::{META_FILE, Metadata};
+use crate::containers::store::{FileKey, Store, WriterLock, meta_key};
 
-use super::id::ContainerId;
-use super::live::{Probe, Verdict};
-use super::meta::{META_FILE, Metadata};
-use super::store::{FileKey, Store, meta_key};
+use super::podresources::{ContainerKey, Snapshot};
+use super::socket::FileId;
 
 /// Name prefix of a directory being deleted by the collector.
 pub const TOMBSTONE_PREFIX: &str = ".gc.";
@@ -188,7 +189,7 @@ const LOCK_PAUSE: Duration = Duration::from_millis(20);
 /// The store's writer lock if it comes free within about half a second;
 /// never waits longer (a writer holding it for good must not wedge the
 /// collector).
-fn lock_briefly(store: &Store) -> Result<Option<super::store::WriterLock>, super::StoreError> {
+fn lock_briefly(store: &Store) -> Result<Option<WriterLock>, StoreError> {
     for _ in 1..LOCK_TRIES {
         if let Some(l) = store.try_lock()? {
             return Ok(Some(l));

@@ -1,6 +1,9 @@
 //! What one control period saw and did: served as JSON at `/containers`,
-//! rendered as Prometheus series, shown by the demo. The loop builds it
-//! ([`super::tick`]); readers never see a half-built one.
+//! rendered as Prometheus series, shown by the demo. The daemon's loop
+//! builds it; readers never see a half-built one. It sits one
+//! level above the daemon's modules, so that metrics, telemetry, the
+//! watchdog and the HTTP endpoint read it without depending on the loop
+//! that writes it.
 //!
 //! Counters here (`warps`, `ioctls`, enforcement counts …) are cumulative
 //! since the agent started (or since the usage region was created, for the
@@ -14,6 +17,12 @@ use crate::containers::Metadata;
 use crate::containers::pids::ProcessView;
 use crate::control::LoopState;
 use crate::policy::{Action, Effective};
+
+pub use crate::policy::reload::PolicyView;
+
+pub mod status;
+
+pub use status::Status;
 
 /// The measured use of one (container, GPU) in one period.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -121,23 +130,6 @@ pub struct DeviceView {
     pub sm_percent: Option<f64>,
     /// Whether NVML answered for it this period.
     pub healthy: bool,
-}
-
-/// The policy in force and the last reload ([`crate::policy::reload`]).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct PolicyView {
-    /// The file the policy in force came from (null: built-in defaults).
-    pub file: Option<PathBuf>,
-    /// The file the agent watches (the `policy` setting).
-    pub watching: PathBuf,
-    /// Policies loaded so far (1 after the first load).
-    pub loads: u64,
-    /// The names of the policy's rules, in the order they are tried.
-    pub rules: Vec<String>,
-    /// Why the file as it is now is not applied (bad, unreadable, removed,
-    /// missing); the policy in force stays. Null: the file is in force (or
-    /// there is none at the default path).
-    pub error: Option<String>,
 }
 
 /// A skipped entry in the view.

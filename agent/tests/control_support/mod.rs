@@ -14,7 +14,10 @@
 //! The judge is the simulator's own timeline ([`Run::oracle`]: each
 //! process's kernel time over an interval, from the state file), not the
 //! controller's numbers.
-use crate::sim;
+
+// Each test file and benchmark that includes this module uses part of it.
+#![allow(dead_code, unused_imports)]
+use tessera_testkit::sim;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

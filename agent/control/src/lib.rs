@@ -69,6 +69,8 @@
 //!     (the region skips a write that changes nothing); export d.error_pp() etc.
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod allocator;
 pub mod feedback;
 mod gpu;
@@ -306,7 +308,7 @@ pub struct ControllerConfig {
     pub saturated_percent: f64,
     /// Periods a container stays hungry after its bucket last bound.
     pub hungry_hold: u32,
-    /// The GPU's launch floor ([`crate::gpu::GpuDevice::launch_floor`]),
+    /// The GPU's launch floor (`tessera_gpu::GpuDevice::launch_floor`),
     /// written with every rate: rates and warp counters are in charged
     /// warps, each kernel at least this many.
     pub launch_floor: u64,

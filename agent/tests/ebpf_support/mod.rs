@@ -8,6 +8,9 @@
 //! stdin, so the parent can move it into a cgroup (and register it) before
 //! it touches a device.
 
+// Each test file and benchmark that includes this module uses part of it.
+#![allow(dead_code, unused_imports)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -18,7 +21,7 @@ use tessera_agent::ebpf::{Device, DeviceSpec};
 
 const CHILD_ENV: &str = "TESSERA_EBPF_CHILD";
 
-pub use crate::{or_skip, skip_if};
+pub use tessera_testkit::{or_skip, skip_if};
 
 /// "not root" unless this process runs as root.
 pub fn not_root() -> Option<String> {
@@ -29,7 +32,7 @@ pub fn not_root() -> Option<String> {
     (euid != 0).then(|| "not root".to_owned())
 }
 
-pub use crate::programs::on_path;
+pub use tessera_testkit::programs::on_path;
 
 /// Why this machine cannot run privileged eBPF tests, if it cannot.
 pub fn skip_reason() -> Option<String> {
