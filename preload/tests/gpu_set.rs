@@ -8,33 +8,21 @@ mod common;
 use std::io::Write;
 use std::process::Stdio;
 
-use common::{Container, Link, MIB, Node, field};
+use common::sim::{Gpu, NodeSpec};
+use common::{Container, Link, MIB, field};
 use gpusim::launch_log::Launches;
 use tessera_region::UNLIMITED;
 use tessera_region::control::{ControlSpec, GpuLimits};
 
 /// Two 4 GiB GPUs, contexts free (so only allocations are charged), and a
 /// 1 µs kernel.
-const TWO_GPUS: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 4096
-sm_count = 100
-
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 4096
-sm_count = 100
-
-[cost]
-context_overhead_mib = 0
-[cost.functions.tiny]
-fixed_ns = 1000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+fn two_gpus() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(4096))
+        .gpu(Gpu::sim(4096))
+        .context_overhead_mib(0)
+        .fixed_kernel("tiny", 1000)
+}
 
 fn limits(uuid: [u8; 16], mib: u64) -> GpuLimits {
     GpuLimits {
@@ -74,7 +62,7 @@ fn rewrite_mid_run(
 
 #[test]
 fn memory_follows_a_reordered_gpu_set() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let sim = node.sim();
     let (g0, g1) = (sim.uuid_bytes(0), sim.uuid_bytes(1));
     let c = Container::on(node, |u| limits(u, 600));
@@ -120,7 +108,7 @@ fn memory_follows_a_reordered_gpu_set() {
 
 #[test]
 fn launches_on_a_gpu_added_later_draw_from_its_own_bucket() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let sim = node.sim();
     let (g0, g1) = (sim.uuid_bytes(0), sim.uuid_bytes(1));
     // One GPU, unlimited launches: launches need no device lookup.
@@ -187,7 +175,7 @@ fn a_thread_switching_gpus_draws_each_launch_from_its_gpus_bucket() {
         ops += "dev L launch tiny 1 32 1 dev U launch tiny 1 32 1 ";
     }
     for limited in [0usize, 1] {
-        let node = Node::new(TWO_GPUS);
+        let node = two_gpus().build();
         let sim = node.sim();
         let c = Container::on(node, GpuLimits::unlimited);
         let gpus = (0..2)
@@ -238,7 +226,7 @@ fn a_thread_switching_gpus_draws_each_launch_from_its_gpus_bucket() {
 #[test]
 fn a_reused_context_handle_draws_from_its_new_gpus_bucket() {
     let (rate, burst) = (1000u64, 10u64);
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let sim = node.sim();
     let c = Container::on(node, GpuLimits::unlimited);
     let gpus = vec![

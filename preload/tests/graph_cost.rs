@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::sim::NodeSpec;
 use common::{Container, Link, Node};
 use tessera_region::control::GpuLimits;
 
@@ -20,10 +21,7 @@ const RATE: u64 = 2_000;
 const BURST: u64 = 20;
 
 fn node() -> Node {
-    Node::new(&format!(
-        "{}\n[cost.functions.tiny]\nfixed_ns = 1000\n",
-        common::sim::SMALL_NODE
-    ))
+    NodeSpec::small().fixed_kernel("tiny", 1000).build()
 }
 
 /// The limits a check runs under.

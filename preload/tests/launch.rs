@@ -6,6 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::sim::NodeSpec;
 use common::{Container, Link, Node, field};
 use gpusim::launch_log::Launches;
 use tessera_region::UNLIMITED;
@@ -21,10 +22,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// The test node plus a 1 µs kernel, so the launch rate, not GPU time,
 /// is what limits the workload.
 fn node() -> Node {
-    Node::new(&format!(
-        "{}\n[cost.functions.tiny]\nfixed_ns = 1000\n",
-        common::sim::SMALL_NODE
-    ))
+    NodeSpec::small().fixed_kernel("tiny", 1000).build()
 }
 
 fn rate(uuid: [u8; 16], warps_per_s: u64, burst: u64) -> GpuLimits {

@@ -72,9 +72,9 @@ fn racing_processes_never_exceed_the_limit() {
     // Four processes churn 48 MiB allocations against 1000 MiB. (Contexts
     // cost nothing on this node, so none is refused for lack of room.)
     let limit = 1000;
-    let node = common::Node::new(
-        &common::sim::SMALL_NODE.replace("context_overhead_mib = 300", "context_overhead_mib = 0"),
-    );
+    let node = common::sim::NodeSpec::small()
+        .context_overhead_mib(0)
+        .build();
     let c = Arc::new(Container::on(node, |u| GpuLimits {
         context_overhead: 0,
         ..memory_limit(u, limit)

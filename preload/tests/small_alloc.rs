@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use common::{Container, Link, MIB, Node, field, memory_limit};
+use common::sim::NodeSpec;
+use common::{Container, Link, MIB, field, memory_limit};
 use tessera_region::control::GpuLimits;
 
 const PAGE: u64 = 2 * MIB;
@@ -214,9 +215,7 @@ fn interleaved_sizes_and_frees_stay_within_the_limit() {
 fn each_process_pays_for_its_own_pages() {
     // Contexts cost nothing here, so four processes share 32 MiB of pages.
     let limit = 32 * MIB;
-    let node = Node::new(
-        &common::sim::SMALL_NODE.replace("context_overhead_mib = 300", "context_overhead_mib = 0"),
-    );
+    let node = NodeSpec::small().context_overhead_mib(0).build();
     let c = Container::on(node, |u| GpuLimits {
         context_overhead: 0,
         ..memory_limit(u, limit / MIB)
@@ -273,9 +272,7 @@ fn small_churn_at_the_limit_from_racing_processes_never_exceeds_it() {
     // waits for a whole page to come free, as on a real GPU). Contexts
     // cost nothing on this node.
     let limit = 64 * MIB;
-    let node = Node::new(
-        &common::sim::SMALL_NODE.replace("context_overhead_mib = 300", "context_overhead_mib = 0"),
-    );
+    let node = NodeSpec::small().context_overhead_mib(0).build();
     let c = Arc::new(Container::on(node, |u| GpuLimits {
         context_overhead: 0,
         ..memory_limit(u, limit / MIB)

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use gpusim::NodeDescription;
-use support::{Node, artifact};
+use support::{Gpu, Node, NodeSpec, artifact};
 
 fn gpusim_bin() -> std::path::PathBuf {
     artifact("bin/gpusim")
@@ -26,29 +26,35 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-const TWO_GPUS: &str = r#"
-driver_version = "550.54.15"
-cuda_version = 12040
+/// An A100 NVLinked to `l40s`.
+fn two_gpus_with(l40s: Gpu) -> NodeSpec {
+    NodeSpec::new()
+        .driver_version("550.54.15")
+        .cuda_version(12040)
+        .gpu(
+            Gpu::new("NVIDIA A100-SXM4-40GB", 40960)
+                .sms(108)
+                .compute_capability(8, 0)
+                .nvlink(&[1])
+                .pci_bus_id("0000:3b:00.0"),
+        )
+        .gpu(l40s)
+}
 
-[[gpu]]
-model = "NVIDIA A100-SXM4-40GB"
-memory_mib = 40960
-sm_count = 108
-compute_capability = [8, 0]
-nvlink_peers = [1]
-pci_bus_id = "0000:3b:00.0"
+fn l40s() -> Gpu {
+    Gpu::new("NVIDIA L40S", 46068)
+        .sms(142)
+        .compute_capability(8, 9)
+        .uuid("GPU-abcdef01-2345-6789-abcd-ef0123456789")
+}
 
-[[gpu]]
-model = "NVIDIA L40S"
-memory_mib = 46068
-sm_count = 142
-compute_capability = [8, 9]
-uuid = "GPU-abcdef01-2345-6789-abcd-ef0123456789"
-"#;
+fn two_gpus() -> NodeSpec {
+    two_gpus_with(l40s())
+}
 
 #[test]
 fn show_lists_the_gpus_and_the_processes_using_them() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let sim = node.sim();
     let a = sim.attach(1).unwrap();
     sim.alloc(&a, 2048 << 20).unwrap();
@@ -89,7 +95,7 @@ fn show_lists_the_gpus_and_the_processes_using_them() {
 
 #[test]
 fn xid_lost_and_reset_change_the_shared_state() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     assert!(
         node.gpusim(&["xid", "0", "13"])
             .contains("injected Xid 13 on GPU 0")
@@ -136,7 +142,7 @@ fn xid_lost_and_reset_change_the_shared_state() {
 
 #[test]
 fn a_bad_node_description_is_reported_with_its_field() {
-    let node = Node::new(&TWO_GPUS.replace("memory_mib = 46068", "memory_mib = 0"));
+    let node = two_gpus_with(l40s().memory_mib(0)).build();
     let out = node.gpusim_output(&["show"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = stderr(&out);
@@ -151,13 +157,13 @@ fn a_bad_node_description_is_reported_with_its_field() {
 
     // The flag overrides the environment.
     let good = node.dir.path().join("good.toml");
-    std::fs::write(&good, TWO_GPUS).unwrap();
+    std::fs::write(&good, two_gpus().toml()).unwrap();
     node.gpusim(&["--node", good.to_str().unwrap(), "show"]);
 }
 
 #[test]
 fn a_state_file_of_another_version_is_explained_and_removable() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let mut old = b"GPUSIMST".to_vec();
     old.extend(0u32.to_le_bytes()); // layout version 0
     old.resize(1 << 20, 0);
@@ -199,7 +205,7 @@ fn a_state_file_of_another_version_is_explained_and_removable() {
 
 #[test]
 fn node_prints_the_effective_description_as_toml() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let text = node.gpusim(&["node"]);
     assert!(!node.state.exists(), "`node` creates no state file");
     let printed = NodeDescription::parse(&text, Path::new("<printed>")).unwrap();
@@ -235,7 +241,7 @@ fn node_prints_the_effective_description_as_toml() {
 
 #[test]
 fn bad_arguments_get_clap_errors() {
-    let node = Node::new(TWO_GPUS);
+    let node = two_gpus().build();
     let out = node.gpusim_output(&["xid", "0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("<CODE>"), "{out:?}");

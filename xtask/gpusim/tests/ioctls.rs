@@ -6,7 +6,7 @@ use tessera_testkit::sim as support;
 
 use std::process::Command;
 
-use support::{Link, Node, SMALL_NODE, workload};
+use support::{Link, Node, NodeSpec, workload};
 
 /// One traced ioctl: device path, `_IOC_NR`, `_IOC_SIZE` (or the raw
 /// command for non-`_IOC` numbers).
@@ -113,7 +113,7 @@ fn older_drivers_use_the_older_layout_and_xfer_wraps_escapes() {
         println!("skipped: strace is not installed (`cargo xtask setup` installs it)");
         return;
     }
-    let old = Node::new(&format!("driver_version = \"530.30.02\"\n{SMALL_NODE}"));
+    let old = NodeSpec::small().driver_version("530.30.02").build();
     let seen = traced(&old, "dev 0 alloc 1");
     assert_eq!(
         seen[2],
@@ -121,8 +121,7 @@ fn older_drivers_use_the_older_layout_and_xfer_wraps_escapes() {
         "NVOS64 was 40 bytes before 535"
     );
 
-    let xfer =
-        Node::new(&SMALL_NODE.replace("uvm = \"/dev/zero\"", "uvm = \"/dev/zero\"\nxfer = true"));
+    let xfer = NodeSpec::small().ioctl_xfer().build();
     let seen = traced(&xfer, "dev 0 alloc 1 free-all");
     let control: Vec<&Ioctl> = seen.iter().filter(|i| i.device == "/dev/null").collect();
     assert_eq!(control.len(), 3);

@@ -8,7 +8,7 @@
 
 use tessera_testkit::sim as support;
 
-use support::{Link, Node};
+use support::{Gpu, Link, Node, NodeSpec};
 
 const MIB: u64 = 1 << 20;
 const PAGE: u64 = 2 * MIB;
@@ -105,7 +105,7 @@ fn a_page_is_held_while_any_allocation_lives_in_it() {
 fn a_full_device_takes_small_allocations_to_the_last_page() {
     // 64 MiB left after the context: 32 pages of 1 MiB pairs, or of 4096
     // 512-byte allocations; 7 MiB ones hold 8 MiB each.
-    let node = Node::new(&support::SMALL_NODE.replace("memory_mib = 4096", "memory_mib = 364"));
+    let node = NodeSpec::small_with(Gpu::sim(364)).build();
     for (size, n) in [(512, 32 * 4096), (1048576, 64), (7340032, 8), (1572864, 32)] {
         let (bytes, seen) = held(&node, &format!("sweep {size}"));
         let swept = seen.iter().find(|l| l.starts_with("swept")).unwrap();

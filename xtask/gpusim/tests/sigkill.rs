@@ -17,7 +17,7 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use support::Node;
+use support::{Gpu, Node, NodeSpec};
 
 /// Rounds by default: enough that the lost wake-up this test was written
 /// for (a waiter killed right after being woken) showed up in nearly every
@@ -39,21 +39,11 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// Time for a process to open the node and create its context.
 const STARTUP: Duration = Duration::from_secs(10);
 
-const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 4096
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 20000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(4096))
+        .fixed_kernel("spin", 20_000)
+}
 
 /// xorshift64*: reproducible from the printed seed.
 struct Rng(u64);
@@ -205,7 +195,7 @@ fn assert_node_is_empty(node: &Node, round: usize, seed: u64) {
 
 #[test]
 fn survivors_of_random_sigkills_finish_and_nothing_stays_charged() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let exe = compile(node.dir.path());
     let seed = env_u64("GPUSIM_STRESS_SEED").unwrap_or_else(|| gpusim::realtime_ns() | 1);
     let rounds = env_u64("GPUSIM_STRESS_ROUNDS").map_or(ROUNDS, |n| n as usize);

@@ -6,7 +6,7 @@ use tessera_testkit::sim as support;
 
 use std::time::{Duration, Instant};
 
-use support::{Link, Node, field};
+use support::{Gpu, Link, Node, NodeSpec, field};
 
 const MIB: u64 = 1 << 20;
 
@@ -41,10 +41,7 @@ fn both_loading_paths_work() {
 
 #[test]
 fn devices_are_found_by_every_documented_bus_id_form() {
-    let node = Node::new(&support::SMALL_NODE.replace(
-        "sm_count = 100",
-        "sm_count = 100\npci_bus_id = \"0000:3b:00.0\"",
-    ));
+    let node = NodeSpec::small_with(Gpu::sim(4096).pci_bus_id("0000:3b:00.0")).build();
     // domain:bus:device.function, domain:bus:device, bus:device.function
     // (the last was refused), then a malformed id and an absent device.
     let out = node.run(
@@ -70,7 +67,7 @@ fn devices_are_found_by_every_documented_bus_id_form() {
 
 #[test]
 fn the_driver_version_is_the_same_before_and_after_cu_init() {
-    let node = Node::new(&format!("cuda_version = 12040\n{}", support::SMALL_NODE));
+    let node = NodeSpec::small().cuda_version(12040).build();
     let exe = node.dir.path().join("driver_version");
     let src = support::workspace().join("xtask/gpusim/tests/c/driver_version.c");
     let sim = support::sim_dir();

@@ -3,11 +3,11 @@
 
 mod common;
 
-use common::{Node, NodeExt, THREE_GPUS, keys, run, sim_dir};
+use common::{NodeExt, keys, run, sim_dir, three_gpus};
 
 #[test]
 fn dlopen_by_soname_finds_every_symbol_and_device() {
-    let node = Node::new(THREE_GPUS);
+    let node = three_gpus().build();
     let exe = node.compile("dlopen.c", false);
     let mut cmd = node.command(&exe);
     cmd.env("LD_LIBRARY_PATH", sim_dir());

@@ -6,7 +6,7 @@ mod common;
 use std::io::{BufRead, BufReader, Lines};
 use std::process::{ChildStdout, Stdio};
 
-use common::{Node, NodeExt, THREE_GPUS};
+use common::{NodeExt, three_gpus};
 
 fn next(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
     lines
@@ -17,7 +17,7 @@ fn next(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
 
 #[test]
 fn xids_from_another_process_arrive_as_events() {
-    let node = Node::new(THREE_GPUS);
+    let node = three_gpus().build();
     let exe = node.compile("events.c", true);
     // An Xid before registration is not delivered.
     node.gpusim(&["xid", "1", "31"]);

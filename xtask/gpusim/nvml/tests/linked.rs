@@ -6,14 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Node, NodeExt, THREE_GPUS, keys, run};
+use common::{Node, NodeExt, keys, run, three_gpus};
 use gpusim::layout::ItemKind;
 
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn devices_match_the_node_description() {
-    let node = Node::new(THREE_GPUS);
+    let node = three_gpus().build();
     let probe = node.compile("probe.c", true);
     let out = run(node.command(&probe));
     assert!(out.status.success(), "{out:?}");
@@ -112,7 +112,7 @@ fn devices_match_the_node_description() {
 
 #[test]
 fn processes_and_utilisation_come_from_the_shared_state() {
-    let node = Node::new(THREE_GPUS);
+    let node = three_gpus().build();
     let probe = node.compile("probe.c", true);
 
     // This test process holds a context and 1 GiB on GPU 0 and keeps its
@@ -163,7 +163,7 @@ fn processes_and_utilisation_come_from_the_shared_state() {
 
 #[test]
 fn a_lost_gpu_reports_gpu_is_lost_but_keeps_its_identity() {
-    let node = Node::new(THREE_GPUS);
+    let node = three_gpus().build();
     let probe = node.compile("probe.c", true);
     node.gpusim(&["lost", "1"]);
 
@@ -192,7 +192,7 @@ fn a_lost_gpu_reports_gpu_is_lost_but_keeps_its_identity() {
 
 #[test]
 fn init_fails_with_one_clear_line_when_the_state_file_is_foreign() {
-    let node = Node::new(THREE_GPUS);
+    let node = three_gpus().build();
     let probe = node.compile("probe.c", true);
     let mut garbage = b"OLDGPUSIM".to_vec();
     garbage.resize(256 << 10, 0xAB);

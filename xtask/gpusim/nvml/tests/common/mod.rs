@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use support::{Gpu, NodeSpec};
 pub use support::{Node, cc, sim_dir};
 
 /// The C sources of the tests.
@@ -66,36 +67,30 @@ pub fn keys(stdout: &[u8]) -> BTreeMap<String, String> {
 
 /// A node of three GPUs: two NVLinked A100s on NUMA node 0 (MIG on the
 /// first) and an L4 on NUMA node 1.
-pub const THREE_GPUS: &str = r#"
-driver_version = "550.54.15"
-cuda_version = 12040
-
-[[gpu]]
-model = "NVIDIA A100-SXM4-80GB"
-memory_mib = 81920
-reserved_mib = 512
-sm_count = 108
-compute_capability = [8, 0]
-numa_node = 0
-nvlink_peers = [1]
-uuid = "GPU-11111111-2222-3333-4444-555555555555"
-pci_bus_id = "0000:3b:00.0"
-pci_device_id = 0x20b210de
-mig_enabled = true
-
-[[gpu]]
-model = "NVIDIA A100-SXM4-80GB"
-memory_mib = 81920
-sm_count = 108
-compute_capability = [8, 0]
-numa_node = 0
-nvlink_peers = [0]
-pci_bus_id = "0000:5e:00.0"
-
-[[gpu]]
-model = "NVIDIA L4"
-memory_mib = 23034
-sm_count = 58
-compute_capability = [8, 9]
-numa_node = 1
-"#;
+pub fn three_gpus() -> NodeSpec {
+    let a100 = || {
+        Gpu::new("NVIDIA A100-SXM4-80GB", 81920)
+            .sms(108)
+            .compute_capability(8, 0)
+            .numa(0)
+    };
+    NodeSpec::new()
+        .driver_version("550.54.15")
+        .cuda_version(12040)
+        .gpu(
+            a100()
+                .reserved_mib(512)
+                .nvlink(&[1])
+                .uuid("GPU-11111111-2222-3333-4444-555555555555")
+                .pci_bus_id("0000:3b:00.0")
+                .pci_device_id(0x20b2_10de)
+                .mig_enabled(),
+        )
+        .gpu(a100().nvlink(&[0]).pci_bus_id("0000:5e:00.0"))
+        .gpu(
+            Gpu::new("NVIDIA L4", 23034)
+                .sms(58)
+                .compute_capability(8, 9)
+                .numa(1),
+        )
+}
