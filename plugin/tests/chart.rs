@@ -796,7 +796,7 @@ fn assert_agent_pod(pod: &Value) {
         json!(["ALL"])
     );
 
-    // Host paths: exactly those of design §4.3, each where the agent
+    // Host paths: exactly those of ARCHITECTURE.md, "Host paths", each where the agent
     // expects it (the same path as on the host, since the paths given to
     // kubelet are host paths; bpffs and cgroup where the kernel's are).
     let volumes: BTreeMap<&str, &Value> = pod["volumes"]

@@ -303,5 +303,4 @@ pub fn valid_container_id(id: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "path_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
 //! Compute control: SM targets held by one feedback loop per (container,
-//! GPU) (design §2 step 6, §3).
+//! GPU).
 //!
 //! A container's SM target is a percent of one GPU's time, as NVML reports
 //! utilisation. The only lever is the launch rate (warps/s) and burst the

@@ -11,20 +11,28 @@
 //! (compiled by `protox`, no system `protoc`). `tests/wire.rs` pins the
 //! field numbers against hand-computed protobuf bytes.
 
+/// `pub mod $module`: the generated messages, clients and servers of gRPC
+/// package `$package`, exempt from the lints the generator does not meet.
+macro_rules! generated {
+    ($module:ident, $package:literal) => {
+        #[doc = concat!("Generated messages, clients and servers (gRPC package `", $package, "`).")]
+        #[allow(
+            missing_docs,
+            clippy::all,
+            clippy::pedantic,
+            clippy::unwrap_used,
+            reason = "generated code"
+        )]
+        pub mod $module {
+            tonic::include_proto!($package);
+        }
+    };
+}
+
 pub mod deviceplugin {
     //! Device plugin API v1beta1 and its constants.
 
-    /// Generated messages, clients and servers (gRPC package `v1beta1`).
-    #[allow(
-        missing_docs,
-        clippy::all,
-        clippy::pedantic,
-        clippy::unwrap_used,
-        reason = "generated code"
-    )]
-    pub mod v1beta1 {
-        tonic::include_proto!("v1beta1");
-    }
+    generated!(v1beta1, "v1beta1");
 
     /// The API version a plugin registers with (`RegisterRequest.version`).
     pub const VERSION: &str = "v1beta1";
@@ -47,17 +55,7 @@ pub mod deviceplugin {
 pub mod podresources {
     //! PodResources API v1 and its constants.
 
-    /// Generated messages, clients and servers (gRPC package `v1`).
-    #[allow(
-        missing_docs,
-        clippy::all,
-        clippy::pedantic,
-        clippy::unwrap_used,
-        reason = "generated code"
-    )]
-    pub mod v1 {
-        tonic::include_proto!("v1");
-    }
+    generated!(v1, "v1");
 
     /// Kubelet's PodResources directory (mount the directory, not the
     /// socket: kubelet recreates the socket on restart).

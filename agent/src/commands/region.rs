@@ -1,4 +1,4 @@
-//! The agent as the writer of container regions (design §4.2): create a
+//! The agent as the writer of container regions (`tessera_region`): create a
 //! region directory, publish new limits to it, show its limits and usage
 //! (`tessera-agent region create|set|show`). The region ABI itself is
 //! crate `tessera-region`; this module only drives it.

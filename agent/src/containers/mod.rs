@@ -1,5 +1,5 @@
 //! The agent's unit of management: a container's region directory under
-//! one root (design §4.6), `<root>/<id>/{control,usage,meta.json}`.
+//! one root, `<root>/<id>/{control,usage,meta.json}`.
 //!
 //! - [`id`]: container ids, safe as one path component;
 //! - [`labels`]: Kubernetes label and namespace syntax;

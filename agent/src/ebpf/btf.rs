@@ -340,5 +340,4 @@ fn section(
 }
 
 #[cfg(test)]
-#[path = "btf_tests.rs"]
 mod tests;

@@ -311,5 +311,4 @@ fn cap_minors(text: &str) -> impl Iterator<Item = u32> + '_ {
 }
 
 #[cfg(test)]
-#[path = "devices_tests.rs"]
 mod tests;

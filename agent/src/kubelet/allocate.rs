@@ -1,6 +1,6 @@
 //! The shape of an `Allocate` answer for one container: what kubelet
-//! mounts and which device nodes and environment it gives (design §2 step
-//! 4, §4.2).
+//! mounts and which device nodes and environment it gives (step 4 of
+//! "The path of a GPU pod" in ARCHITECTURE.md).
 //!
 //! [`gpus_response`] is the one place that decides the answer once the
 //! region directory exists ([`super::allocator`] calls it with the GPUs

@@ -1,5 +1,5 @@
-//! The device plugin: vGPUs registered with kubelet (design §2 step 4,
-//! §4.3).
+//! The device plugin: vGPUs registered with kubelet (step 4 of
+//! "The path of a GPU pod" in ARCHITECTURE.md).
 //!
 //! [`serve`] runs the `v1beta1.DevicePlugin` service on a Unix socket in
 //! kubelet's device plugin directory and registers it with kubelet, in
@@ -17,18 +17,18 @@
 //! Parts: [`allocator`] (Allocate end to end: [`pods`] picks the pod and
 //! container, [`grant`] its limits, [`allocate`] the answer's shape),
 //! [`vgpu`] (device IDs and list), [`health`] (NVML Xid events and
-//! GPU loss), [`preferred`] (GetPreferredAllocation), [`plugin`] (the
+//! GPU loss), [`preferred`] (GetPreferredAllocation), [`device_plugin`] (the
 //! service), [`registration`], [`socket`]; [`podresources`] (kubelet's
 //! PodResources client) and [`gc_task`] (the garbage collection of
 //! departed pods' region directories: [`gc`] decides, [`gc_task`] runs it).
 
 pub mod allocate;
 pub mod allocator;
+pub mod device_plugin;
 pub mod gc;
 pub mod gc_task;
 pub mod grant;
 pub mod health;
-pub mod plugin;
 pub mod podresources;
 pub mod pods;
 pub mod preferred;
@@ -50,8 +50,8 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::gpu::{GpuError, Health, Inventory, NvmlBackend};
 
 pub use allocator::{AllocateSetup, Allocator};
+pub use device_plugin::DevicePlugin;
 pub use health::HealthWatch;
-pub use plugin::Plugin;
 pub use preferred::Placement;
 pub use vgpu::VgpuId;
 
@@ -253,7 +253,7 @@ pub async fn serve(
                 tracing::warn!(socket = %ours.display(), "our socket is gone: listening anew");
                 old.stop(&ours).await;
             }
-            let plugin = Plugin {
+            let plugin = DevicePlugin {
                 gpus: Arc::clone(&gpus),
                 split: config.split,
                 placement: config.placement,
@@ -308,7 +308,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(path: &Path, mut plugin: Plugin) -> Result<Self, socket::SocketError> {
+    fn start(path: &Path, mut plugin: DevicePlugin) -> Result<Self, socket::SocketError> {
         let listener = socket::bind(path)?;
         let id = socket::socket_id(path).ok_or_else(|| socket::SocketError::Bind {
             path: path.to_owned(),

@@ -1,5 +1,5 @@
 //! Kubelet's PodResources v1 API as the agent reads it: which (namespace,
-//! pod, container) holds which of our vGPUs (design §2, §4.3).
+//! pod, container) holds which of our vGPUs.
 //!
 //! [`Client::list`] calls `v1.PodResourcesLister/List` (and
 //! `GetAllocatableResources`, which older kubelets may lack) on kubelet's

@@ -1,7 +1,7 @@
 //! `GetPreferredAllocation`: which of the available vGPUs a container
 //! should get.
 //!
-//! A request for `n` vGPUs means `n` distinct physical GPUs (design §4.1).
+//! A request for `n` vGPUs means `n` distinct physical GPUs.
 //! For `n > 1` the choice maximises, in order: NVLink-connected pairs among
 //! the chosen GPUs, pairs on the same NUMA node, then the placement policy
 //! (binpack: the fullest GPUs; spread: the emptiest). For one vGPU only

@@ -49,7 +49,7 @@ pub async fn register(
             version: VERSION.to_owned(),
             endpoint: endpoint.to_owned(),
             resource_name: resource.to_owned(),
-            options: Some(super::plugin::OPTIONS),
+            options: Some(super::device_plugin::OPTIONS),
         })
         .await
         .map_err(|source| RegisterError::Refused {

@@ -1,4 +1,4 @@
-//! The node policy (design §4.5): defaults plus rules matched by namespace
+//! The node policy: defaults plus rules matched by namespace
 //! and pod labels, deciding each container's compute mode, priority and
 //! what the watchdog does on a bypass or a memory overage.
 //!

@@ -1,4 +1,4 @@
-//! Telemetry: the node's `GpuNode` (design §4.4) written to the API server
+//! Telemetry: the node's `GpuNode` (`tessera_api::gpunode`) written to the API server
 //! from the control loop's latest view, for the scheduler.
 //!
 //! - [`build`]: the status of one period (pure);

@@ -188,6 +188,3 @@ pub fn rank_scores(scores: &[Option<Score>]) -> Vec<i64> {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod policy_tests;

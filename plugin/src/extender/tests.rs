@@ -6,6 +6,9 @@ use crate::placement::{Score, Workload};
 const A100: &str = "NVIDIA A100-SXM4-80GB";
 const T4: &str = "Tesla T4";
 
+/// The placement policy's own tests, over views built from telemetry.
+mod policy;
+
 fn uuid(n: u32) -> String {
     format!("GPU-5e1a0000-0000-4000-8000-{n:012x}")
 }

@@ -1,7 +1,7 @@
 //! The region ABI between `libtessera.so` (in the container) and the node
 //! agent (on the host).
 //!
-//! Each container gets a directory with two files (design §4.2):
+//! Each container gets a directory with two files:
 //!
 //! - `control` ([`layout::ControlRegion`]): per-GPU memory limit, context
 //!   overhead, launch rate and burst, policy flags and an epoch. Written

@@ -1,5 +1,5 @@
 //! The live view, from the agent's `/containers` JSON (see
-//! `agent/src/daemon/view.rs`): a table redrawn in place on a terminal,
+//! `agent/src/view/`): a table redrawn in place on a terminal,
 //! `key=value` lines without escape codes otherwise.
 
 use serde_json::Value;

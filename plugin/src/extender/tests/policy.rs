@@ -9,12 +9,9 @@ use tessera_api::gpunode::{
     Allocation, Device, DeviceUsage, GpuNodeSpec, GpuNodeStatus, Health, Summary,
 };
 
-use super::*;
+use super::uuid;
+use crate::extender::*;
 use crate::placement::Workload;
-
-fn uuid(n: u32) -> String {
-    format!("GPU-5e1a0000-0000-4000-8000-{n:012x}")
-}
 
 /// An 80 GiB H100 numbered `n` on `numa` with NVLinks to `peers`.
 fn device(n: u32, numa: Option<u32>, peers: &[u32]) -> Device {

@@ -23,7 +23,7 @@ pub const OPTIONS: dp::DevicePluginOptions = dp::DevicePluginOptions {
 
 /// The service state; cheap to clone (one per server instance).
 #[derive(Clone, Debug)]
-pub struct Plugin {
+pub struct DevicePlugin {
     /// The node's GPUs, in NVML index order.
     pub gpus: Arc<Vec<InventoryGpu>>,
     /// vGPUs per GPU.
@@ -43,7 +43,7 @@ pub struct Plugin {
 type DeviceStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<dp::ListAndWatchResponse, Status>> + Send>>;
 
-impl Plugin {
+impl DevicePlugin {
     fn list(&self, health: &[bool]) -> dp::ListAndWatchResponse {
         dp::ListAndWatchResponse {
             devices: vgpu::devices(&self.gpus, self.split, health),
@@ -52,7 +52,7 @@ impl Plugin {
 }
 
 #[tonic::async_trait]
-impl dp::device_plugin_server::DevicePlugin for Plugin {
+impl dp::device_plugin_server::DevicePlugin for DevicePlugin {
     async fn get_device_plugin_options(
         &self,
         _: Request<dp::Empty>,
