@@ -296,19 +296,28 @@ impl NodeDescription {
 
     /// Checks every field; the first problem found is returned.
     pub fn validate(&self, origin: &Path) -> Result<(), NodeError> {
-        let bad = |field: String, problem: String| NodeError::Invalid {
-            path: origin.to_path_buf(),
-            field,
-            problem,
-        };
+        self.check_versions()
+            .and_then(|()| self.check_gpus())
+            .and_then(|()| self.cost.check())
+            .and_then(|()| self.scheduler.check())
+            .and_then(|()| self.check_ioctl())
+            .map_err(|(field, problem)| NodeError::Invalid {
+                path: origin.to_path_buf(),
+                field,
+                problem,
+            })
+    }
+
+    /// The number of GPUs, the driver and the CUDA version.
+    fn check_versions(&self) -> Result<(), Problem> {
         if self.gpu.is_empty() || self.gpu.len() > MAX_GPUS {
-            return Err(bad(
+            return Err((
                 "gpu".into(),
                 format!("has {} entries; accepted: 1 to {MAX_GPUS}", self.gpu.len()),
             ));
         }
         driver_major(&self.driver_version).ok_or_else(|| {
-            bad(
+            (
                 "driver_version".into(),
                 format!(
                     "is {:?}; accepted: a version like \"595.45.04\" with major 450 or later",
@@ -317,7 +326,7 @@ impl NodeDescription {
             )
         })?;
         if !(9000..=99_990).contains(&self.cuda_version) {
-            return Err(bad(
+            return Err((
                 "cuda_version".into(),
                 format!(
                     "is {}; accepted: 9000 to 99990 (e.g. 12080 for CUDA 12.8)",
@@ -325,71 +334,22 @@ impl NodeDescription {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Each GPU's fields, then its UUID and PCI address, which no other
+    /// GPU may share.
+    fn check_gpus(&self) -> Result<(), Problem> {
         let n = self.gpu.len() as u32;
         let mut uuids = Vec::new();
         let mut buses = Vec::new();
         for (i, g) in self.gpu.iter().enumerate() {
             let f = |name: &str| format!("gpu[{i}].{name}");
-            if g.model.is_empty() || g.model.len() > 95 {
-                return Err(bad(f("model"), "must be 1 to 95 characters".into()));
-            }
-            if !(1..=16 * 1024 * 1024).contains(&g.memory_mib) {
-                return Err(bad(
-                    f("memory_mib"),
-                    format!("is {}; accepted: 1 to 16777216", g.memory_mib),
-                ));
-            }
-            if g.reserved_mib >= g.memory_mib {
-                return Err(bad(
-                    f("reserved_mib"),
-                    format!(
-                        "is {}; must be below memory_mib ({})",
-                        g.reserved_mib, g.memory_mib
-                    ),
-                ));
-            }
-            if !(1..=1024).contains(&g.sm_count) {
-                return Err(bad(
-                    f("sm_count"),
-                    format!("is {}; accepted: 1 to 1024", g.sm_count),
-                ));
-            }
-            if !(32..=4096).contains(&g.max_threads_per_sm) || g.max_threads_per_sm % 32 != 0 {
-                return Err(bad(
-                    f("max_threads_per_sm"),
-                    format!(
-                        "is {}; accepted: a multiple of 32 from 32 to 4096",
-                        g.max_threads_per_sm
-                    ),
-                ));
-            }
-            let [major, minor] = g.compute_capability;
-            if !(3..=12).contains(&major) || minor > 9 {
-                return Err(bad(
-                    f("compute_capability"),
-                    format!("is [{major}, {minor}]; accepted: major 3 to 12, minor 0 to 9"),
-                ));
-            }
-            if g.numa_node < -1 || g.numa_node > 1023 {
-                return Err(bad(
-                    f("numa_node"),
-                    format!("is {}; accepted: -1 (unknown) to 1023", g.numa_node),
-                ));
-            }
-            for &p in &g.nvlink_peers {
-                if p >= n || p as usize == i {
-                    return Err(bad(
-                        f("nvlink_peers"),
-                        format!(
-                            "names GPU {p}; accepted: indices of other GPUs (0 to {})",
-                            n - 1
-                        ),
-                    ));
-                }
-            }
+            g.check(n, i)
+                .map_err(|(name, problem)| (f(name), problem))?;
             let uuid = self.uuid(i);
             if !valid_uuid(&uuid) {
-                return Err(bad(
+                return Err((
                     f("uuid"),
                     format!(
                         "is {uuid:?}; accepted: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex)"
@@ -397,81 +357,28 @@ impl NodeDescription {
                 ));
             }
             if uuids.contains(&uuid) {
-                return Err(bad(f("uuid"), format!("{uuid} is used by another GPU")));
+                return Err((f("uuid"), format!("{uuid} is used by another GPU")));
             }
             uuids.push(uuid);
             if let Some(text) = &g.pci_bus_id
                 && PciAddress::parse(text).is_none()
             {
-                return Err(bad(
+                return Err((
                     f("pci_bus_id"),
                     format!("is {text:?}; accepted: dddd:bb:dd.f, dddd:bb:dd or bb:dd.f (hex)"),
                 ));
             }
             let bus = self.pci_address(i);
             if buses.contains(&bus) {
-                return Err(bad(
-                    f("pci_bus_id"),
-                    format!("{bus} is used by another GPU"),
-                ));
+                return Err((f("pci_bus_id"), format!("{bus} is used by another GPU")));
             }
             buses.push(bus);
         }
-        let c = &self.cost;
-        if c.wave_ns == 0 || c.wave_ns > 10_000_000_000 {
-            return Err(bad(
-                "cost.wave_ns".into(),
-                format!("is {}; accepted: 1 to 10000000000", c.wave_ns),
-            ));
-        }
-        if c.copy_bytes_per_us == 0 {
-            return Err(bad(
-                "cost.copy_bytes_per_us".into(),
-                "is 0; accepted: 1 or more".into(),
-            ));
-        }
-        if !c.alloc_granularity_kib.is_power_of_two() || c.alloc_granularity_kib > 1024 * 1024 {
-            return Err(bad(
-                "cost.alloc_granularity_kib".into(),
-                format!(
-                    "is {}; accepted: a power of two up to 1048576",
-                    c.alloc_granularity_kib
-                ),
-            ));
-        }
-        for (name, fc) in &c.functions {
-            if fc.fixed_ns.is_none() && fc.wave_ns.is_none() {
-                return Err(bad(
-                    format!("cost.functions.{name}"),
-                    "sets nothing; accepted: fixed_ns and/or wave_ns".into(),
-                ));
-            }
-            if fc.wave_ns == Some(0) {
-                return Err(bad(
-                    format!("cost.functions.{name}.wave_ns"),
-                    "is 0; accepted: 1 or more".into(),
-                ));
-            }
-        }
-        let s = &self.scheduler;
-        if !(10..=1_000_000).contains(&s.timeslice_us) {
-            return Err(bad(
-                "scheduler.timeslice_us".into(),
-                format!("is {}; accepted: 10 to 1000000", s.timeslice_us),
-            ));
-        }
-        if !(1..=QUEUE_CAPACITY as u32).contains(&s.queue_depth) {
-            return Err(bad(
-                "scheduler.queue_depth".into(),
-                format!("is {}; accepted: 1 to {QUEUE_CAPACITY}", s.queue_depth),
-            ));
-        }
-        if !(10..=5_000).contains(&s.utilization_window_ms) {
-            return Err(bad(
-                "scheduler.utilization_window_ms".into(),
-                format!("is {}; accepted: 10 to 5000", s.utilization_window_ms),
-            ));
-        }
+        Ok(())
+    }
+
+    /// The stand-in devices: absolute paths, at most one per GPU.
+    fn check_ioctl(&self) -> Result<(), Problem> {
         let paths = [
             ("ioctl.control".to_string(), &self.ioctl.control),
             ("ioctl.uvm".to_string(), &self.ioctl.uvm),
@@ -486,14 +393,14 @@ impl NodeDescription {
         );
         for (name, p) in paths {
             if !p.is_absolute() {
-                return Err(bad(
+                return Err((
                     name,
                     format!("is {}; accepted: an absolute path", p.display()),
                 ));
             }
         }
         if self.ioctl.gpu_devices.len() > self.gpu.len() {
-            return Err(bad(
+            return Err((
                 "ioctl.gpu_devices".into(),
                 format!(
                     "has {} entries for {} GPUs; accepted: at most one per GPU",
@@ -533,6 +440,144 @@ impl NodeDescription {
     /// Canonical text of this description (stored in the state file).
     pub fn canonical(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// A field (named relative to what checks it) and what is wrong with it.
+type Problem = (String, String);
+
+impl GpuDescription {
+    /// This GPU's own fields (`i` of `n` GPUs); the field is named
+    /// without the `gpu[i].` prefix.
+    fn check(&self, n: u32, i: usize) -> Result<(), (&'static str, String)> {
+        if self.model.is_empty() || self.model.len() > 95 {
+            return Err(("model", "must be 1 to 95 characters".into()));
+        }
+        if !(1..=16 * 1024 * 1024).contains(&self.memory_mib) {
+            return Err((
+                "memory_mib",
+                format!("is {}; accepted: 1 to 16777216", self.memory_mib),
+            ));
+        }
+        if self.reserved_mib >= self.memory_mib {
+            return Err((
+                "reserved_mib",
+                format!(
+                    "is {}; must be below memory_mib ({})",
+                    self.reserved_mib, self.memory_mib
+                ),
+            ));
+        }
+        if !(1..=1024).contains(&self.sm_count) {
+            return Err((
+                "sm_count",
+                format!("is {}; accepted: 1 to 1024", self.sm_count),
+            ));
+        }
+        if !(32..=4096).contains(&self.max_threads_per_sm)
+            || !self.max_threads_per_sm.is_multiple_of(32)
+        {
+            return Err((
+                "max_threads_per_sm",
+                format!(
+                    "is {}; accepted: a multiple of 32 from 32 to 4096",
+                    self.max_threads_per_sm
+                ),
+            ));
+        }
+        let [major, minor] = self.compute_capability;
+        if !(3..=12).contains(&major) || minor > 9 {
+            return Err((
+                "compute_capability",
+                format!("is [{major}, {minor}]; accepted: major 3 to 12, minor 0 to 9"),
+            ));
+        }
+        if self.numa_node < -1 || self.numa_node > 1023 {
+            return Err((
+                "numa_node",
+                format!("is {}; accepted: -1 (unknown) to 1023", self.numa_node),
+            ));
+        }
+        for &p in &self.nvlink_peers {
+            if p >= n || p as usize == i {
+                return Err((
+                    "nvlink_peers",
+                    format!(
+                        "names GPU {p}; accepted: indices of other GPUs (0 to {})",
+                        n - 1
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CostDescription {
+    /// The model's parameters and the per-function overrides.
+    fn check(&self) -> Result<(), Problem> {
+        if self.wave_ns == 0 || self.wave_ns > 10_000_000_000 {
+            return Err((
+                "cost.wave_ns".into(),
+                format!("is {}; accepted: 1 to 10000000000", self.wave_ns),
+            ));
+        }
+        if self.copy_bytes_per_us == 0 {
+            return Err((
+                "cost.copy_bytes_per_us".into(),
+                "is 0; accepted: 1 or more".into(),
+            ));
+        }
+        if !self.alloc_granularity_kib.is_power_of_two() || self.alloc_granularity_kib > 1024 * 1024
+        {
+            return Err((
+                "cost.alloc_granularity_kib".into(),
+                format!(
+                    "is {}; accepted: a power of two up to 1048576",
+                    self.alloc_granularity_kib
+                ),
+            ));
+        }
+        for (name, fc) in &self.functions {
+            if fc.fixed_ns.is_none() && fc.wave_ns.is_none() {
+                return Err((
+                    format!("cost.functions.{name}"),
+                    "sets nothing; accepted: fixed_ns and/or wave_ns".into(),
+                ));
+            }
+            if fc.wave_ns == Some(0) {
+                return Err((
+                    format!("cost.functions.{name}.wave_ns"),
+                    "is 0; accepted: 1 or more".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SchedulerDescription {
+    /// Time slice, queue depth and utilization window.
+    fn check(&self) -> Result<(), Problem> {
+        if !(10..=1_000_000).contains(&self.timeslice_us) {
+            return Err((
+                "scheduler.timeslice_us".into(),
+                format!("is {}; accepted: 10 to 1000000", self.timeslice_us),
+            ));
+        }
+        if !(1..=QUEUE_CAPACITY as u32).contains(&self.queue_depth) {
+            return Err((
+                "scheduler.queue_depth".into(),
+                format!("is {}; accepted: 1 to {QUEUE_CAPACITY}", self.queue_depth),
+            ));
+        }
+        if !(10..=5_000).contains(&self.utilization_window_ms) {
+            return Err((
+                "scheduler.utilization_window_ms".into(),
+                format!("is {}; accepted: 10 to 5000", self.utilization_window_ms),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -638,6 +683,31 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("gpu[0].nvlink_peers"), "{e}");
+    }
+
+    #[test]
+    fn every_section_is_checked() {
+        let gpu = "[[gpu]]\nmodel = \"x\"\nmemory_mib = 1024\nsm_count = 10\n";
+        for (rest, field) in [
+            ("cuda_version = 100\n", "cuda_version"),
+            ("driver_version = \"440.1\"\n", "driver_version"),
+            ("[cost]\nwave_ns = 0\n", "cost.wave_ns"),
+            ("[cost.functions.k]\n", "cost.functions.k"),
+            ("[scheduler]\nqueue_depth = 0\n", "scheduler.queue_depth"),
+            ("[ioctl]\nuvm = \"dev/zero\"\n", "ioctl.uvm"),
+            (
+                "[ioctl]\ngpu_devices = [\"/dev/a\", \"/dev/b\"]\n",
+                "ioctl.gpu_devices",
+            ),
+        ] {
+            let text = if rest.starts_with('[') {
+                format!("{gpu}{rest}")
+            } else {
+                format!("{rest}{gpu}")
+            };
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("node.toml: {field} ")), "{e}");
+        }
     }
 
     #[test]
