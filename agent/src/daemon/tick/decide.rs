@@ -19,7 +19,7 @@ impl Agent {
     ) -> Vec<Vec<Option<RateDecision>>> {
         let mut out: Vec<Vec<Option<RateDecision>>> =
             per.iter().map(|p| vec![None; p.uuids.len()]).collect();
-        let Some(g) = &self.gpus else {
+        let Some(g) = &self.nvml.gpus else {
             return out;
         };
         let now = Instant::now();
@@ -82,6 +82,7 @@ impl Agent {
                     // controller new since the container's last visit
                     // takes it on without a sample.
                     let current = self
+                        .containers
                         .managed
                         .get(&c.id)
                         .map_or(Pacing::UNLIMITED, |m| Pacing::from(&m.control.gpu(i).0));
@@ -96,10 +97,11 @@ impl Agent {
                     continue;
                 };
                 let after_gap = self
+                    .containers
                     .managed
                     .get(&c.id)
                     .and_then(|m| m.last.as_ref())
-                    .is_some_and(|l| l.period + 1 < self.periods);
+                    .is_some_and(|l| l.schedule.missed(self.clock.periods));
                 if known && after_gap {
                     ctl.rebase(id);
                 }

@@ -4,9 +4,10 @@
 //! (memory limits from the metadata, launch rate and burst from the
 //! controller; a write that changes nothing is skipped by the region).
 //!
-//! Parts: [`nvml`] (the node's GPUs and samples), [`observe`] (usage
-//! regions and processes), [`decide`] (the controllers), [`publish`]
-//! (control regions, views, the watchdog).
+//! Parts: [`nvml`] (the node's GPUs and samples), [`schedule`] (which
+//! containers a period visits), [`observe`] (usage regions and
+//! processes), [`decide`] (the controllers), [`publish`] (control
+//! regions, views, the watchdog). [`Agent::tick`] runs them in that order.
 //!
 //! A container in which nothing happens ([`quiet`]: no kernel ran in its
 //! processes, no launch counted, nothing to enforce — an empty container,
@@ -19,7 +20,9 @@
 //! its processes running kernels or changing its memory, the launch
 //! counters at the head of its usage region move (read each period for a
 //! quiet container that has processes), or the eBPF observer reports a
-//! bypass in it. Whatever uses a GPU shows in NVML, so
+//! bypass in it ([`schedule`] holds these rules as pure, unit-tested
+//! functions; the tick reads what they are given). Whatever uses a GPU
+//! shows in NVML, so
 //! a container that starts work is visited in the period that sees it.
 //! A revisit reads everything a visit reads (metadata, usage region,
 //! processes, control region, eBPF counts); when all of it is as the last
@@ -73,6 +76,10 @@ mod decide;
 mod nvml;
 mod observe;
 mod publish;
+mod schedule;
+
+pub use schedule::CALM_PERIODS;
+use schedule::{Revisit, Schedule, busy_pids, process_set_changed, quiet};
 
 /// One GPU of the node as NVML lists it.
 #[derive(Debug, Clone)]
@@ -110,18 +117,10 @@ struct LastVisit {
     /// and that file's identity.
     meta: Arc<Metadata>,
     meta_key: FileKey,
-    /// Nothing happened in it ([`quiet`]) for [`CALM_PERIODS`] visits in a
-    /// row (so a container woken up is followed every period for a while,
-    /// and its controller learns from whole windows).
-    quiet: bool,
-    /// Visits in a row in which nothing happened.
-    calm: u64,
+    /// When it is visited again ([`schedule`]).
+    schedule: Schedule,
     /// Its host processes then (NVML activity of any wakes it).
     host_pids: Vec<u32>,
-    /// The period of that visit.
-    period: u64,
-    /// The period by which a quiet container is visited again.
-    next: u64,
     /// What that visit found, once the container is quiet.
     found: Option<Found>,
 }
@@ -170,40 +169,6 @@ impl Found {
     }
 }
 
-/// Visits in a row without activity before a container counts as quiet.
-pub const CALM_PERIODS: u64 = 10;
-
-/// Whether nothing happened in a visited container since its previous
-/// visit `before`: no kernel of its processes in NVML's samples, its
-/// usage region readable, consistent and with the launch counters it had
-/// then, no problem, no enforcement under way, the watchdog `settled` (no
-/// finding pending, no incident open) and no bypass report. Only such a
-/// container may go unvisited.
-fn quiet(
-    v: &ContainerView,
-    before: Option<&ContainerView>,
-    usage: Option<&UsageSnapshot>,
-    seen: Option<&Seen>,
-    settled: bool,
-) -> bool {
-    let Some(before) = before else {
-        return false;
-    };
-    let counters = |v: &ContainerView| {
-        v.gpus
-            .iter()
-            .map(|g| (g.launches, g.warps, g.throttled_ns))
-            .collect::<Vec<_>>()
-    };
-    settled
-        && v.problems.is_empty()
-        && v.enforcement.state == "running"
-        && seen.is_none_or(|s| s.bypass.is_empty())
-        && usage.is_some_and(|u| u.anomalies.is_empty())
-        && v.gpus.iter().all(|g| g.sm_percent.is_none_or(|p| p <= 0.0))
-        && counters(v) == counters(before)
-}
-
 /// The view of a container with no control region to show: who it is,
 /// its processes and its problems.
 fn bare_view(
@@ -225,26 +190,6 @@ fn bare_view(
         ebpf: None,
         enforcement: EnforcementView::default(),
     }
-}
-
-/// The host processes NVML shows at work this period: running kernels
-/// (SM samples above zero), or holding other memory than last period.
-fn busy_pids(
-    sm: &HashMap<[u8; 16], SmSamples>,
-    memory: &HashMap<u32, u64>,
-    before: &HashMap<u32, u64>,
-) -> BTreeSet<u32> {
-    sm.values()
-        .flat_map(|s| s.by_pid.iter())
-        .filter(|(_, p)| **p > 0.0)
-        .map(|(pid, _)| *pid)
-        .chain(
-            memory
-                .iter()
-                .filter(|(pid, b)| before.get(pid) != Some(b))
-                .map(|(pid, _)| *pid),
-        )
-        .collect()
 }
 
 /// What a period works out once per container and every step reads.
@@ -270,24 +215,16 @@ struct Managed {
     last: Option<LastVisit>,
 }
 
-/// The loop's state.
-pub struct Agent {
-    store: Store,
+/// NVML's side of the loop: the node's GPUs and what is kept between
+/// their samples.
+struct NvmlState {
     /// The daemon's one NVML (shared with the device plugin and the
     /// telemetry writer).
-    nvml: Arc<SharedNvml>,
-    cgroup_root: Option<PathBuf>,
-    /// Host processes, described once each (`RefCell`: looked up while
-    /// the period reads the rest of the loop's state).
-    procs: std::cell::RefCell<ProcCache>,
+    shared: Arc<SharedNvml>,
+    /// The node's GPUs (none until NVML lists them).
     gpus: Option<Gpus>,
-    nvml_error: String,
-    managed: HashMap<ContainerId, Managed>,
-    /// Skipped entries already logged (name → reason), to log changes only.
-    reported: BTreeMap<String, String>,
-    periods: u64,
-    /// One compute controller per GPU (by UUID).
-    controllers: HashMap<[u8; 16], GpuController>,
+    /// Why there are no GPUs (empty once there are).
+    error: String,
     /// Start of each GPU's next SM sample window (µs).
     sm_since: HashMap<[u8; 16], u64>,
     /// Each GPU's memory totals (used, free) and the period they were
@@ -295,26 +232,99 @@ pub struct Agent {
     device_memory: HashMap<[u8; 16], ((u64, u64), u64)>,
     /// The SM sample query's buffer, kept between periods.
     sm_buf: Vec<nvml_wrapper_sys::bindings::nvmlProcessUtilizationSample_t>,
+    /// The processes NVML listed on the node last period and their memory
+    /// over all GPUs (a new or departed one wakes every quiet container).
+    gpu_memory: HashMap<u32, u64>,
+}
+
+/// The containers under the root and what the loop keeps of each (a
+/// cache of the host state).
+struct Containers {
+    store: Store,
+    managed: HashMap<ContainerId, Managed>,
     /// Parsed `meta.json` files, re-read only when they change.
     meta_cache: MetaCache,
+    /// Where containers' cgroups are (none: processes are known from
+    /// usage regions only).
+    cgroup_root: Option<PathBuf>,
+    /// Host processes, described once each (`RefCell`: looked up while
+    /// the period reads the rest of the loop's state).
+    procs: std::cell::RefCell<ProcCache>,
+    /// Usage regions are read into this buffer, one after the other.
+    usage_buf: Vec<u8>,
+    /// Skipped entries already logged (name → reason), to log changes only.
+    reported: BTreeMap<String, String>,
+}
+
+/// The node policy.
+struct PolicyState {
     /// The policy in force.
-    policy: Policy,
+    in_force: Policy,
     /// The policy file, looked at once per period.
-    policy_file: Reloader,
+    file: Reloader,
+    /// A policy set by [`Agent::set_policy`] since the last period (it
+    /// wakes every quiet container, as a reloaded file does).
+    set: bool,
+}
+
+impl PolicyState {
+    /// Whether the policy changed since last period (reloaded from its
+    /// file, or set).
+    fn poll(&mut self) -> bool {
+        self.file.poll(&mut self.in_force) | std::mem::take(&mut self.set)
+    }
+}
+
+/// Enforcement beyond the control regions.
+struct Enforcement {
     /// Ground truth against limits, and the policy's actions.
     watchdog: Watchdog,
     /// The eBPF observer, or why there is none.
     ebpf: DaemonEbpf,
-    /// Usage regions are read into this buffer, one after the other.
-    usage_buf: Vec<u8>,
-    /// The processes NVML listed on the node last period and their memory
-    /// over all GPUs (a new or departed one wakes every quiet container).
-    gpu_memory: HashMap<u32, u64>,
-    /// Periods a quiet container goes unvisited (at least one).
-    revisit: u64,
-    /// A policy set by [`Self::set_policy`] since the last period (it
-    /// wakes every quiet container, as a reloaded file does).
-    policy_set: bool,
+}
+
+/// The periods counted and the quiet containers' revisit interval.
+struct Clock {
+    /// Periods completed.
+    periods: u64,
+    /// Periods a quiet container goes unvisited.
+    revisit: Revisit,
+}
+
+/// What woke quiet containers this period (see [`schedule`]).
+struct Wake {
+    /// Every one: the policy or the set of NVML's processes changed.
+    all: bool,
+    /// Those in which something happened ([`Agent::stirred`]).
+    stirred: BTreeSet<ContainerId>,
+}
+
+impl Wake {
+    /// Whether `s`, the schedule of container `id`, is due in `period`.
+    fn due(&self, s: &Schedule, id: &ContainerId, period: u64) -> bool {
+        s.due(period, self.all, self.stirred.contains(id))
+    }
+
+    /// Whether a visit of `id` is no more than the revisit `s` set.
+    fn only_revisit(&self, s: &Schedule, id: &ContainerId) -> bool {
+        s.only_revisit(self.all, self.stirred.contains(id))
+    }
+}
+
+/// The loop's state.
+pub struct Agent {
+    /// NVML: the node's GPUs and their samples.
+    nvml: NvmlState,
+    /// The containers, and what the loop keeps of each.
+    containers: Containers,
+    /// The node policy.
+    policy: PolicyState,
+    /// One compute controller per GPU (by UUID).
+    controllers: HashMap<[u8; 16], GpuController>,
+    /// The watchdog and the eBPF observer.
+    enforcement: Enforcement,
+    /// The period count and the revisit interval.
+    clock: Clock,
 }
 
 impl Agent {
@@ -332,110 +342,165 @@ impl Agent {
             ),
         }
         Self {
-            store: Store::new(&config.root),
-            nvml: Arc::new(SharedNvml::new(config.nvml_lib.clone(), config.nvml_retry)),
-            procs: std::cell::RefCell::new(ProcCache::new(&config.proc_root)),
-            gpus: None,
-            nvml_error: "not initialised yet".to_owned(),
-            managed: HashMap::new(),
-            reported: BTreeMap::new(),
-            periods: 0,
+            nvml: NvmlState {
+                shared: Arc::new(SharedNvml::new(config.nvml_lib.clone(), config.nvml_retry)),
+                gpus: None,
+                error: "not initialised yet".to_owned(),
+                sm_since: HashMap::new(),
+                device_memory: HashMap::new(),
+                sm_buf: Vec::new(),
+                gpu_memory: HashMap::new(),
+            },
+            enforcement: Enforcement {
+                ebpf: DaemonEbpf::start(&config.watchdog, cgroup_root.as_deref()),
+                watchdog: Watchdog::new(config.watchdog.clone()),
+            },
+            containers: Containers {
+                store: Store::new(&config.root),
+                managed: HashMap::new(),
+                meta_cache: MetaCache::default(),
+                cgroup_root,
+                procs: std::cell::RefCell::new(ProcCache::new(&config.proc_root)),
+                usage_buf: Vec::new(),
+                reported: BTreeMap::new(),
+            },
+            policy: PolicyState {
+                in_force: Policy::default(),
+                file: Reloader::new(&config.policy, config.policy_explicit),
+                set: false,
+            },
             controllers: HashMap::new(),
-            sm_since: HashMap::new(),
-            device_memory: HashMap::new(),
-            sm_buf: Vec::new(),
-            meta_cache: MetaCache::default(),
-            policy: Policy::default(),
-            policy_file: Reloader::new(&config.policy, config.policy_explicit),
-            ebpf: DaemonEbpf::start(&config.watchdog, cgroup_root.as_deref()),
-            watchdog: Watchdog::new(config.watchdog.clone()),
-            cgroup_root,
-            usage_buf: Vec::new(),
-            gpu_memory: HashMap::new(),
-            revisit: (config.quiet_revisit.as_millis() / config.period.as_millis().max(1)).max(1)
-                as u64,
-            policy_set: false,
+            clock: Clock {
+                periods: 0,
+                revisit: Revisit::new(config.quiet_revisit, config.period),
+            },
         }
     }
 
     /// Replaces the policy in force (for the policy file's loader; the
     /// watchdog tests set one directly).
     pub fn set_policy(&mut self, policy: Policy) {
-        self.policy = policy;
-        self.policy_set = true;
+        self.policy.in_force = policy;
+        self.policy.set = true;
     }
 
     /// The loop's NVML, for the other parts of the daemon to share.
     pub fn nvml(&self) -> Arc<SharedNvml> {
-        self.nvml.clone()
+        self.nvml.shared.clone()
     }
 
     /// The store.
     pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    fn report_skipped(&mut self, skipped: &[Skipped]) {
-        let now: BTreeMap<String, String> = skipped
-            .iter()
-            .map(|s| (s.name.clone(), s.reason.clone()))
-            .collect();
-        for (name, reason) in &now {
-            if self.reported.get(name) != Some(reason) {
-                tracing::warn!(entry = %name, %reason, "skipping an entry of the container root");
-            }
-        }
-        self.reported = now;
+        &self.containers.store
     }
 
     /// Runs one period and returns its view.
     pub fn tick(&mut self, status: &Status) -> View {
         let start = Instant::now();
-        let policy_changed =
-            self.policy_file.poll(&mut self.policy) | std::mem::take(&mut self.policy_set);
-        let policy: PolicyView = self.policy_file.view(&self.policy);
+        let policy_changed = self.policy.poll();
+        let policy: PolicyView = self.policy.file.view(&self.policy.in_force);
         self.ensure_nvml(status);
         let sm = self.sample_sm();
         let memory = self.sample_gpus(&sm);
-        let (wake, busy) = self.gpu_activity(&sm, &memory);
-        let wake = wake || policy_changed;
-        let stirred = self.stirred(&busy);
-        // A quiet container not due is taken as last visited, without a
-        // look at its directory; every `revisit` periods the root is read
-        // afresh whatever its times say.
-        let periods = self.periods;
-        let managed = &self.managed;
+        let (changed, busy) = self.gpu_activity(&sm, &memory);
+        let wake = Wake {
+            all: changed || policy_changed,
+            stirred: self.stirred(&busy),
+        };
+        let (ready, skipped) = self.list(&wake);
+        // Observe every container due a visit, then decide per GPU, then
+        // write.
+        let (mut observed, seen) = self.observe_due(&ready, &wake);
+        self.cut_short_unchanged_revisits(&ready, &mut observed, &seen, &wake);
+        let per = self.per_container(&ready, &observed, &sm);
+        let views = self.publish_all(&ready, per, observed, &seen, &memory, &sm);
+        let view = View {
+            period: self.clock.periods,
+            root: self.containers.store.root().to_path_buf(),
+            containers: views,
+            skipped: skipped
+                .into_iter()
+                .map(|s| SkippedView {
+                    name: s.name,
+                    reason: s.reason,
+                })
+                .collect(),
+            nvml: if self.nvml.gpus.is_some() {
+                "ready".to_owned()
+            } else {
+                self.nvml.error.clone()
+            },
+            devices: self.devices(&memory, &sm),
+            duration_us: start.elapsed().as_micros() as u64,
+            ebpf: self.enforcement.ebpf.status(),
+            policy,
+        };
+        // (A quiet container's processes outlive a few of its revisits.)
+        self.containers
+            .procs
+            .get_mut()
+            .end_round(3 * self.clock.revisit.periods() + 1);
+        self.clock.periods += 1;
+        view
+    }
+
+    /// The containers of this period, sorted by id, and the entries of the
+    /// root skipped. A quiet container not due is taken as last visited,
+    /// without a look at its directory; every revisit interval the root
+    /// is read afresh whatever the schedules say.
+    fn list(&mut self, wake: &Wake) -> (Vec<Container>, Vec<Skipped>) {
+        let period = self.clock.periods;
+        let managed = &self.containers.managed;
         let keep = |id: &ContainerId| {
             let l = managed.get(id)?.last.as_ref()?;
-            (l.quiet && !wake && !stirred.contains(id) && periods < l.next).then(|| Container {
+            (!wake.due(&l.schedule, id, period)).then(|| Container {
                 id: id.clone(),
                 dir: l.view.dir.clone(),
                 meta: l.meta.clone(),
                 meta_key: l.meta_key,
             })
         };
-        let force = periods.is_multiple_of(self.revisit);
-        let (containers, mut skipped) =
-            match self.store.list_cached(&mut self.meta_cache, force, keep) {
-                Ok(l) => (l.containers, l.skipped),
-                Err(e) => {
-                    tracing::warn!(error = %with_causes(&e), "cannot list the container root");
-                    (Vec::new(), Vec::new())
-                }
-            };
-        // Forget what is gone; open what is new (a restarted agent
-        // resumes every existing container here).
+        let force = self.clock.revisit.forces_listing(period);
+        let listed =
+            self.containers
+                .store
+                .list_cached(&mut self.containers.meta_cache, force, keep);
+        let (containers, mut skipped) = match listed {
+            Ok(l) => (l.containers, l.skipped),
+            Err(e) => {
+                tracing::warn!(error = %with_causes(&e), "cannot list the container root");
+                (Vec::new(), Vec::new())
+            }
+        };
+        let ready = self.take_over(containers, &mut skipped);
+        // (`ready` keeps the listing's order.)
+        self.enforcement
+            .watchdog
+            .retain(|id| ready.binary_search_by(|c: &Container| c.id.cmp(id)).is_ok());
+        self.report_skipped(&skipped);
+        (ready, skipped)
+    }
+
+    /// Forgets the containers no longer listed and opens those new in
+    /// `containers` (a restarted agent resumes every existing container
+    /// here): those whose control region opens are ready, in the
+    /// listing's order; the others are `skipped`.
+    fn take_over(
+        &mut self,
+        containers: Vec<Container>,
+        skipped: &mut Vec<Skipped>,
+    ) -> Vec<Container> {
         // (The listing is sorted by id.)
         let listed = |id: &ContainerId| containers.binary_search_by(|c| c.id.cmp(id)).is_ok();
-        self.managed.retain(|id, _| listed(id));
+        self.containers.managed.retain(|id, _| listed(id));
         let mut ready = Vec::new();
         for c in containers {
-            if !self.managed.contains_key(&c.id) {
+            if !self.containers.managed.contains_key(&c.id) {
                 match open_control_rw(&c.dir) {
                     Ok(control) => {
                         tracing::info!(id = %c.id, dir = %c.dir.display(), "managing container");
-                        let since = self.periods;
-                        self.managed.insert(
+                        let since = self.clock.periods;
+                        self.containers.managed.insert(
                             c.id.clone(),
                             Managed {
                                 control,
@@ -456,36 +521,62 @@ impl Agent {
             }
             ready.push(c);
         }
-        // (`ready` keeps the listing's order.)
-        self.watchdog
-            .retain(|id| ready.binary_search_by(|c: &Container| c.id.cmp(id)).is_ok());
-        self.report_skipped(&skipped);
-        // Observe every container due a visit, then decide per GPU, then
-        // write.
+        ready
+    }
+
+    fn report_skipped(&mut self, skipped: &[Skipped]) {
+        let now: BTreeMap<String, String> = skipped
+            .iter()
+            .map(|s| (s.name.clone(), s.reason.clone()))
+            .collect();
+        for (name, reason) in &now {
+            if self.containers.reported.get(name) != Some(reason) {
+                tracing::warn!(entry = %name, %reason, "skipping an entry of the container root");
+            }
+        }
+        self.containers.reported = now;
+    }
+
+    /// Observes every ready container due a visit (none: skipped), and
+    /// runs the eBPF observer's period; a container skipped so far in
+    /// which a bypass is reported is observed now.
+    fn observe_due(
+        &mut self,
+        ready: &[Container],
+        wake: &Wake,
+    ) -> (Vec<Option<Observed>>, HashMap<ContainerId, Seen>) {
         let mut observed: Vec<Option<Observed>> = ready
             .iter()
-            .map(|c| self.due(c, wake, &stirred).then(|| self.observe_managed(c)))
+            .map(|c| self.due(c, wake).then(|| self.observe_managed(c)))
             .collect();
-        let seen = self.observe_ebpf(&ready, &observed);
+        let seen = self.observe_ebpf(ready, &observed);
         // A bypass reported in a container skipped so far: visit it now.
         for (c, o) in ready.iter().zip(observed.iter_mut()) {
             if o.is_none() && seen.get(&c.id).is_some_and(|s| !s.bypass.is_empty()) {
                 *o = Some(self.observe_managed(c));
             }
         }
-        // A quiet container looked at only because its revisit came, in
-        // which everything is as its last visit found it, stays quiet: its
-        // last view stands (see `Found`).
-        let (period, revisit) = (self.periods, self.revisit);
+        (observed, seen)
+    }
+
+    /// A quiet container looked at only because its revisit came, in
+    /// which everything is as its last visit found it, stays quiet: its
+    /// last view stands (see [`Found`]) and it is taken as not observed.
+    fn cut_short_unchanged_revisits(
+        &mut self,
+        ready: &[Container],
+        observed: &mut [Option<Observed>],
+        seen: &HashMap<ContainerId, Seen>,
+        wake: &Wake,
+    ) {
+        let (period, revisit) = (self.clock.periods, self.clock.revisit);
         for (c, o) in ready.iter().zip(observed.iter_mut()) {
-            let (Some(ob), Some(m)) = (o.as_ref(), self.managed.get_mut(&c.id)) else {
+            let (Some(ob), Some(m)) = (o.as_ref(), self.containers.managed.get_mut(&c.id)) else {
                 continue;
             };
             let Some(l) = m.last.as_mut() else { continue };
             let s = seen.get(&c.id);
-            let only_revisit = l.quiet
-                && !wake
-                && !stirred.contains(&c.id)
+            let only_revisit = wake.only_revisit(&l.schedule, &c.id)
                 && Arc::ptr_eq(&l.meta, &c.meta)
                 && ob.problems.is_empty()
                 && s.is_none_or(|s| s.bypass.is_empty());
@@ -499,25 +590,27 @@ impl Agent {
                         m.control.snapshot(),
                     ))
             {
-                l.next = period + revisit;
+                l.schedule.revisited_unchanged(period, revisit);
                 *o = None;
             }
         }
-        let nvml: HashMap<[u8; 16], GpuMemory> = memory
-            .iter()
-            .map(|(u, m)| {
-                let mut by_pid = GpuMemory::new();
-                for p in &m.processes {
-                    *by_pid.entry(p.pid).or_default() += p.used_memory_bytes.unwrap_or(0);
-                }
-                (*u, by_pid)
-            })
-            .collect();
+    }
+
+    /// What every step reads of each ready container: its GPUs and policy
+    /// (as its last visit left them when it is not observed), and the
+    /// controllers' launch limits ([`Self::decide`]).
+    fn per_container(
+        &mut self,
+        ready: &[Container],
+        observed: &[Option<Observed>],
+        sm: &HashMap<[u8; 16], SmSamples>,
+    ) -> Vec<PerContainer> {
         let mut per: Vec<PerContainer> = ready
             .iter()
-            .zip(&observed)
+            .zip(observed)
             .map(|(c, o)| {
                 let last = self
+                    .containers
                     .managed
                     .get(&c.id)
                     .and_then(|m| m.last.as_ref())
@@ -526,19 +619,35 @@ impl Agent {
                     uuids: last.map_or_else(|| c.meta.uuids(), |l| l.uuids.clone()),
                     policy: match last {
                         Some(l) => l.view.policy.clone(),
-                        None => self.policy.effective(&c.meta),
+                        None => self.policy.in_force.effective(&c.meta),
                     },
                     decided: Vec::new(),
                 }
             })
             .collect();
-        let decisions = self.decide(&ready, &per, &observed, &sm);
+        let decisions = self.decide(ready, &per, observed, sm);
         for (p, d) in per.iter_mut().zip(decisions) {
             p.decided = d;
         }
+        per
+    }
+
+    /// Every ready container's view: a skipped one's last view, an
+    /// observed one's control region written, its view built, the
+    /// watchdog's period run over it, and its visit recorded.
+    fn publish_all(
+        &mut self,
+        ready: &[Container],
+        per: Vec<PerContainer>,
+        observed: Vec<Option<Observed>>,
+        seen: &HashMap<ContainerId, Seen>,
+        memory: &HashMap<[u8; 16], GpuLive>,
+        sm: &HashMap<[u8; 16], SmSamples>,
+    ) -> Vec<Arc<ContainerView>> {
+        let nvml = by_pid(memory);
         // One writer of control regions at a time; a CLI call holding the
         // lock delays this period's writes to the next one.
-        let lock = self.store.try_lock().ok().flatten();
+        let lock = self.containers.store.try_lock().ok().flatten();
         let views = ready
             .iter()
             .zip(per)
@@ -548,6 +657,7 @@ impl Agent {
                 let Some(mut o) = o else {
                     // Skipped: its last view stands (`due` checked there is one).
                     return self
+                        .containers
                         .managed
                         .get(&c.id)
                         .and_then(|m| m.last.as_ref())
@@ -555,82 +665,55 @@ impl Agent {
                         .unwrap_or_else(|| Arc::new(self.unvisited(c)));
                 };
                 let (raw, usage) = (o.usage_raw.take(), o.usage.clone());
-                let mut v = self.publish(c, &per, o, &memory, &sm, lock.as_ref());
+                let mut v = self.publish(c, &per, o, memory, sm, lock.as_ref());
                 let s = seen.get(&c.id);
                 self.enforce(c, &mut v, (raw.as_deref(), usage.as_ref()), &nvml, s);
                 let v = Arc::new(v);
-                let settled = self.watchdog.settled(&c.id);
-                if let Some(m) = self.managed.get_mut(&c.id) {
-                    let before = m.last.as_ref().map(|l| &*l.view);
-                    let calm = if quiet(&v, before, usage.as_ref(), s, settled) {
-                        m.last.as_ref().map_or(0, |l| l.calm) + 1
-                    } else {
-                        0
-                    };
-                    // (Only a quiet container's revisit compares.)
-                    let found = (calm >= CALM_PERIODS).then(|| {
-                        Found::of(
-                            raw.as_deref(),
-                            usage.as_ref(),
-                            &v.processes,
-                            s,
-                            m.control.snapshot(),
-                        )
-                    });
-                    // (Spread the revisits of containers that calmed down
-                    // together over the revisit interval.)
-                    let next = if calm == CALM_PERIODS {
-                        period + 1 + k as u64 % revisit
-                    } else {
-                        period + revisit
-                    };
-                    m.last = Some(LastVisit {
-                        view: v.clone(),
-                        uuids: per.uuids,
-                        meta: c.meta.clone(),
-                        meta_key: c.meta_key,
-                        quiet: calm >= CALM_PERIODS,
-                        calm,
-                        host_pids: v.processes.iter().filter_map(|p| p.host_pid).collect(),
-                        period,
-                        next,
-                        found,
-                    });
-                }
+                self.record_visit(c, k, per.uuids, &v, (raw.as_deref(), usage.as_ref()), s);
                 v
             })
             .collect();
         drop(lock);
-        let view = View {
-            period: self.periods,
-            root: self.store.root().to_path_buf(),
-            containers: views,
-            skipped: skipped
-                .into_iter()
-                .map(|s| SkippedView {
-                    name: s.name,
-                    reason: s.reason,
-                })
-                .collect(),
-            nvml: if self.gpus.is_some() {
-                "ready".to_owned()
-            } else {
-                self.nvml_error.clone()
-            },
-            devices: self.devices(&memory, &sm),
-            duration_us: start.elapsed().as_micros() as u64,
-            ebpf: self.ebpf.status(),
-            policy,
+        views
+    }
+
+    /// Keeps what the visit of `c` (`k`th in the listing) published, and
+    /// when it is visited next ([`Schedule::after_visit`]).
+    fn record_visit(
+        &mut self,
+        c: &Container,
+        k: usize,
+        uuids: Vec<[u8; 16]>,
+        v: &Arc<ContainerView>,
+        (raw, usage): (Option<&[u8]>, Option<&UsageSnapshot>),
+        s: Option<&Seen>,
+    ) {
+        let settled = self.enforcement.watchdog.settled(&c.id);
+        let (period, revisit) = (self.clock.periods, self.clock.revisit);
+        let Some(m) = self.containers.managed.get_mut(&c.id) else {
+            return;
         };
-        // (A quiet container's processes outlive a few of its revisits.)
-        self.procs.get_mut().end_round(3 * self.revisit + 1);
-        self.periods += 1;
-        view
+        let before = m.last.as_ref();
+        let calm = quiet(v, before.map(|l| &*l.view), usage, s, settled);
+        let schedule = Schedule::after_visit(before.map(|l| &l.schedule), calm, period, k, revisit);
+        // (Only a quiet container's revisit compares.)
+        let found = schedule
+            .quiet()
+            .then(|| Found::of(raw, usage, &v.processes, s, m.control.snapshot()));
+        m.last = Some(LastVisit {
+            view: v.clone(),
+            uuids,
+            meta: c.meta.clone(),
+            meta_key: c.meta_key,
+            schedule,
+            host_pids: v.processes.iter().filter_map(|p| p.host_pid).collect(),
+            found,
+        });
     }
 
     /// This period's NVML activity: whether the set of processes on the
-    /// node's GPUs changed since last period, and the processes at work
-    /// ([`busy_pids`]).
+    /// node's GPUs changed since last period ([`process_set_changed`]),
+    /// and the processes at work ([`busy_pids`]).
     fn gpu_activity(
         &mut self,
         sm: &HashMap<[u8; 16], SmSamples>,
@@ -643,10 +726,9 @@ impl Agent {
         for pid in sm.values().flat_map(|s| s.by_pid.keys()) {
             now.entry(*pid).or_default();
         }
-        let changed = now.len() != self.gpu_memory.len()
-            || now.keys().any(|p| !self.gpu_memory.contains_key(p));
-        let busy = busy_pids(sm, &now, &self.gpu_memory);
-        self.gpu_memory = now;
+        let changed = process_set_changed(&now, &self.nvml.gpu_memory);
+        let busy = busy_pids(sm, &now, &self.nvml.gpu_memory);
+        self.nvml.gpu_memory = now;
         (changed, busy)
     }
 
@@ -657,10 +739,10 @@ impl Agent {
     /// read of the header and buckets, no decoding of the slots' bytes).
     fn stirred(&mut self, busy: &BTreeSet<u32>) -> BTreeSet<ContainerId> {
         let mut out = BTreeSet::new();
-        let mut buf = std::mem::take(&mut self.usage_buf);
-        for (id, m) in &mut self.managed {
+        let mut buf = std::mem::take(&mut self.containers.usage_buf);
+        for (id, m) in &mut self.containers.managed {
             let Some(l) = &m.last else { continue };
-            if !l.quiet {
+            if !l.schedule.quiet() {
                 continue;
             }
             if l.host_pids.iter().any(|p| busy.contains(p)) {
@@ -691,20 +773,23 @@ impl Agent {
                 out.insert(id.clone());
             }
         }
-        self.usage_buf = buf;
+        self.containers.usage_buf = buf;
         out
     }
 
-    /// Whether container `c` is visited this period (see the module's
-    /// documentation).
-    fn due(&self, c: &Container, wake: bool, stirred: &BTreeSet<ContainerId>) -> bool {
-        match self.managed.get(&c.id).and_then(|m| m.last.as_ref()) {
+    /// Whether container `c` is visited this period: its schedule says so
+    /// ([`Schedule::due`]), or its metadata changed, or it was never
+    /// visited.
+    fn due(&self, c: &Container, wake: &Wake) -> bool {
+        match self
+            .containers
+            .managed
+            .get(&c.id)
+            .and_then(|m| m.last.as_ref())
+        {
             None => true,
             Some(l) => {
-                wake || !l.quiet
-                    || !Arc::ptr_eq(&l.meta, &c.meta)
-                    || self.periods >= l.next
-                    || stirred.contains(&c.id)
+                wake.due(&l.schedule, &c.id, self.clock.periods) || !Arc::ptr_eq(&l.meta, &c.meta)
             }
         }
     }
@@ -712,17 +797,18 @@ impl Agent {
     /// Observes a managed container (its usage file kept open between
     /// periods, read into the shared buffer).
     fn observe_managed(&mut self, c: &Container) -> Observed {
-        let mut buf = std::mem::take(&mut self.usage_buf);
+        let mut buf = std::mem::take(&mut self.containers.usage_buf);
         let mut file = self
+            .containers
             .managed
             .get_mut(&c.id)
             .map(|m| std::mem::take(&mut m.usage))
             .unwrap_or_default();
         let o = self.observe(c, &mut buf, &mut file);
-        if let Some(m) = self.managed.get_mut(&c.id) {
+        if let Some(m) = self.containers.managed.get_mut(&c.id) {
             m.usage = file;
         }
-        self.usage_buf = buf;
+        self.containers.usage_buf = buf;
         o
     }
 
@@ -731,9 +817,24 @@ impl Agent {
     fn unvisited(&self, c: &Container) -> ContainerView {
         bare_view(
             c,
-            self.policy.effective(&c.meta),
+            self.policy.in_force.effective(&c.meta),
             Vec::new(),
             vec!["not observed yet".to_owned()],
         )
     }
+}
+
+/// NVML's memory of each process, per GPU (what the watchdog holds
+/// containers to).
+fn by_pid(memory: &HashMap<[u8; 16], GpuLive>) -> HashMap<[u8; 16], GpuMemory> {
+    memory
+        .iter()
+        .map(|(u, m)| {
+            let mut by_pid = GpuMemory::new();
+            for p in &m.processes {
+                *by_pid.entry(p.pid).or_default() += p.used_memory_bytes.unwrap_or(0);
+            }
+            (*u, by_pid)
+        })
+        .collect()
 }

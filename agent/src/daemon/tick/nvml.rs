@@ -21,12 +21,12 @@ fn node_gpus(backend: &NvmlBackend) -> Result<Vec<NodeGpu>, crate::gpu::GpuError
 
 impl Agent {
     pub(super) fn ensure_nvml(&mut self, status: &Status) {
-        if self.gpus.is_some() {
+        if self.nvml.gpus.is_some() {
             return;
         }
         // (message, whether to log it here: a load failure the shared
         // loader has logged already).
-        let listed = match self.nvml.get() {
+        let listed = match self.nvml.shared.get() {
             Err(e) => Err((with_causes(&*e), false)),
             Ok(backend) => node_gpus(&backend)
                 .map(|gpus| Gpus { backend, gpus })
@@ -35,15 +35,15 @@ impl Agent {
         match listed {
             Ok(g) => {
                 tracing::info!(gpus = g.gpus.len(), "the node's GPUs listed");
-                self.gpus = Some(g);
-                self.nvml_error.clear();
+                self.nvml.gpus = Some(g);
+                self.nvml.error.clear();
                 status.set_nvml(Ok(()));
             }
             Err((msg, log)) => {
-                if log && msg != self.nvml_error {
+                if log && msg != self.nvml.error {
                     tracing::warn!(error = %msg, "NVML cannot list the node's GPUs");
                 }
-                self.nvml_error.clone_from(&msg);
+                self.nvml.error.clone_from(&msg);
                 status.set_nvml(Err(msg));
             }
         }
@@ -58,7 +58,7 @@ impl Agent {
         sm: &HashMap<[u8; 16], SmSamples>,
     ) -> HashMap<[u8; 16], GpuLive> {
         let mut out = HashMap::new();
-        let Some(g) = &self.gpus else {
+        let Some(g) = &self.nvml.gpus else {
             return out;
         };
         for gpu in &g.gpus {
@@ -70,22 +70,26 @@ impl Agent {
             // The memory totals only feed the device's view and gauges:
             // read again once a revisit interval.
             let known = self
+                .nvml
                 .device_memory
                 .get(&gpu.uuid)
-                .filter(|(_, at)| self.periods < at + self.revisit)
+                .filter(|(_, at)| self.clock.periods < at + self.clock.revisit.periods())
                 .map(|(m, _)| *m);
             match g.backend.live_with(gpu.index, of, known) {
                 Ok(u) => {
                     if known.is_none() {
-                        self.device_memory.insert(
+                        self.nvml.device_memory.insert(
                             gpu.uuid,
-                            ((u.memory_used_bytes, u.memory_free_bytes), self.periods),
+                            (
+                                (u.memory_used_bytes, u.memory_free_bytes),
+                                self.clock.periods,
+                            ),
                         );
                     }
                     out.insert(gpu.uuid, u);
                 }
                 Err(e) => {
-                    self.device_memory.remove(&gpu.uuid);
+                    self.nvml.device_memory.remove(&gpu.uuid);
                     tracing::debug!(gpu = gpu.index, error = %with_causes(&e), "no usage");
                 }
             }
@@ -96,11 +100,12 @@ impl Agent {
     /// Each GPU's SM samples since the previous period (empty without NVML).
     pub(super) fn sample_sm(&mut self) -> HashMap<[u8; 16], SmSamples> {
         let mut out = HashMap::new();
-        let Some(g) = &self.gpus else {
+        let Some(g) = &self.nvml.gpus else {
             return out;
         };
         for gpu in &g.gpus {
             let since = *self
+                .nvml
                 .sm_since
                 .entry(gpu.uuid)
                 .or_insert_with(sampling::now_us);
@@ -109,10 +114,10 @@ impl Agent {
                 .nvml()
                 .device_by_index(gpu.index)
                 .map_err(|source| ControlError::Nvml { source })
-                .and_then(|d| sampling::read_sm_samples_into(&d, since, &mut self.sm_buf));
+                .and_then(|d| sampling::read_sm_samples_into(&d, since, &mut self.nvml.sm_buf));
             match read {
                 Ok(s) => {
-                    self.sm_since.insert(gpu.uuid, s.newest_us);
+                    self.nvml.sm_since.insert(gpu.uuid, s.newest_us);
                     out.insert(gpu.uuid, s);
                 }
                 Err(e) => {
@@ -129,7 +134,7 @@ impl Agent {
         memory: &HashMap<[u8; 16], GpuLive>,
         sm: &HashMap<[u8; 16], SmSamples>,
     ) -> Vec<DeviceView> {
-        let Some(g) = &self.gpus else {
+        let Some(g) = &self.nvml.gpus else {
             return Vec::new();
         };
         g.gpus

@@ -13,14 +13,14 @@ impl Agent {
         problems: &mut Vec<String>,
     ) -> Vec<ProcessView> {
         let slots = usage.map(|u| u.slots.as_slice()).unwrap_or_default();
-        match (&meta.cgroup, &self.cgroup_root) {
+        match (&meta.cgroup, &self.containers.cgroup_root) {
             (Some(rel), Some(root)) => {
                 let dir = root.join(rel.trim_start_matches('/'));
                 match pids::cgroup_pids(&dir) {
                     Ok(host) => {
                         let procs: Vec<_> = host
                             .iter()
-                            .filter_map(|&p| self.procs.borrow_mut().info(p))
+                            .filter_map(|&p| self.containers.procs.borrow_mut().info(p))
                             .collect();
                         pids::join(&procs, slots)
                     }
@@ -39,7 +39,9 @@ impl Agent {
                 ));
                 pids::join(&[], slots)
             }
-            (None, _) => pids::join_same_namespace(|p| self.procs.borrow_mut().info(p), slots),
+            (None, _) => {
+                pids::join_same_namespace(|p| self.containers.procs.borrow_mut().info(p), slots)
+            }
         }
     }
 
@@ -84,7 +86,7 @@ impl Agent {
     pub(super) fn cgroup_dir(&self, meta: &Metadata) -> Option<PathBuf> {
         let rel = meta.cgroup.as_deref()?;
         Some(crate::watchdog::cgroup_dir(
-            self.cgroup_root.as_deref()?,
+            self.containers.cgroup_root.as_deref()?,
             rel,
         ))
     }
@@ -116,6 +118,6 @@ impl Agent {
                 pids: o.as_ref().map(|o| o.host_pids.clone()).unwrap_or_default(),
             })
             .collect();
-        self.ebpf.period(&members)
+        self.enforcement.ebpf.period(&members)
     }
 }

@@ -30,11 +30,12 @@ impl Agent {
             mut problems,
         } = o;
         let node_gpus: Vec<[u8; 16]> = self
+            .nvml
             .gpus
             .as_ref()
             .map(|g| g.gpus.iter().map(|g| g.uuid).collect())
             .unwrap_or_default();
-        let Some(m) = self.managed.get_mut(&c.id) else {
+        let Some(m) = self.containers.managed.get_mut(&c.id) else {
             problems.push("control region not open".to_owned());
             return bare_view(c, per.policy.clone(), processes, problems);
         };
@@ -143,7 +144,11 @@ impl Agent {
         seen: Option<&Seen>,
     ) {
         let dir = self.cgroup_dir(&c.meta);
-        let limits = self.managed.get(&c.id).map(|m| m.control.snapshot());
+        let limits = self
+            .containers
+            .managed
+            .get(&c.id)
+            .map(|m| m.control.snapshot());
         let (rates, bursts): (Vec<u64>, Vec<u64>) = limits
             .map(|l| {
                 l.gpus
@@ -163,9 +168,10 @@ impl Agent {
             now: Instant::now(),
             nvml,
             ebpf_bypass: seen.map(|s| s.bypass.as_slice()).unwrap_or_default(),
-            context_allowance: self.watchdog.settings().context_allowance,
+            context_allowance: self.enforcement.watchdog.settings().context_allowance,
         };
         v.enforcement = self
+            .enforcement
             .watchdog
             .check(&c.id, dir.as_deref(), &v.policy, &facts);
         if let Some(s) = seen {
