@@ -45,6 +45,7 @@ use tessera_region::reader::UsageSnapshot;
 use tessera_region::spec::format_uuid;
 
 use crate::containers::Metadata;
+use crate::containers::meta::GpuGrant;
 use crate::containers::pids::{ProcessView, Source};
 use crate::view::Reason;
 
@@ -165,15 +166,50 @@ fn bucket_at(raw: &[u8], i: usize) -> Option<(u64, u64)> {
 
 /// Everything seen in one period.
 pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let host: HashMap<u32, &ProcessView> = f
-        .processes
+    let host = host_processes(f.processes);
+    let granted = f.meta.uuids();
+    let mut out = bypass(f, &host, &granted);
+    for (i, grant) in f.meta.gpus.iter().enumerate() {
+        let Some(uuid) = granted.get(i) else { continue };
+        let Some(listed) = f.nvml.get(uuid) else {
+            continue;
+        };
+        let mine: Vec<(u32, u64)> = listed
+            .iter()
+            .filter(|(pid, _)| host.contains_key(pid))
+            .map(|(p, b)| (*p, *b))
+            .collect();
+        if let Some(limit) = grant.memory_limit_bytes {
+            out.extend(memory_overage(f, uuid, limit, grant, &mine, memory));
+        }
+        out.extend(unaccounted(f, &host, (i, uuid, grant), &mine));
+    }
+    if let (Some(u), Some(raw)) = (f.usage, f.usage_raw) {
+        out.extend(inactive_slot_with_bytes(f, u, raw));
+        for i in 0..f.meta.gpus.len().min(MAX_GPUS) {
+            let gpu = granted.get(i).map(format_uuid);
+            out.extend(bucket_counters(f, u, i, gpu.as_deref(), memory));
+            out.extend(bucket_reset(f, raw, i, gpu.as_deref(), memory));
+        }
+    }
+    out
+}
+
+/// The container's processes with a host pid, by host pid (slots no
+/// process matched left out).
+fn host_processes(processes: &[ProcessView]) -> HashMap<u32, &ProcessView> {
+    processes
         .iter()
         .filter_map(|p| p.host_pid.map(|h| (h, p)))
         .filter(|(_, p)| p.source != Source::UnmatchedSlot)
-        .collect();
-    let granted = f.meta.uuids();
-    // Bypass: listed by NVML, or reported by eBPF, with no slot.
+        .collect()
+}
+
+/// Bypass: processes listed by NVML, or reported by eBPF, with no slot
+/// (one finding for them all); and registered processes on a GPU not
+/// granted (one finding each).
+fn bypass(f: &Facts<'_>, host: &HashMap<u32, &ProcessView>, granted: &[[u8; 16]]) -> Vec<Finding> {
+    let mut out = Vec::new();
     let mut bypass: Vec<u32> = Vec::new();
     let mut bypass_gpu = None;
     // (A container without host processes has none listed by NVML.)
@@ -223,183 +259,213 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             pids: bypass,
         });
     }
-    let slots_used = |p: &ProcessView, i: usize| -> u64 {
+    out
+}
+
+/// Memory overage on GPU `uuid` of the grant: `mine` (the container's
+/// processes NVML lists there, with their bytes) hold more than they may
+/// ([`allowed_bytes`], or the ceiling over a lowered limit, which this
+/// updates in `memory`).
+fn memory_overage(
+    f: &Facts<'_>,
+    uuid: &[u8; 16],
+    limit: u64,
+    grant: &GpuGrant,
+    mine: &[(u32, u64)],
+    memory: &mut Memory,
+) -> Option<Finding> {
+    let used: u64 = mine.iter().map(|(_, b)| b).sum();
+    let n = mine.len() as u64;
+    let allowed = allowed_bytes(limit, grant.context_overhead_bytes, f.context_allowance, n);
+    let (last, ceiling) = memory.limits.get(uuid).copied().unwrap_or((limit, None));
+    let ceiling = match ceiling {
+        _ if limit > last && used <= allowed => None,
+        Some(c) => Some(c.min(used.max(allowed))),
+        None if limit < last && used > allowed => Some(used),
+        None => None,
+    }
+    .filter(|&c| c > allowed);
+    memory.limits.insert(*uuid, (limit, ceiling));
+    let bound = ceiling.unwrap_or(allowed);
+    if used <= bound {
+        return None;
+    }
+    let mut pids: Vec<u32> = mine.iter().map(|(p, _)| *p).collect();
+    pids.sort_unstable();
+    let gpu = format_uuid(uuid);
+    Some(Finding {
+        reason: Reason::MemoryOverage,
+        gpu: Some(gpu.clone()),
+        pids,
+        what: format!(
+            "holds {} MiB on {gpu} (NVML), may hold {} MiB (limit {} MiB)",
+            used >> 20,
+            bound >> 20,
+            limit >> 20
+        ),
+    })
+}
+
+/// Tampering: on GPU `i` of the grant (`uuid`), the registered processes
+/// among `mine` hold more in NVML than their slots account for (plus
+/// their uncharged context allowance).
+fn unaccounted(
+    f: &Facts<'_>,
+    host: &HashMap<u32, &ProcessView>,
+    (i, uuid, grant): (usize, &[u8; 16], &GpuGrant),
+    mine: &[(u32, u64)],
+) -> Option<Finding> {
+    let slots_used = |p: &ProcessView| -> u64 {
         let Some(u) = f.usage else { return 0 };
         p.slot
             .and_then(|s| u.slots.iter().find(|v| v.index == s))
             .map_or(0, |v| v.used[i])
     };
-    for (i, grant) in f.meta.gpus.iter().enumerate() {
-        let Some(uuid) = granted.get(i) else { continue };
-        let Some(listed) = f.nvml.get(uuid) else {
-            continue;
-        };
-        let gpu = || format_uuid(uuid);
-        let mine: Vec<(u32, u64)> = listed
-            .iter()
-            .filter(|(pid, _)| host.contains_key(pid))
-            .map(|(p, b)| (*p, *b))
-            .collect();
-        let used: u64 = mine.iter().map(|(_, b)| b).sum();
-        let n = mine.len() as u64;
-        // Memory overage.
-        if let Some(limit) = grant.memory_limit_bytes {
-            let allowed =
-                allowed_bytes(limit, grant.context_overhead_bytes, f.context_allowance, n);
-            let (last, ceiling) = memory.limits.get(uuid).copied().unwrap_or((limit, None));
-            let ceiling = match ceiling {
-                _ if limit > last && used <= allowed => None,
-                Some(c) => Some(c.min(used.max(allowed))),
-                None if limit < last && used > allowed => Some(used),
-                None => None,
-            }
-            .filter(|&c| c > allowed);
-            memory.limits.insert(*uuid, (limit, ceiling));
-            let bound = ceiling.unwrap_or(allowed);
-            if used > bound {
-                let mut pids: Vec<u32> = mine.iter().map(|(p, _)| *p).collect();
-                pids.sort_unstable();
-                let gpu = gpu();
-                out.push(Finding {
-                    reason: Reason::MemoryOverage,
-                    gpu: Some(gpu.clone()),
-                    pids,
-                    what: format!(
-                        "holds {} MiB on {gpu} (NVML), may hold {} MiB (limit {} MiB)",
-                        used >> 20,
-                        bound >> 20,
-                        limit >> 20
-                    ),
-                });
-            }
-        }
-        // Tampering: registered processes holding more than their slots say.
-        let registered: Vec<&(u32, u64)> = mine
-            .iter()
-            .filter(|(p, _)| {
-                host.get(p)
-                    .is_some_and(|v| v.source != Source::Unregistered)
-            })
-            .collect();
-        let real: u64 = registered.iter().map(|(_, b)| b).sum();
-        let account: u64 = registered.iter().map(|(p, _)| slots_used(host[p], i)).sum();
-        let slack = (registered.len() as u64).saturating_mul(
-            f.context_allowance
-                .saturating_sub(grant.context_overhead_bytes),
-        );
-        if real > account.saturating_add(slack) {
-            let mut pids: Vec<u32> = registered.iter().map(|(p, _)| *p).collect();
-            pids.sort_unstable();
-            let gpu = gpu();
-            out.push(Finding {
-                reason: Reason::Tampering,
-                gpu: Some(gpu.clone()),
-                pids,
-                what: format!(
-                    "usage region accounts {} MiB on {gpu}, NVML sees {} MiB for the same processes",
-                    account >> 20,
-                    real >> 20
-                ),
-            });
-        }
+    let registered: Vec<&(u32, u64)> = mine
+        .iter()
+        .filter(|(p, _)| {
+            host.get(p)
+                .is_some_and(|v| v.source != Source::Unregistered)
+        })
+        .collect();
+    let real: u64 = registered.iter().map(|(_, b)| b).sum();
+    let account: u64 = registered.iter().map(|(p, _)| slots_used(host[p])).sum();
+    let slack = (registered.len() as u64).saturating_mul(
+        f.context_allowance
+            .saturating_sub(grant.context_overhead_bytes),
+    );
+    if real <= account.saturating_add(slack) {
+        return None;
     }
-    if let (Some(u), Some(raw)) = (f.usage, f.usage_raw) {
-        for s in &u.slots {
-            if s.used.iter().any(|&b| b != 0) && !bit_set(raw, s.index) {
-                out.push(Finding {
-                    reason: Reason::Tampering,
-                    gpu: None,
-                    pids: f
-                        .processes
-                        .iter()
-                        .filter(|p| p.slot == Some(s.index))
-                        .filter_map(|p| p.host_pid)
-                        .collect(),
-                    what: format!(
-                        "usage slot {} holds bytes but its bit in the active bitmap is clear",
-                        s.index
-                    ),
-                });
-                break;
-            }
-        }
-        for i in 0..f.meta.gpus.len().min(MAX_GPUS) {
-            let rate = f.launch_rates.get(i).copied().unwrap_or(UNLIMITED);
-            let burst = f.launch_bursts.get(i).copied().unwrap_or(0);
-            let (warps, launches) = (u.buckets[i].warps, u.buckets[i].launches);
-            let q = &mut memory.warps[i];
-            q.push_back((f.now, warps, launches, rate, burst));
-            while q.len() > 2 && f.now.duration_since(q[1].0) >= RATE_WINDOW {
-                q.pop_front();
-            }
-            let (t0, w0, l0, _, _) = q[0];
-            let span = f.now.duration_since(t0);
-            let r_max = q.iter().map(|s| s.3).max().unwrap_or(UNLIMITED);
-            let b_max = q.iter().map(|s| s.4).max().unwrap_or(0);
-            let gpu = || granted.get(i).map(format_uuid);
-            if warps < w0 || launches < l0 {
-                out.push(Finding {
-                    reason: Reason::Tampering,
-                    gpu: gpu(),
-                    pids: Vec::new(),
-                    what: format!(
-                        "launch bucket {i}'s counters went back (warps {w0} to {warps}, launches {l0} to {launches})"
-                    ),
-                });
-            } else if span >= RATE_WINDOW
-                && r_max != UNLIMITED
-                && !warps_conform(warps - w0, launches - l0, span, r_max, b_max)
-            {
-                out.push(Finding {
-                    reason: Reason::Tampering,
-                    gpu: gpu(),
-                    pids: Vec::new(),
-                    what: format!(
-                        "launch bucket {i} admitted {} warps in {} ms at a rate of {r_max} warps/s (token bucket reset)",
-                        warps - w0,
-                        span.as_millis()
-                    ),
-                });
-            }
-            let now = bucket_at(raw, i);
-            let before = std::mem::replace(&mut memory.buckets[i], now);
-            let Some((epoch, tat)) = now else { continue };
-            if rate == UNLIMITED || rate == 0 {
-                continue;
-            }
-            if epoch > f.control_epoch {
-                out.push(Finding {
-                    reason: Reason::Tampering,
-                    gpu: gpu(),
-                    pids: Vec::new(),
-                    what: format!(
-                        "launch bucket {i} names control epoch {epoch}, the control region is at {}",
-                        f.control_epoch
-                    ),
-                });
-            } else if let Some((e0, t0)) = before
-                && e0 == epoch
-                && tat < t0
-            {
-                out.push(Finding {
-                    reason: Reason::Tampering,
-                    gpu: gpu(),
-                    pids: Vec::new(),
-                    what: format!(
-                        "launch bucket {i} went back {} µs without a new control epoch (token bucket reset)",
-                        (t0 - tat) / 1000
-                    ),
-                });
-            }
-        }
+    let mut pids: Vec<u32> = registered.iter().map(|(p, _)| *p).collect();
+    pids.sort_unstable();
+    let gpu = format_uuid(uuid);
+    Some(Finding {
+        reason: Reason::Tampering,
+        gpu: Some(gpu.clone()),
+        pids,
+        what: format!(
+            "usage region accounts {} MiB on {gpu}, NVML sees {} MiB for the same processes",
+            account >> 20,
+            real >> 20
+        ),
+    })
+}
+
+/// Tampering: the first usage slot that holds bytes while its bit in the
+/// active bitmap of `raw` is clear (the preload's sums skip it).
+fn inactive_slot_with_bytes(f: &Facts<'_>, u: &UsageSnapshot, raw: &[u8]) -> Option<Finding> {
+    let s = u
+        .slots
+        .iter()
+        .find(|s| s.used.iter().any(|&b| b != 0) && !bit_set(raw, s.index))?;
+    Some(Finding {
+        reason: Reason::Tampering,
+        gpu: None,
+        pids: f
+            .processes
+            .iter()
+            .filter(|p| p.slot == Some(s.index))
+            .filter_map(|p| p.host_pid)
+            .collect(),
+        what: format!(
+            "usage slot {} holds bytes but its bit in the active bitmap is clear",
+            s.index
+        ),
+    })
+}
+
+/// Tampering: launch bucket `i`'s counters went back, or admitted more
+/// warps over the last [`RATE_WINDOW`] than its rate allows
+/// ([`warps_conform`]); this period's read is kept in `memory`.
+fn bucket_counters(
+    f: &Facts<'_>,
+    u: &UsageSnapshot,
+    i: usize,
+    gpu: Option<&str>,
+    memory: &mut Memory,
+) -> Option<Finding> {
+    let rate = f.launch_rates.get(i).copied().unwrap_or(UNLIMITED);
+    let burst = f.launch_bursts.get(i).copied().unwrap_or(0);
+    let (warps, launches) = (u.buckets[i].warps, u.buckets[i].launches);
+    let q = &mut memory.warps[i];
+    q.push_back((f.now, warps, launches, rate, burst));
+    while q.len() > 2 && f.now.duration_since(q[1].0) >= RATE_WINDOW {
+        q.pop_front();
     }
-    out
+    let (t0, w0, l0, _, _) = q[0];
+    let span = f.now.duration_since(t0);
+    let r_max = q.iter().map(|s| s.3).max().unwrap_or(UNLIMITED);
+    let b_max = q.iter().map(|s| s.4).max().unwrap_or(0);
+    let tampering = |what| Finding {
+        reason: Reason::Tampering,
+        gpu: gpu.map(str::to_owned),
+        pids: Vec::new(),
+        what,
+    };
+    if warps < w0 || launches < l0 {
+        Some(tampering(format!(
+            "launch bucket {i}'s counters went back (warps {w0} to {warps}, launches {l0} to {launches})"
+        )))
+    } else if span >= RATE_WINDOW
+        && r_max != UNLIMITED
+        && !warps_conform(warps - w0, launches - l0, span, r_max, b_max)
+    {
+        Some(tampering(format!(
+            "launch bucket {i} admitted {} warps in {} ms at a rate of {r_max} warps/s (token bucket reset)",
+            warps - w0,
+            span.as_millis()
+        )))
+    } else {
+        None
+    }
+}
+
+/// Tampering: launch bucket `i` of a rate-limited GPU names a control
+/// epoch ahead of the control region's, or its theoretical arrival time
+/// went back without a new epoch; this period's (epoch, TAT) is kept in
+/// `memory`.
+fn bucket_reset(
+    f: &Facts<'_>,
+    raw: &[u8],
+    i: usize,
+    gpu: Option<&str>,
+    memory: &mut Memory,
+) -> Option<Finding> {
+    let rate = f.launch_rates.get(i).copied().unwrap_or(UNLIMITED);
+    let now = bucket_at(raw, i);
+    let before = std::mem::replace(&mut memory.buckets[i], now);
+    let (epoch, tat) = now?;
+    if rate == UNLIMITED || rate == 0 {
+        return None;
+    }
+    let tampering = |what| Finding {
+        reason: Reason::Tampering,
+        gpu: gpu.map(str::to_owned),
+        pids: Vec::new(),
+        what,
+    };
+    if epoch > f.control_epoch {
+        Some(tampering(format!(
+            "launch bucket {i} names control epoch {epoch}, the control region is at {}",
+            f.control_epoch
+        )))
+    } else if let Some((e0, t0)) = before
+        && e0 == epoch
+        && tat < t0
+    {
+        Some(tampering(format!(
+            "launch bucket {i} went back {} µs without a new control epoch (token bucket reset)",
+            (t0 - tat) / 1000
+        )))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::containers::meta::GpuGrant;
 
     const MIB: u64 = 1 << 20;
     const UUID: &str = "GPU-12345678-9abc-def0-0123-456789abcdef";
