@@ -5,7 +5,7 @@
 //! needed. The file (`--config FILE`, or `TESSERA_AGENT_CONFIG`):
 //!
 //! ```toml
-//! # Region directories, one per container (design §4.6).
+//! # Region directories, one per container.
 //! root = "/var/lib/tessera/containers"
 //! # Control period (milliseconds, 10 to 10000).
 //! period_ms = 100
@@ -29,7 +29,7 @@
 //! nvml_retry_ms = 5000
 //! # Log filter (tracing EnvFilter syntax); RUST_LOG wins when set.
 //! log = "info"
-//! # The node policy (YAML, design §4.5; deploy/examples/policy.yaml),
+//! # The node policy (YAML; deploy/examples/policy.yaml),
 //! # checked once per period and reloaded when it changes. A missing file
 //! # at this default path means the built-in defaults; a path set here,
 //! # by --policy or by TESSERA_AGENT_POLICY that is missing is reported.
@@ -37,7 +37,7 @@
 //! # The watchdog and the eBPF observer: see `watchdog::settings`.
 //! [watchdog]
 //! ebpf = "auto"
-//! # The device plugin (design §2 step 4): see [`KubeletFile`].
+//! # The device plugin: see [`KubeletFile`].
 //! [kubelet]
 //! enabled = false
 //! plugin_dir = "/var/lib/kubelet/device-plugins"
@@ -356,43 +356,113 @@ impl Config {
         args: &ConfigArgs,
         nvml_flag: Option<&Path>,
     ) -> Result<Self, ConfigError> {
-        let field = |from_flag: bool, field, problem: String| ConfigError::Field {
+        let field = |(field, from_flag, problem): FieldError| ConfigError::Field {
             origin: origin(from_flag, path),
             field,
             problem,
         };
-        let period_ms = args
-            .period_ms
-            .or(file.period_ms)
-            .unwrap_or(DEFAULT_PERIOD_MS);
-        if !PERIOD_RANGE_MS.contains(&period_ms) {
-            return Err(field(
-                args.period_ms.is_some(),
-                "period_ms",
-                format!(
-                    "is {period_ms}; accepted: {} to {} (milliseconds)",
-                    PERIOD_RANGE_MS.start(),
-                    PERIOD_RANGE_MS.end()
-                ),
-            ));
-        }
-        let listen_text = args
-            .listen
-            .clone()
-            .or(file.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
-        let listen: SocketAddr = listen_text.parse().map_err(|_| {
-            field(
-                args.listen.is_some(),
-                "listen",
-                format!("{listen_text:?} is not an address; accepted: IP:PORT, e.g. 0.0.0.0:9400 or [::1]:9400"),
-            )
-        })?;
+        let period_ms = period_ms(args, &file).map_err(field)?;
+        let listen = listen(args, &file).map_err(field)?;
+        let intervals = Intervals::check(&file, period_ms).map_err(field)?;
+        let paths = Paths::check(args, &file).map_err(field)?;
+        let log = log_filter(args, &file).map_err(field)?;
+        let watchdog =
+            crate::watchdog::WatchdogSettings::from_file(file.watchdog.unwrap_or_default())
+                .map_err(|(name, problem)| field((name, false, problem)))?;
+        let telemetry = crate::telemetry::Settings::new(&file.telemetry.unwrap_or_default())
+            .map_err(|e| {
+                let name = match e.key {
+                    "interval_ms" => "telemetry.interval_ms",
+                    "heartbeat_ms" => "telemetry.heartbeat_ms",
+                    _ => "telemetry",
+                };
+                field((name, false, e.problem))
+            })?;
+        let kubelet = kubelet_settings(
+            file.kubelet.unwrap_or_default(),
+            args.node_name.clone(),
+            args.preload_version.clone(),
+        )
+        .map_err(field)?;
+        Ok(Self {
+            kubelet,
+            root: paths.root,
+            period: Duration::from_millis(period_ms),
+            listen,
+            nvml_lib: nvml_flag
+                .map(Path::to_path_buf)
+                .or(file.nvml_lib)
+                .unwrap_or_else(|| crate::gpu::args::DEFAULT_NVML_LIB.into()),
+            cgroup_root: paths.cgroup_root,
+            proc_root: paths.proc_root,
+            quiet_revisit: intervals.quiet_revisit,
+            stall_after: intervals.stall_after,
+            nvml_retry: intervals.nvml_retry,
+            log,
+            policy: paths.policy,
+            policy_explicit: paths.policy_explicit,
+            watchdog,
+            telemetry,
+        })
+    }
+}
+
+/// A setting refused: (field, set on the command line or in the
+/// environment, problem).
+type FieldError = (&'static str, bool, String);
+
+/// The control period (milliseconds), checked.
+fn period_ms(args: &ConfigArgs, file: &ConfigFile) -> Result<u64, FieldError> {
+    let period_ms = args
+        .period_ms
+        .or(file.period_ms)
+        .unwrap_or(DEFAULT_PERIOD_MS);
+    if !PERIOD_RANGE_MS.contains(&period_ms) {
+        return Err((
+            "period_ms",
+            args.period_ms.is_some(),
+            format!(
+                "is {period_ms}; accepted: {} to {} (milliseconds)",
+                PERIOD_RANGE_MS.start(),
+                PERIOD_RANGE_MS.end()
+            ),
+        ));
+    }
+    Ok(period_ms)
+}
+
+/// The HTTP endpoint's address, checked.
+fn listen(args: &ConfigArgs, file: &ConfigFile) -> Result<SocketAddr, FieldError> {
+    let listen_text = args
+        .listen
+        .clone()
+        .or(file.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    listen_text.parse().map_err(|_| {
+        (
+            "listen",
+            args.listen.is_some(),
+            format!(
+                "{listen_text:?} is not an address; accepted: IP:PORT, e.g. 0.0.0.0:9400 or [::1]:9400"
+            ),
+        )
+    })
+}
+
+/// The intervals set in the file only, checked against the period.
+struct Intervals {
+    quiet_revisit: Duration,
+    stall_after: Duration,
+    nvml_retry: Duration,
+}
+
+impl Intervals {
+    fn check(file: &ConfigFile, period_ms: u64) -> Result<Self, FieldError> {
         let revisit_ms = file.quiet_revisit_ms.unwrap_or(1000);
         if !(period_ms..=60_000).contains(&revisit_ms) {
-            return Err(field(
-                false,
+            return Err((
                 "quiet_revisit_ms",
+                false,
                 format!(
                     "is {revisit_ms}; accepted: {period_ms} (one period) to 60000 (milliseconds)"
                 ),
@@ -401,9 +471,9 @@ impl Config {
         let stall_ms = file.stall_after_ms.unwrap_or(5000);
         let min_stall = 3 * period_ms;
         if stall_ms < min_stall || stall_ms > 600_000 {
-            return Err(field(
-                false,
+            return Err((
                 "stall_after_ms",
+                false,
                 format!(
                     "is {stall_ms}; accepted: {min_stall} (3 periods) to 600000 (milliseconds)"
                 ),
@@ -411,123 +481,92 @@ impl Config {
         }
         let retry_ms = file.nvml_retry_ms.unwrap_or(5000);
         if !(100..=600_000).contains(&retry_ms) {
-            return Err(field(
-                false,
+            return Err((
                 "nvml_retry_ms",
+                false,
                 format!("is {retry_ms}; accepted: 100 to 600000 (milliseconds)"),
             ));
         }
+        Ok(Self {
+            quiet_revisit: Duration::from_millis(revisit_ms),
+            stall_after: Duration::from_millis(stall_ms),
+            nvml_retry: Duration::from_millis(retry_ms),
+        })
+    }
+}
+
+/// The host paths, each absolute.
+struct Paths {
+    root: PathBuf,
+    cgroup_root: Option<PathBuf>,
+    proc_root: PathBuf,
+    policy: PathBuf,
+    policy_explicit: bool,
+}
+
+impl Paths {
+    fn check(args: &ConfigArgs, file: &ConfigFile) -> Result<Self, FieldError> {
+        let relative = |name, from_flag, p: &Path| {
+            Err((
+                name,
+                from_flag,
+                format!("{} is relative; accepted: an absolute path", p.display()),
+            ))
+        };
         let root = args
             .root
             .clone()
-            .or(file.root)
+            .or(file.root.clone())
             .unwrap_or_else(|| DEFAULT_ROOT.into());
         if !root.is_absolute() {
-            return Err(field(
-                args.root.is_some(),
-                "root",
-                format!("{} is relative; accepted: an absolute path", root.display()),
-            ));
+            return relative("root", args.root.is_some(), &root);
         }
-        let cgroup_root = args.cgroup_root.clone().or(file.cgroup_root);
+        let cgroup_root = args.cgroup_root.clone().or(file.cgroup_root.clone());
         if let Some(c) = &cgroup_root
             && !c.is_absolute()
         {
-            return Err(field(
-                args.cgroup_root.is_some(),
-                "cgroup_root",
-                format!("{} is relative; accepted: an absolute path", c.display()),
-            ));
+            return relative("cgroup_root", args.cgroup_root.is_some(), c);
         }
-        let proc_root = file.proc_root.unwrap_or_else(|| "/proc".into());
+        let proc_root = file.proc_root.clone().unwrap_or_else(|| "/proc".into());
         if !proc_root.is_absolute() {
-            return Err(field(
-                false,
-                "proc_root",
-                format!(
-                    "{} is relative; accepted: an absolute path",
-                    proc_root.display()
-                ),
-            ));
+            return relative("proc_root", false, &proc_root);
         }
         let policy_explicit = args.policy.is_some() || file.policy.is_some();
         let policy = args
             .policy
             .clone()
-            .or(file.policy)
+            .or(file.policy.clone())
             .unwrap_or_else(|| DEFAULT_POLICY.into());
         if !policy.is_absolute() {
-            return Err(field(
-                args.policy.is_some(),
-                "policy",
-                format!(
-                    "{} is relative; accepted: an absolute path",
-                    policy.display()
-                ),
-            ));
+            return relative("policy", args.policy.is_some(), &policy);
         }
-        let log = args
-            .log
-            .clone()
-            .or(file.log)
-            .unwrap_or_else(|| "info".to_owned());
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log) {
-            return Err(field(
-                args.log.is_some(),
-                "log",
-                format!(
-                    "{log:?} is not a tracing filter ({e}); accepted e.g. info, debug, tessera_agent=debug"
-                ),
-            ));
-        }
-        let watchdog =
-            crate::watchdog::WatchdogSettings::from_file(file.watchdog.unwrap_or_default())
-                .map_err(|(name, problem)| ConfigError::Field {
-                    origin: origin(false, path),
-                    field: name,
-                    problem,
-                })?;
-        let telemetry = crate::telemetry::Settings::new(&file.telemetry.unwrap_or_default())
-            .map_err(|e| ConfigError::Field {
-                origin: origin(false, path),
-                field: match e.key {
-                    "interval_ms" => "telemetry.interval_ms",
-                    "heartbeat_ms" => "telemetry.heartbeat_ms",
-                    _ => "telemetry",
-                },
-                problem: e.problem,
-            })?;
-        let kubelet = kubelet_settings(
-            file.kubelet.unwrap_or_default(),
-            args.node_name.clone(),
-            args.preload_version.clone(),
-        )
-        .map_err(|(name, from_flag, problem)| ConfigError::Field {
-            origin: origin(from_flag, path),
-            field: name,
-            problem,
-        })?;
         Ok(Self {
-            kubelet,
             root,
-            period: Duration::from_millis(period_ms),
-            listen,
-            nvml_lib: nvml_flag
-                .map(Path::to_path_buf)
-                .or(file.nvml_lib)
-                .unwrap_or_else(|| crate::gpu::args::DEFAULT_NVML_LIB.into()),
             cgroup_root,
             proc_root,
-            quiet_revisit: Duration::from_millis(revisit_ms),
-            stall_after: Duration::from_millis(stall_ms),
-            nvml_retry: Duration::from_millis(retry_ms),
-            log,
             policy,
             policy_explicit,
-            watchdog,
-            telemetry,
         })
     }
+}
+
+/// The log filter, checked.
+fn log_filter(args: &ConfigArgs, file: &ConfigFile) -> Result<String, FieldError> {
+    let log = args
+        .log
+        .clone()
+        .or(file.log.clone())
+        .unwrap_or_else(|| "info".to_owned());
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log) {
+        return Err((
+            "log",
+            args.log.is_some(),
+            format!(
+                "{log:?} is not a tracing filter ({e}); accepted e.g. info, debug, tessera_agent=debug"
+            ),
+        ));
+    }
+    Ok(log)
 }
 
 /// Checks the `[kubelet]` section; an error is (field, from the
@@ -536,7 +575,7 @@ fn kubelet_settings(
     file: KubeletFile,
     node_name: Option<String>,
     preload_version: Option<String>,
-) -> Result<KubeletSettings, (&'static str, bool, String)> {
+) -> Result<KubeletSettings, FieldError> {
     let d = crate::kubelet::KubeletConfig::default();
     let enabled = file.enabled.unwrap_or(false);
     let abs = |field: &'static str, p: Option<PathBuf>, default: &str| {
