@@ -1,6 +1,6 @@
 //! Garbage collection of region directories whose container kubelet no
-//! longer runs (design §4.6: the device plugin creates them; nothing else
-//! would remove them).
+//! longer runs (the device plugin creates them; nothing else would
+//! remove them).
 //!
 //! [`Collector::round`] weighs one PodResources answer against the
 //! directories under the root. A directory is removed only when all of
@@ -45,7 +45,7 @@ use crate::containers::StoreError;
 use crate::containers::id::ContainerId;
 use crate::containers::live::{Probe, Verdict};
 use crate::containers::meta::{META_FILE, Metadata};
-use crate::containers::store::{FileKey, Store, WriterLock, meta_key};
+use crate::containers::store::{Container, FileKey, Store, WriterLock, meta_key};
 
 use super::podresources::{ContainerKey, Snapshot};
 use super::socket::FileId;
@@ -248,8 +248,22 @@ impl Collector {
             });
         }
         let (now, now_sys) = (Instant::now(), SystemTime::now());
-        // The evidence this round gives (None: no absence counts).
-        let snapshot = match observation {
+        let snapshot = self.evidence(observation, now_sys);
+        let candidates = self.judge(&listing.containers, &snapshot, (now, now_sys), &mut out);
+        self.remove_unused(candidates, &mut out);
+        self.log(&out);
+        out
+    }
+
+    /// The evidence `observation` gives this round (an error: no absence
+    /// counts, and why); a failed `List`, a new kubelet instance or one
+    /// not settled yet starts every count again (rules 3 and 4).
+    fn evidence<'a>(
+        &mut self,
+        observation: Observation<'a>,
+        now_sys: SystemTime,
+    ) -> Result<&'a Snapshot, String> {
+        match observation {
             Observation::Failed(why) => {
                 self.streaks.clear();
                 self.kubelet = None;
@@ -278,102 +292,125 @@ impl Collector {
                     Ok(s)
                 }
             }
-        };
+        }
+    }
+
+    /// Weighs each listed container against `snapshot` (rules 1 to 4):
+    /// those kept get their decision in `out`; those absent long enough
+    /// are returned, with their key and streak, for the last check. The
+    /// streaks of containers no longer listed are forgotten.
+    fn judge<'c>(
+        &mut self,
+        containers: &'c [Container],
+        snapshot: &Result<&Snapshot, String>,
+        now: (Instant, SystemTime),
+        out: &mut Vec<Decision>,
+    ) -> Vec<(&'c Container, ContainerKey, Streak)> {
         let mut seen = HashSet::new();
         let mut candidates = Vec::new();
-        for c in &listing.containers {
+        for c in containers {
             seen.insert(c.id.clone());
-            let keep = |reason: String| Decision {
-                name: c.id.as_str().to_owned(),
-                dir: c.dir.clone(),
-                action: Action::Kept,
-                reason,
-            };
-            if c.meta.pod_uid.is_none() {
-                out.push(keep(
-                    "no pod_uid (not made by the device plugin): never collected".into(),
-                ));
-                continue;
+            match self.judge_one(c, snapshot, now) {
+                Ok((key, streak)) => candidates.push((c, key, streak)),
+                Err(d) => out.push(d),
             }
-            let Some(key) = key_of(&c.meta) else {
-                out.push(Decision {
-                    action: Action::Reported,
-                    ..keep("has a pod_uid but no namespace, pod or container name: cannot be matched with kubelet's list, left alone".into())
-                });
-                continue;
-            };
-            let snap = match &snapshot {
-                Err(why) => {
-                    out.push(keep(format!("{key}: {why}")));
-                    continue;
-                }
-                Ok(s) => s,
-            };
-            if snap.lists(&key) {
-                self.streaks.remove(&c.id);
-                out.push(keep(format!("kubelet lists {key}")));
-                continue;
-            }
-            let Some(id_now) = ident(&c.dir) else {
-                out.push(keep(format!("{key}: changed while being looked at")));
-                continue;
-            };
-            let streak = self
-                .streaks
-                .entry(c.id.clone())
-                .and_modify(|s| {
-                    if s.ident == id_now {
-                        s.lists += 1;
-                    } else {
-                        *s = Streak {
-                            since: now,
-                            lists: 1,
-                            ident: id_now,
-                        };
-                    }
-                })
-                .or_insert(Streak {
-                    since: now,
-                    lists: 1,
-                    ident: id_now,
-                });
-            let changed = last_change(&c.dir).unwrap_or(now_sys);
-            let dir_age = age(now_sys, changed);
-            if dir_age < self.settings.grace {
-                out.push(keep(format!(
-                    "{key} not listed, but the directory is {dir_age:.1?} old (grace {:?})",
-                    self.settings.grace
-                )));
-                continue;
-            }
-            let absent = now.duration_since(streak.since);
-            if streak.lists < 2 || absent < self.settings.confirm {
-                out.push(keep(format!(
-                    "{key} not listed in {} answer(s) over {absent:.1?} (needed: 2 and {:?})",
-                    streak.lists, self.settings.confirm
-                )));
-                continue;
-            }
-            candidates.push((c, key, *streak));
         }
         self.streaks.retain(|id, _| seen.contains(id));
-        if !candidates.is_empty() {
-            let evidence = self.probe.gather();
-            for (c, key, streak) in candidates {
-                let d = match self.probe.verdict(&c.dir, &c.meta, &evidence) {
-                    Verdict::Alive(why) => Decision {
-                        name: c.id.as_str().to_owned(),
-                        dir: c.dir.clone(),
-                        action: Action::Kept,
-                        reason: format!("{key} not listed, but {why}"),
-                    },
-                    Verdict::Unused(remarks) => self.remove(&c.id, &c.dir, &key, streak, &remarks),
-                };
-                out.push(d);
-            }
+        candidates
+    }
+
+    /// Rules 1 to 4 for container `c`: the decision to keep (or report)
+    /// it, or its key and streak of absences when it passes them all.
+    fn judge_one(
+        &mut self,
+        c: &Container,
+        snapshot: &Result<&Snapshot, String>,
+        (now, now_sys): (Instant, SystemTime),
+    ) -> Result<(ContainerKey, Streak), Decision> {
+        let keep = |reason: String| Decision {
+            name: c.id.as_str().to_owned(),
+            dir: c.dir.clone(),
+            action: Action::Kept,
+            reason,
+        };
+        if c.meta.pod_uid.is_none() {
+            return Err(keep(
+                "no pod_uid (not made by the device plugin): never collected".into(),
+            ));
         }
-        self.log(&out);
-        out
+        let Some(key) = key_of(&c.meta) else {
+            return Err(Decision {
+                action: Action::Reported,
+                ..keep("has a pod_uid but no namespace, pod or container name: cannot be matched with kubelet's list, left alone".into())
+            });
+        };
+        let snap = snapshot
+            .as_ref()
+            .map_err(|why| keep(format!("{key}: {why}")))?;
+        if snap.lists(&key) {
+            self.streaks.remove(&c.id);
+            return Err(keep(format!("kubelet lists {key}")));
+        }
+        let Some(id_now) = ident(&c.dir) else {
+            return Err(keep(format!("{key}: changed while being looked at")));
+        };
+        let fresh = Streak {
+            since: now,
+            lists: 1,
+            ident: id_now,
+        };
+        let streak = *self
+            .streaks
+            .entry(c.id.clone())
+            .and_modify(|s| {
+                if s.ident == id_now {
+                    s.lists += 1;
+                } else {
+                    *s = fresh;
+                }
+            })
+            .or_insert(fresh);
+        let changed = last_change(&c.dir).unwrap_or(now_sys);
+        let dir_age = age(now_sys, changed);
+        if dir_age < self.settings.grace {
+            return Err(keep(format!(
+                "{key} not listed, but the directory is {dir_age:.1?} old (grace {:?})",
+                self.settings.grace
+            )));
+        }
+        let absent = now.duration_since(streak.since);
+        if streak.lists < 2 || absent < self.settings.confirm {
+            return Err(keep(format!(
+                "{key} not listed in {} answer(s) over {absent:.1?} (needed: 2 and {:?})",
+                streak.lists, self.settings.confirm
+            )));
+        }
+        Ok((key, streak))
+    }
+
+    /// Rule 5 for the `candidates`, then rule 6 for those no process uses:
+    /// their decisions go to `out`.
+    fn remove_unused(
+        &mut self,
+        candidates: Vec<(&Container, ContainerKey, Streak)>,
+        out: &mut Vec<Decision>,
+    ) {
+        if candidates.is_empty() {
+            return;
+        }
+        let evidence = self.probe.gather();
+        for (c, key, streak) in candidates {
+            let d = match self.probe.verdict(&c.dir, &c.meta, &evidence) {
+                Verdict::Alive(why) => Decision {
+                    name: c.id.as_str().to_owned(),
+                    dir: c.dir.clone(),
+                    action: Action::Kept,
+                    reason: format!("{key} not listed, but {why}"),
+                },
+                Verdict::Unused(remarks) => self.remove(&c.id, &c.dir, &key, streak, &remarks),
+            };
+            out.push(d);
+        }
     }
 
     /// Removes `dir` if it is still the one judged (rule 6).
