@@ -30,6 +30,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
+use tessera_error_chain::PathIoError;
 use tessera_region::RegionError;
 use tessera_region::file::{CONTROL_FILE, create_control, create_usage, open_control_rw};
 
@@ -56,17 +57,9 @@ pub enum StoreError {
         #[source]
         source: MetaError,
     },
-    /// A file system call failed.
-    #[error("cannot {action} {path}")]
-    Io {
-        /// What was attempted.
-        action: &'static str,
-        /// On what.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file system call failed: `cannot {action} {path}`.
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// A region file could not be written or read.
     #[error("region directory {dir}")]
     Region {
@@ -117,11 +110,7 @@ pub enum StoreError {
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |source| StoreError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PathIoError::new(action, path, source).into()
 }
 
 /// Identity of a metadata file version (replaced by rename: a new inode).
@@ -370,11 +359,8 @@ fn write_meta(dir: &Path, meta: &Metadata) -> Result<(), StoreError> {
     let tmp = dir.join(format!(".{META_FILE}.tmp.{}", std::process::id()));
     let path = dir.join(META_FILE);
     let _ = std::fs::remove_file(&tmp);
-    let text = serde_json::to_vec_pretty(meta).map_err(|e| StoreError::Io {
-        action: "encode",
-        path: path.clone(),
-        source: std::io::Error::other(e),
-    })?;
+    let text = serde_json::to_vec_pretty(meta)
+        .map_err(|e| io("encode", &path)(std::io::Error::other(e)))?;
     let written = (|| {
         let mut f = OpenOptions::new()
             .write(true)
@@ -615,7 +601,7 @@ impl Store {
         let dir = self.dir(id);
         self.load(id).map(drop).or_else(|e| match e {
             // A malformed directory can still be removed.
-            StoreError::Meta { .. } | StoreError::Io { .. } if dir.is_dir() => Ok(()),
+            StoreError::Meta { .. } | StoreError::Io(_) if dir.is_dir() => Ok(()),
             e => Err(e),
         })?;
         let gone = self.root.join(format!(".rm.{id}.{}", std::process::id()));

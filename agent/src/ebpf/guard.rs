@@ -39,6 +39,7 @@ use tessera_ebpf_common::{
     guard::{DevRange, GuardPolicy, MAX_ALLOWED, MAX_RANGES},
     names,
 };
+use tessera_error_chain::PathIoError;
 
 use super::devices::{CONTROL_MINOR, Device, MODESET_MINOR, NVIDIA_MAJOR};
 use super::mounts;
@@ -116,17 +117,10 @@ pub enum GuardError {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
-    /// A file or bpf system call failed.
-    #[error("cannot {action} {path}")]
-    Io {
-        /// What was attempted, e.g. "attach device guard to".
-        action: &'static str,
-        /// The path involved (cgroup or pin).
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file or bpf system call on a cgroup or pin failed: `cannot
+    /// {action} {path}`, e.g. "cannot attach device guard to …".
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// bpffs could not be mounted.
     #[error(transparent)]
     Mount(#[from] mounts::MountError),
@@ -353,44 +347,26 @@ impl Guards {
             .map_err(program_err)?;
         program.load().map_err(program_err)?;
         let prog_fd = program.fd().map_err(program_err)?;
-        let dir = File::open(pod_cgroup).map_err(|source| GuardError::Io {
-            action: "open pod cgroup",
-            path: pod_cgroup.to_owned(),
-            source,
-        })?;
+        let dir = File::open(pod_cgroup).map_err(PathIoError::at("open pod cgroup", pod_cgroup))?;
         let link = tessera_ebpf_sys::cgroup_link_create(
             prog_fd.as_fd(),
             dir.as_fd(),
             tessera_ebpf_sys::BPF_CGROUP_DEVICE,
         )
-        .map_err(|source| GuardError::Io {
-            action: "attach device guard to",
-            path: pod_cgroup.to_owned(),
-            source,
-        })?;
+        .map_err(PathIoError::at("attach device guard to", pod_cgroup))?;
         let pin = self.pin_dir.join(&uid);
         let tmp = self.pin_dir.join(format!("{TMP_PREFIX}{uid}"));
         let _ = std::fs::remove_file(&tmp);
-        tessera_ebpf_sys::obj_pin(link.as_fd(), &tmp).map_err(|source| GuardError::Io {
-            action: "pin device guard at",
-            path: tmp.clone(),
-            source,
-        })?;
+        tessera_ebpf_sys::obj_pin(link.as_fd(), &tmp)
+            .map_err(PathIoError::at("pin device guard at", &tmp))?;
         if let Err(source) = std::fs::rename(&tmp, &pin) {
             // Else the temporary pin would hold the new link attached, out
             // of sight of list_guards, unguard_pod and prune.
             let _ = std::fs::remove_file(&tmp);
-            return Err(GuardError::Io {
-                action: "rename device guard pin to",
-                path: pin,
-                source,
-            });
+            return Err(PathIoError::new("rename device guard pin to", pin, source).into());
         }
-        let info = tessera_ebpf_sys::link_info(link.as_fd()).map_err(|source| GuardError::Io {
-            action: "read link info of",
-            path: pin.clone(),
-            source,
-        })?;
+        let info = tessera_ebpf_sys::link_info(link.as_fd())
+            .map_err(PathIoError::at("read link info of", &pin))?;
         tracing::info!(pod = %uid, cgroup = %pod_cgroup.display(), allowed = allowed.len(), "device guard attached");
         Ok(GuardInfo::from_link(uid, pin, &info))
     }
@@ -420,11 +396,7 @@ impl Guards {
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(GuardError::Io {
-                action: "remove device guard pin",
-                path: pin,
-                source,
-            }),
+            Err(source) => Err(PathIoError::new("remove device guard pin", pin, source).into()),
         }
     }
 
@@ -434,11 +406,9 @@ impl Guards {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => {
-                return Err(GuardError::Io {
-                    action: "list device guard pins in",
-                    path: self.pin_dir.clone(),
-                    source,
-                });
+                return Err(
+                    PathIoError::new("list device guard pins in", &self.pin_dir, source).into(),
+                );
             }
         };
         let mut out = Vec::new();
@@ -448,11 +418,7 @@ impl Guards {
                 continue;
             }
             let pin = entry.path();
-            let io = |action, source| GuardError::Io {
-                action,
-                path: pin.clone(),
-                source,
-            };
+            let io = |action, source| PathIoError::new(action, &pin, source);
             let link =
                 tessera_ebpf_sys::obj_get(&pin).map_err(|e| io("open device guard pin", e))?;
             let info = tessera_ebpf_sys::link_info(link.as_fd())
@@ -484,11 +450,9 @@ impl Guards {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(source) => {
-                return Err(GuardError::Io {
-                    action: "list device guard pins in",
-                    path: self.pin_dir.clone(),
-                    source,
-                });
+                return Err(
+                    PathIoError::new("list device guard pins in", &self.pin_dir, source).into(),
+                );
             }
         };
         for entry in entries.flatten() {
@@ -503,11 +467,9 @@ impl Guards {
                 Ok(()) => tracing::info!(pod = %uid, "stale temporary device guard pin removed"),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(source) => {
-                    return Err(GuardError::Io {
-                        action: "remove device guard pin",
-                        path: entry.path(),
-                        source,
-                    });
+                    return Err(
+                        PathIoError::new("remove device guard pin", entry.path(), source).into(),
+                    );
                 }
             }
         }
@@ -525,11 +487,11 @@ impl Guards {
         if self.pin_dir.starts_with(bpffs) && mounts::ensure_bpffs(bpffs)? {
             tracing::info!(path = mounts::BPFFS, "mounted bpffs");
         }
-        std::fs::create_dir_all(&self.pin_dir).map_err(|source| GuardError::Io {
-            action: "create device guard pin directory",
-            path: self.pin_dir.clone(),
-            source,
-        })
+        std::fs::create_dir_all(&self.pin_dir).map_err(PathIoError::at(
+            "create device guard pin directory",
+            &self.pin_dir,
+        ))?;
+        Ok(())
     }
 
     fn load(&self, uid: &str, policy: &GuardPolicy) -> Result<Ebpf, GuardError> {

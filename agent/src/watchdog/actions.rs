@@ -10,22 +10,17 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tessera_error_chain::PathIoError;
+
 use crate::ebpf::{GuardDevices, GuardError, Guards};
 
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ActionError {
-    /// A cgroup file could not be written or read.
-    #[error("cannot {action} {path}")]
-    Cgroup {
-        /// What was attempted.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A cgroup file (or a guard pin) could not be written or read:
+    /// `cannot {action} {path}`.
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// The freeze did not take within the wait.
     #[error("cgroup {0} did not report frozen 1 within 1 s")]
     NotFrozen(PathBuf),
@@ -44,11 +39,7 @@ pub enum ActionError {
 }
 
 fn write(path: PathBuf, text: &str, action: &'static str) -> Result<(), ActionError> {
-    std::fs::write(&path, text).map_err(|source| ActionError::Cgroup {
-        action,
-        path,
-        source,
-    })
+    std::fs::write(&path, text).map_err(|source| PathIoError::new(action, path, source).into())
 }
 
 /// Whether `cgroup.events` of `dir` says `frozen 1`.
@@ -157,10 +148,12 @@ impl Deny {
 /// it thawed; returns what to print.
 pub fn thaw_container(meta: &crate::containers::Metadata) -> Result<String, ActionError> {
     let rel = meta.cgroup.as_deref().ok_or(ActionError::NoCgroup)?;
-    let root = crate::cgroup::cgroup2_root().map_err(|e| ActionError::Cgroup {
-        action: "find the cgroup v2 hierarchy for",
-        path: PathBuf::from(rel),
-        source: std::io::Error::other(e.to_string()),
+    let root = crate::cgroup::cgroup2_root().map_err(|e| {
+        PathIoError::new(
+            "find the cgroup v2 hierarchy for",
+            rel,
+            std::io::Error::other(e.to_string()),
+        )
     })?;
     let dir = super::cgroup_dir(&root, rel);
     thaw(&dir)?;
@@ -169,11 +162,12 @@ pub fn thaw_container(meta: &crate::containers::Metadata) -> Result<String, Acti
         std::thread::sleep(Duration::from_millis(2));
     }
     if is_frozen(&dir) {
-        return Err(ActionError::Cgroup {
-            action: "thaw",
-            path: dir,
-            source: std::io::Error::other("cgroup.events still says frozen 1 after 1 s"),
-        });
+        return Err(PathIoError::new(
+            "thaw",
+            dir,
+            std::io::Error::other("cgroup.events still says frozen 1 after 1 s"),
+        )
+        .into());
     }
     Ok(format!("thawed {}", dir.display()))
 }
@@ -188,11 +182,7 @@ pub fn allow_container(pin_dir: &Path, id: &str) -> Result<String, ActionError> 
             "container {id} was not denied ({} absent)",
             pin.display()
         )),
-        Err(source) => Err(ActionError::Cgroup {
-            action: "remove device guard pin",
-            path: pin,
-            source,
-        }),
+        Err(source) => Err(PathIoError::new("remove device guard pin", pin, source).into()),
     }
 }
 

@@ -10,10 +10,16 @@
 //!   nvml-wrapper with its libloading error);
 //! - line breaks inside any message become spaces, so the result is one
 //!   line whatever the causes say.
+//!
+//! [`PathIoError`] is the one error of a file system call on a path
+//! (`cannot {action} {path}`, the I/O error as its cause), which the
+//! crates' error enums wrap rather than each spelling it out.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 use std::error::Error;
+use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// `error: cause: cause's cause…` on one line.
 pub fn with_causes(error: &dyn Error) -> String {
@@ -37,6 +43,50 @@ pub fn with_causes(error: &dyn Error) -> String {
             .join(" ");
     }
     out
+}
+
+/// A file system call on a path failed: `cannot {action} {path}`, with
+/// the I/O error as its cause.
+#[derive(Debug)]
+pub struct PathIoError {
+    /// What was attempted, e.g. `read` or `attach device guard to`.
+    pub action: &'static str,
+    /// The path involved.
+    pub path: PathBuf,
+    /// The cause.
+    pub source: std::io::Error,
+}
+
+impl PathIoError {
+    /// `cannot {action} {path}` because of `source`.
+    pub fn new(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// For `map_err`: the I/O error of `action` on `path` (copied only
+    /// when there is an error).
+    pub fn at<'a>(
+        action: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(std::io::Error) -> Self + 'a {
+        move |source| Self::new(action, path, source)
+    }
+}
+
+impl fmt::Display for PathIoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot {} {}", self.action, self.path.display())
+    }
+}
+
+impl Error for PathIoError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 #[cfg(test)]
@@ -74,5 +124,19 @@ mod tests {
     fn line_breaks_become_spaces() {
         let e = Middle(std::io::Error::other("no\nway\r\n"));
         assert_eq!(with_causes(&e), "parsing BTF: no way");
+    }
+
+    #[test]
+    fn a_path_io_error_names_the_action_and_the_path() {
+        let e = PathIoError::at("read", Path::new("/run/tessera/usage"))(std::io::Error::other(
+            "permission denied",
+        ));
+        assert_eq!(e.to_string(), "cannot read /run/tessera/usage");
+        assert_eq!(
+            with_causes(&e),
+            "cannot read /run/tessera/usage: permission denied"
+        );
+        let e = PathIoError::new("map", "/x", std::io::Error::other("mmap returned null"));
+        assert_eq!((e.action, e.path.as_path()), ("map", Path::new("/x")));
     }
 }

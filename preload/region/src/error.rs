@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+pub use tessera_error_chain::PathIoError;
+
 /// Why a region could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum RegionError {
@@ -15,17 +17,9 @@ pub enum RegionError {
         /// What is wrong with it.
         problem: String,
     },
-    /// A file operation failed.
-    #[error("cannot {action} {path}")]
-    Io {
-        /// What was attempted.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file operation failed: `cannot {action} {path}`.
+    #[error(transparent)]
+    Io(#[from] PathIoError),
     /// Every process slot is taken by a live process.
     #[error("usage region {path} has no free process slot ({slots} in use)")]
     Full {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
 use crate::control::ControlSpec;
-use crate::error::RegionError;
+use crate::error::{PathIoError, RegionError};
 use crate::layout::{CONTROL_SIZE, ControlRegion, USAGE_SIZE, UsageRegion};
 
 /// File name of the control region.
@@ -62,11 +62,7 @@ impl<T: Region> Mapped<T> {
     fn map(file: &File, path: &Path, len: usize, writable: bool) -> Result<Self, RegionError> {
         let actual = file
             .metadata()
-            .map_err(|source| RegionError::Io {
-                action: "stat",
-                path: path.to_path_buf(),
-                source,
-            })?
+            .map_err(PathIoError::at("stat", path))?
             .len() as usize;
         if actual < len || len < size_of::<T>() {
             return Err(RegionError::field(
@@ -93,17 +89,11 @@ impl<T: Region> Mapped<T> {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(RegionError::Io {
-                action: "map",
-                path: path.to_path_buf(),
-                source: io::Error::last_os_error(),
-            });
+            return Err(PathIoError::new("map", path, io::Error::last_os_error()).into());
         }
         Ok(Self {
-            ptr: NonNull::new(p.cast()).ok_or_else(|| RegionError::Io {
-                action: "map",
-                path: path.to_path_buf(),
-                source: io::Error::other("mmap returned null"),
+            ptr: NonNull::new(p.cast()).ok_or_else(|| {
+                PathIoError::new("map", path, io::Error::other("mmap returned null"))
             })?,
             len,
             path: path.to_path_buf(),
@@ -146,11 +136,7 @@ pub(crate) fn io_err<'a>(
     action: &'static str,
     path: &'a Path,
 ) -> impl FnOnce(io::Error) -> RegionError + 'a {
-    move |source| RegionError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PathIoError::new(action, path, source).into()
 }
 
 /// Options to open a region file read-write for the agent, without

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tessera_region::RegionError;
 use tessera_region::control::{ControlSpec, GpuLimits};
+use tessera_region::error::PathIoError;
 use tessera_region::file::{CONTROL_FILE, create_control, open_control, open_control_rw};
 use tessera_region::layout::CONTROL_SIZE;
 
@@ -177,7 +178,7 @@ fn a_create_killed_at_any_moment_leaves_no_half_written_control() {
         let what = format!("round {round}");
         match open_control(&path) {
             // Killed between removing the file and publishing the new one.
-            Err(RegionError::Io { source, .. })
+            Err(RegionError::Io(PathIoError { source, .. }))
                 if source.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => panic!("{what}: a half-written control file: {e}"),
             Ok(c) => {
