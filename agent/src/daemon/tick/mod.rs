@@ -20,10 +20,11 @@
 //! its processes running kernels or changing its memory, the launch
 //! counters at the head of its usage region move (read each period for a
 //! quiet container that has processes), or the eBPF observer reports a
-//! bypass in it ([`schedule`] holds these rules as pure, unit-tested
-//! functions; the tick reads what they are given). Whatever uses a GPU
-//! shows in NVML, so
-//! a container that starts work is visited in the period that sees it.
+//! bypass in it. [`schedule`] holds these rules (and [`CALM_PERIODS`]
+//! calm visits in a row before a container is quiet) as pure, unit-tested
+//! functions; the tick reads what they are given. Whatever uses a GPU
+//! shows in NVML, so a container that starts work is visited in the
+//! period that sees it.
 //! A revisit reads everything a visit reads (metadata, usage region,
 //! processes, control region, eBPF counts); when all of it is as the last
 //! visit found it, it stops there ([`Found`]): the container stays quiet

@@ -316,6 +316,98 @@ mod tests {
         assert!(s.due(p + 2, false, false));
     }
 
+    /// A visited container's view: one GPU with `launches` counted and
+    /// `sm` percent in NVML's samples.
+    fn view(launches: u64, sm: Option<f64>) -> ContainerView {
+        let meta: crate::containers::Metadata = serde_json::from_value(serde_json::json!({
+            "version": 1, "sm_target": 50, "gpus": []
+        }))
+        .unwrap();
+        ContainerView {
+            id: "c".to_owned(),
+            dir: "/c".into(),
+            policy: crate::policy::Policy::default().effective(&meta),
+            meta: std::sync::Arc::new(meta),
+            epoch: 1,
+            since_period: Some(0),
+            gpus: vec![crate::view::GpuView {
+                launches,
+                sm_percent: sm,
+                ..Default::default()
+            }],
+            processes: Vec::new(),
+            problems: Vec::new(),
+            ebpf: None,
+            enforcement: crate::view::EnforcementView {
+                state: "running".to_owned(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn usage() -> UsageSnapshot {
+        UsageSnapshot {
+            slots: Vec::new(),
+            used: Default::default(),
+            buckets: Default::default(),
+            anomalies: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_visit_is_calm_only_when_nothing_happened() {
+        let (before, u) = (view(5, None), usage());
+        assert!(quiet(
+            &view(5, Some(0.0)),
+            Some(&before),
+            Some(&u),
+            None,
+            true
+        ));
+        // The first visit has nothing to compare with.
+        assert!(!quiet(&view(5, None), None, Some(&u), None, true));
+        // Launches counted, kernels in NVML's samples, the watchdog not
+        // settled, a problem, an unreadable or inconsistent usage region,
+        // a bypass report, enforcement under way: activity.
+        assert!(!quiet(&view(6, None), Some(&before), Some(&u), None, true));
+        assert!(!quiet(
+            &view(5, Some(3.0)),
+            Some(&before),
+            Some(&u),
+            None,
+            true
+        ));
+        assert!(!quiet(&view(5, None), Some(&before), Some(&u), None, false));
+        let mut v = view(5, None);
+        v.problems.push("usage region: unreadable".to_owned());
+        assert!(!quiet(&v, Some(&before), Some(&u), None, true));
+        assert!(!quiet(&view(5, None), Some(&before), None, None, true));
+        let mut odd = usage();
+        odd.anomalies.push("slot 3 out of range".to_owned());
+        assert!(!quiet(
+            &view(5, None),
+            Some(&before),
+            Some(&odd),
+            None,
+            true
+        ));
+        let seen = Seen {
+            view: Default::default(),
+            estimate_bytes: 0,
+            bypass: vec![42],
+        };
+        assert!(!quiet(
+            &view(5, None),
+            Some(&before),
+            Some(&u),
+            Some(&seen),
+            true
+        ));
+        let mut v = view(5, None);
+        v.enforcement.state = "frozen".to_owned();
+        assert!(!quiet(&v, Some(&before), Some(&u), None, true));
+    }
+
     #[test]
     fn missed_periods_are_those_without_a_visit() {
         let s = Schedule::after_visit(None, false, 7, 0, REVISIT);
