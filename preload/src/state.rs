@@ -233,7 +233,7 @@ pub fn setup(dir: &Path) -> Mode {
         primary_ops: Mutex::new(()),
     };
     if let Err(why) = e.register() {
-        return Mode::Refuse(why);
+        return Mode::Refuse(tessera_error_chain::with_causes(&why));
     }
     Mode::Enforce(Box::new(e))
 }
@@ -311,20 +311,19 @@ fn cache_index(ordinal: i32) -> Option<usize> {
 impl Enforcer {
     /// Claims a process slot (reclaiming dead processes' if the table is
     /// full).
-    fn register(&self) -> Result<usize, String> {
+    fn register(&self) -> Result<usize, RegionError> {
         let pid = sys::getpid();
         let start = sys::start_time(pid).unwrap_or(0);
         let claim = match self.usage.claim(pid, start) {
             Some(s) => s,
             None => {
                 self.usage.reclaim_dead((pid, start), sys::alive);
-                self.usage.claim(pid, start).ok_or_else(|| {
-                    RegionError::Full {
+                self.usage
+                    .claim(pid, start)
+                    .ok_or_else(|| RegionError::Full {
                         path: self.usage.path().to_path_buf(),
                         slots: tessera_region::MAX_SLOTS,
-                    }
-                    .to_string()
-                })?
+                    })?
             }
         };
         self.pid.store(pid, Ordering::Release);
@@ -336,7 +335,7 @@ impl Enforcer {
 
     /// This process's slot, claiming one if needed (in a forked child, or
     /// if a reclaimer took ours).
-    pub fn slot(&self) -> Result<usize, String> {
+    pub fn slot(&self) -> Result<usize, RegionError> {
         let s = self.slot.load(Ordering::Acquire);
         if s != NO_SLOT && self.owns(s) {
             return Ok(s);

@@ -20,8 +20,10 @@ use tessera_region::spec::{SpecError, format_uuid, parse_gpu};
 use crate::cgroup::cgroup2_root;
 use crate::config::DEFAULT_ROOT;
 use crate::containers::id::ContainerId;
-use crate::containers::labels::{LabelEdit, parse_label_arg};
-use crate::containers::meta::{GpuGrant, META_VERSION, Metadata, Mode, check_cgroup};
+use crate::containers::labels::{LabelEdit, LabelError, parse_label_arg};
+use crate::containers::meta::{
+    GpuGrant, IdentityError, META_VERSION, Metadata, Mode, check_cgroup,
+};
 use crate::containers::store::{Store, StoreError};
 
 /// `tessera-agent container …`.
@@ -164,16 +166,20 @@ pub enum OrPolicy<T> {
     Policy,
 }
 
-impl<T: FromStr<Err: std::fmt::Display>> FromStr for OrPolicy<T> {
-    type Err = String;
+/// A value that is neither `T` nor `policy`: `T`'s error, and the
+/// alternative.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} (or policy: unset, the node policy decides)")]
+pub struct NotValueOrPolicy<E>(pub E);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl<T: FromStr<Err: std::fmt::Display>> FromStr for OrPolicy<T> {
+    type Err = NotValueOrPolicy<T::Err>;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s == "policy" {
             return Ok(Self::Policy);
         }
-        s.parse()
-            .map(Self::Value)
-            .map_err(|e| format!("{e} (or policy: unset, the node policy decides)"))
+        s.parse().map(Self::Value).map_err(NotValueOrPolicy)
     }
 }
 
@@ -199,10 +205,13 @@ pub enum ContainerCommandError {
     Rate(String),
     /// A `--cgroup` value is not accepted.
     #[error("--cgroup: {0}")]
-    Cgroup(String),
+    Cgroup(IdentityError),
     /// A `--label` value is not accepted.
     #[error("--label: {0}")]
-    Label(String),
+    Label(LabelError),
+    /// `add` was given a `--label key-` (a removal).
+    #[error("--label: {0}- removes a label, which add cannot; accepted here: key=value")]
+    RemoveOnAdd(String),
     /// The store refused.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -266,9 +275,7 @@ fn add(store: &Store, a: &AddArgs) -> Result<String, ContainerCommandError> {
                 labels.insert(k, v);
             }
             LabelEdit::Remove(k) => {
-                return Err(ContainerCommandError::Label(format!(
-                    "{k}- removes a label, which add cannot; accepted here: key=value"
-                )));
+                return Err(ContainerCommandError::RemoveOnAdd(k));
             }
         }
     }

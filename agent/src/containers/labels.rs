@@ -27,6 +27,36 @@ const VALUE_RULE: &str =
     "accepted: empty, or 1 to 63 of [A-Za-z0-9-_.] starting and ending with a letter or digit";
 const NAMESPACE_RULE: &str = "accepted: 1 to 63 of [a-z0-9-] starting and ending with a letter or digit (a Kubernetes namespace)";
 
+/// Why a label key, label value, namespace or `--label` argument was
+/// refused; the message says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// Not a label key.
+    #[error("{key:?} is not a label key; {KEY_RULE}")]
+    Key {
+        /// The key as given.
+        key: String,
+    },
+    /// Not a label value.
+    #[error("{value:?} is not a label value; {VALUE_RULE}")]
+    Value {
+        /// The value as given.
+        value: String,
+    },
+    /// Not a namespace name.
+    #[error("{namespace:?} is not a namespace name; {NAMESPACE_RULE}")]
+    Namespace {
+        /// The name as given.
+        namespace: String,
+    },
+    /// A `--label` argument of neither form.
+    #[error("{arg:?} is neither key=value nor key- (remove); e.g. tier=inference")]
+    Arg {
+        /// The argument as given.
+        arg: String,
+    },
+}
+
 /// 1 to 63 of `[A-Za-z0-9-_.]`, alphanumeric at both ends.
 fn is_qualified_name(s: &str) -> bool {
     let b = s.as_bytes();
@@ -54,7 +84,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// Checks a label key; the error says what is accepted.
-pub fn check_key(key: &str) -> Result<(), String> {
+pub fn check_key(key: &str) -> Result<(), LabelError> {
     let ok = match key.split_once('/') {
         Some((prefix, name)) => is_dns_subdomain(prefix) && is_qualified_name(name),
         None => is_qualified_name(key),
@@ -62,25 +92,31 @@ pub fn check_key(key: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{key:?} is not a label key; {KEY_RULE}"))
+        Err(LabelError::Key {
+            key: key.to_owned(),
+        })
     }
 }
 
 /// Checks a label value; the error says what is accepted.
-pub fn check_value(value: &str) -> Result<(), String> {
+pub fn check_value(value: &str) -> Result<(), LabelError> {
     if value.is_empty() || is_qualified_name(value) {
         Ok(())
     } else {
-        Err(format!("{value:?} is not a label value; {VALUE_RULE}"))
+        Err(LabelError::Value {
+            value: value.to_owned(),
+        })
     }
 }
 
 /// Checks a namespace name; the error says what is accepted.
-pub fn check_namespace(ns: &str) -> Result<(), String> {
+pub fn check_namespace(ns: &str) -> Result<(), LabelError> {
     if is_dns_label(ns) {
         Ok(())
     } else {
-        Err(format!("{ns:?} is not a namespace name; {NAMESPACE_RULE}"))
+        Err(LabelError::Namespace {
+            namespace: ns.to_owned(),
+        })
     }
 }
 
@@ -94,8 +130,8 @@ pub fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), (Option<Str
         ));
     }
     for (k, v) in labels {
-        check_key(k).map_err(|e| (Some(k.clone()), e))?;
-        check_value(v).map_err(|e| (Some(k.clone()), e))?;
+        check_key(k).map_err(|e| (Some(k.clone()), e.to_string()))?;
+        check_value(v).map_err(|e| (Some(k.clone()), e.to_string()))?;
     }
     Ok(())
 }
@@ -111,7 +147,7 @@ pub enum LabelEdit {
 }
 
 /// Parses `key=value` or `key-`, checking both parts.
-pub fn parse_label_arg(arg: &str) -> Result<LabelEdit, String> {
+pub fn parse_label_arg(arg: &str) -> Result<LabelEdit, LabelError> {
     if let Some((k, v)) = arg.split_once('=') {
         check_key(k)?;
         check_value(v)?;
@@ -121,9 +157,9 @@ pub fn parse_label_arg(arg: &str) -> Result<LabelEdit, String> {
         check_key(k)?;
         return Ok(LabelEdit::Remove(k.to_owned()));
     }
-    Err(format!(
-        "{arg:?} is neither key=value nor key- (remove); e.g. tier=inference"
-    ))
+    Err(LabelError::Arg {
+        arg: arg.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -156,7 +192,7 @@ mod tests {
             &"a".repeat(64),
             &format!("{}/a", "a".repeat(254)),
         ] {
-            let e = check_key(bad).unwrap_err();
+            let e = check_key(bad).unwrap_err().to_string();
             assert!(e.contains("accepted: [prefix/]name"), "{bad}: {e}");
         }
     }

@@ -137,33 +137,71 @@ fn check_name(field: &str, v: &Option<String>) -> Result<(), MetaError> {
 /// Longest accepted pod UID (Kubernetes UIDs are 36-character UUIDs).
 pub const MAX_POD_UID_LEN: usize = 64;
 
+/// Why a pod UID or a cgroup path was refused ([`check_pod_uid`],
+/// [`check_cgroup`]); the message says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// Not a pod UID.
+    #[error(
+        "{uid:?} is not accepted; accepted: 1 to {MAX_POD_UID_LEN} ASCII letters, digits and '-' (a Kubernetes pod UID)"
+    )]
+    PodUid {
+        /// The UID as given.
+        uid: String,
+    },
+    /// A cgroup path not relative to the v2 root.
+    #[error(
+        "{path:?} does not start with '/'; accepted: a path relative to the cgroup v2 root, e.g. /system.slice/docker-<id>.scope"
+    )]
+    CgroupNotRooted {
+        /// The path as given.
+        path: String,
+    },
+    /// A cgroup path too long or with control characters.
+    #[error("{path:?} is too long or holds control characters")]
+    CgroupChars {
+        /// The path as given.
+        path: String,
+    },
+    /// A cgroup path with a `.` or `..` component.
+    #[error("{path:?} holds a '.' or '..' component")]
+    CgroupDots {
+        /// The path as given.
+        path: String,
+    },
+}
+
 /// Checks a pod UID: 1 to [`MAX_POD_UID_LEN`] ASCII letters, digits and
 /// `-` (a Kubernetes UID is an RFC 4122 UUID).
-pub fn check_pod_uid(uid: &str) -> Result<(), String> {
+pub fn check_pod_uid(uid: &str) -> Result<(), IdentityError> {
     if uid.is_empty()
         || uid.len() > MAX_POD_UID_LEN
         || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     {
-        return Err(format!(
-            "{uid:?} is not accepted; accepted: 1 to {MAX_POD_UID_LEN} ASCII letters, digits and '-' (a Kubernetes pod UID)"
-        ));
+        return Err(IdentityError::PodUid {
+            uid: uid.to_owned(),
+        });
     }
     Ok(())
 }
 
 /// Checks a cgroup path relative to the v2 root: starts with `/`, no `.`
 /// or `..` components, no NUL or control characters.
-pub fn check_cgroup(path: &str) -> Result<(), String> {
+pub fn check_cgroup(path: &str) -> Result<(), IdentityError> {
     if !path.starts_with('/') {
-        return Err(format!(
-            "{path:?} does not start with '/'; accepted: a path relative to the cgroup v2 root, e.g. /system.slice/docker-<id>.scope"
-        ));
+        return Err(IdentityError::CgroupNotRooted {
+            path: path.to_owned(),
+        });
     }
     if path.len() > MAX_CGROUP_LEN || path.chars().any(char::is_control) {
-        return Err(format!("{path:?} is too long or holds control characters"));
+        return Err(IdentityError::CgroupChars {
+            path: path.to_owned(),
+        });
     }
     if path.split('/').any(|c| c == "." || c == "..") {
-        return Err(format!("{path:?} holds a '.' or '..' component"));
+        return Err(IdentityError::CgroupDots {
+            path: path.to_owned(),
+        });
     }
     Ok(())
 }
@@ -181,10 +219,10 @@ impl Metadata {
         check_name("pod", &self.pod)?;
         check_name("container", &self.container)?;
         if let Some(uid) = &self.pod_uid {
-            check_pod_uid(uid).map_err(|p| bad("pod_uid", p))?;
+            check_pod_uid(uid).map_err(|p| bad("pod_uid", p.to_string()))?;
         }
         if let Some(c) = &self.cgroup {
-            check_cgroup(c).map_err(|p| bad("cgroup", p))?;
+            check_cgroup(c).map_err(|p| bad("cgroup", p.to_string()))?;
         }
         if !(1..=100).contains(&self.sm_target) {
             return Err(bad(

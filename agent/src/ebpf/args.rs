@@ -44,10 +44,17 @@ pub struct EbpfArgs {
     pub driver_major: Option<u32>,
 }
 
+/// A `--ebpf-driver-version` that is not a driver version.
+#[derive(Debug, thiserror::Error)]
+#[error("driver version {version:?} is not <major>.<minor>[.<patch>] (e.g. 595.45.04)")]
+struct DriverVersionError {
+    version: String,
+}
+
 /// The major of a driver version string.
-fn parse_driver_major(s: &str) -> Result<u32, String> {
-    super::driver::major_of_version(s).ok_or_else(|| {
-        format!("driver version {s:?} is not <major>.<minor>[.<patch>] (e.g. 595.45.04)")
+fn parse_driver_major(s: &str) -> Result<u32, DriverVersionError> {
+    super::driver::major_of_version(s).ok_or_else(|| DriverVersionError {
+        version: s.to_owned(),
     })
 }
 

@@ -34,8 +34,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use tessera_api::assignment::ALLOCATED;
 use tessera_kubelet_api::deviceplugin::v1beta1 as dp;
 
-use crate::containers::meta::check_pod_uid;
-use crate::containers::{ContainerId, Store, StoreError};
+use crate::containers::meta::{IdentityError, check_pod_uid};
+use crate::containers::{ContainerId, IdError, Store, StoreError};
 use crate::gpu::InventoryGpu;
 
 use super::allocate::{AllocateError, HostPaths, LD_SO_PRELOAD_FILE, LIBRARY_FILE, gpus_response};
@@ -126,7 +126,7 @@ pub enum AllocatorError {
         /// The container.
         container: String,
         /// What is wrong.
-        problem: String,
+        problem: RegionIdError,
     },
     /// The region directory could not be made.
     #[error("pod {pod} container {container}: cannot create its region directory")]
@@ -172,6 +172,18 @@ pub enum AllocatorError {
     /// A blocking task died.
     #[error("the region directory task failed")]
     Join(#[source] tokio::task::JoinError),
+}
+
+/// Why a pod UID and container name make no region id
+/// ([`Allocator::region_id`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegionIdError {
+    /// The pod UID is not one.
+    #[error(transparent)]
+    PodUid(#[from] IdentityError),
+    /// `<uid>_<container>` is not a container id.
+    #[error(transparent)]
+    Id(#[from] IdError),
 }
 
 /// Serves `Allocate` for one resource on one node.
@@ -241,9 +253,9 @@ impl Allocator {
     }
 
     /// The region id of a pod's container.
-    pub fn region_id(uid: &str, container: &str) -> Result<ContainerId, String> {
+    pub fn region_id(uid: &str, container: &str) -> Result<ContainerId, RegionIdError> {
         check_pod_uid(uid)?;
-        ContainerId::new(&format!("{uid}_{container}")).map_err(|e| e.to_string())
+        Ok(ContainerId::new(&format!("{uid}_{container}"))?)
     }
 
     /// Allocates the container that `ids` (kubelet's device IDs) are for.

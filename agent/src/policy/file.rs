@@ -415,13 +415,13 @@ impl<'de> Deserialize<'de> for Priority {
 }
 
 /// A string checked by `check` (label keys and values, namespaces, rule
-/// names).
-struct CheckedStr {
+/// names); the check's error is the message.
+struct CheckedStr<P> {
     what: &'static str,
-    check: fn(&str) -> Result<(), String>,
+    check: fn(&str) -> Result<(), P>,
 }
 
-impl Visitor<'_> for CheckedStr {
+impl<P: fmt::Display> Visitor<'_> for CheckedStr<P> {
     type Value = String;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -434,13 +434,22 @@ impl Visitor<'_> for CheckedStr {
     }
 }
 
-fn check_rule_name(name: &str) -> Result<(), String> {
+/// A rule name that is not one (the message of a [`PolicyError::Invalid`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{name:?} is not a rule name; accepted: 1 to 63 of [A-Za-z0-9-_.] starting and ending with a letter or digit"
+)]
+struct BadRuleName {
+    name: String,
+}
+
+fn check_rule_name(name: &str) -> Result<(), BadRuleName> {
     if !name.is_empty() && labels::check_value(name).is_ok() {
         Ok(())
     } else {
-        Err(format!(
-            "{name:?} is not a rule name; accepted: 1 to 63 of [A-Za-z0-9-_.] starting and ending with a letter or digit"
-        ))
+        Err(BadRuleName {
+            name: name.to_owned(),
+        })
     }
 }
 

@@ -312,8 +312,8 @@ pub fn place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Pla
     match try_place(task, node, choice) {
         Ok(placed) => Ok(placed),
         Err(reason) => match try_place(task, &node.emptied(), choice) {
-            Ok(_) => Err(Unfit::Busy(reason)),
-            Err(never) => Err(Unfit::Never(never)),
+            Ok(_) => Err(Unfit::Busy(reason.to_string())),
+            Err(never) => Err(Unfit::Never(never.to_string())),
         },
     }
 }
@@ -333,31 +333,68 @@ pub fn fits_quickly(task: &Task, node: &Node) -> bool {
         })
 }
 
-fn node_level_room(task: &Task, node: &Node) -> Result<(), String> {
+/// Why a task does not fit a node as it stands: the reason an [`Unfit`]
+/// carries.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NoRoom {
+    /// Not enough CPU free.
+    #[error("needs {needs} milli-CPU, {free} of {capacity} free")]
+    Cpu {
+        needs: u64,
+        free: u64,
+        capacity: u64,
+    },
+    /// Not enough memory free.
+    #[error("needs {needs} MiB of memory, {free} of {capacity} MiB free")]
+    Memory {
+        needs: u64,
+        free: u64,
+        capacity: u64,
+    },
+    /// Too few GPUs with room for an ask.
+    #[error(
+        "container {container:?} needs {count} GPU(s) with {} and {} free; {fitting} of {usable} usable GPUs have room ({unusable} unhealthy or outside the pod's tessera.dev/gpu-* selectors)",
+        describe(*.memory),
+        describe_compute(*.milli)
+    )]
+    Gpus {
+        container: String,
+        count: u32,
+        memory: Memory,
+        milli: u32,
+        fitting: usize,
+        usable: usize,
+        unusable: usize,
+    },
+    /// No set of the GPUs with room satisfies the ask's NUMA binding
+    /// ([`pick`]'s reason).
+    #[error("{0}")]
+    Numa(String),
+}
+
+fn node_level_room(task: &Task, node: &Node) -> Result<(), NoRoom> {
     if let Some(cpu) = node.cpu_milli
         && cpu.free() < task.cpu_milli
     {
-        return Err(format!(
-            "needs {} milli-CPU, {} of {} free",
-            task.cpu_milli,
-            cpu.free(),
-            cpu.capacity
-        ));
+        return Err(NoRoom::Cpu {
+            needs: task.cpu_milli,
+            free: cpu.free(),
+            capacity: cpu.capacity,
+        });
     }
     if let Some(memory) = node.memory_mib
         && memory.free() < task.memory_mib
     {
-        return Err(format!(
-            "needs {} MiB of memory, {} of {} MiB free",
-            task.memory_mib,
-            memory.free(),
-            memory.capacity
-        ));
+        return Err(NoRoom::Memory {
+            needs: task.memory_mib,
+            free: memory.free(),
+            capacity: memory.capacity,
+        });
     }
     Ok(())
 }
 
-fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Placed, String> {
+fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Placed, NoRoom> {
     node_level_room(task, node)?;
     let mut after = node.clone();
     let mut containers = Vec::with_capacity(task.gpus.len());
@@ -368,18 +405,17 @@ fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Pla
         let wanted = ask.count as usize;
         if fitting.len() < wanted {
             let usable = after.gpus.iter().filter(|g| task.admits(g)).count();
-            return Err(format!(
-                "container {:?} needs {} GPU(s) with {} and {} free; {} of {} usable GPUs have room ({} unhealthy or outside the pod's tessera.dev/gpu-* selectors)",
-                ask.container,
-                ask.count,
-                describe(ask.memory),
-                describe_compute(ask.milli),
-                fitting.len(),
+            return Err(NoRoom::Gpus {
+                container: ask.container.clone(),
+                count: ask.count,
+                memory: ask.memory,
+                milli: ask.milli,
+                fitting: fitting.len(),
                 usable,
-                after.gpus.len() - usable,
-            ));
+                unusable: after.gpus.len() - usable,
+            });
         }
-        let chosen = pick(&after, ask, &fitting, choice)?;
+        let chosen = pick(&after, ask, &fitting, choice).map_err(NoRoom::Numa)?;
         debug_assert_eq!(chosen.len(), wanted);
         for &i in &chosen {
             let g = &mut after.gpus[i];
