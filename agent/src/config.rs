@@ -167,8 +167,9 @@ pub const NODE_NAME_ENV: &str = "NODE_NAME";
 pub struct KubeletSettings {
     /// Whether `run` serves the device plugin.
     pub enabled: bool,
-    /// The plugin's own settings (directory, resource, split, placement).
-    pub plugin: crate::kubelet::KubeletConfig,
+    /// The device plugin's own settings (directory, resource, split,
+    /// placement).
+    pub device_plugin: crate::kubelet::KubeletConfig,
     /// Kubelet's PodResources socket.
     pub pod_resources_socket: PathBuf,
     /// The preload libraries' host directory.
@@ -590,7 +591,7 @@ fn kubelet_settings(
             ))
         }
     };
-    let plugin = crate::kubelet::KubeletConfig {
+    let device_plugin = crate::kubelet::KubeletConfig {
         plugin_dir: abs(
             "kubelet.plugin_dir",
             file.plugin_dir,
@@ -601,7 +602,7 @@ fn kubelet_settings(
         placement: file.placement.unwrap_or(d.placement),
         ..d
     };
-    if let Err(crate::kubelet::KubeletError::Config { field, why }) = plugin.validate() {
+    if let Err(crate::kubelet::KubeletError::Config { field, why }) = device_plugin.validate() {
         let field = match field {
             "resource_name" => "kubelet.resource_name",
             "split" => "kubelet.split",
@@ -653,7 +654,7 @@ fn kubelet_settings(
     let secs = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_secs);
     let gc = crate::kubelet::gc_task::GcConfig {
         pod_resources_socket: pod_resources_socket.clone(),
-        resource_name: plugin.resource_name.clone(),
+        resource_name: device_plugin.resource_name.clone(),
         interval: secs(file.gc_interval_s, dg.interval),
         timeout: secs(file.gc_timeout_s, dg.timeout),
         settings: crate::kubelet::gc::GcSettings {
@@ -674,7 +675,7 @@ fn kubelet_settings(
     }
     Ok(KubeletSettings {
         enabled,
-        plugin,
+        device_plugin,
         pod_resources_socket,
         preload_dir,
         preload_version,
@@ -737,9 +738,9 @@ preload_dir = "/t/lib"
         };
         let c = merge(text, &args).unwrap().kubelet;
         assert!(c.enabled);
-        assert_eq!(c.plugin.plugin_dir, Path::new("/k/device-plugins"));
-        assert_eq!(c.plugin.split, 4);
-        assert_eq!(c.plugin.placement, crate::kubelet::Placement::Spread);
+        assert_eq!(c.device_plugin.plugin_dir, Path::new("/k/device-plugins"));
+        assert_eq!(c.device_plugin.split, 4);
+        assert_eq!(c.device_plugin.placement, crate::kubelet::Placement::Spread);
         assert_eq!(
             c.pod_resources_socket,
             Path::new("/k/pod-resources/kubelet.sock")
@@ -755,7 +756,7 @@ preload_dir = "/t/lib"
         let c = merge("", &ConfigArgs::default()).unwrap().kubelet;
         assert!(!c.enabled);
         assert_eq!(c.preload_dir, Path::new(DEFAULT_PRELOAD_DIR));
-        assert_eq!(c.plugin.resource_name, "nvidia.com/gpu");
+        assert_eq!(c.device_plugin.resource_name, "nvidia.com/gpu");
         for (bad, field) in [
             ("[kubelet]\nsplit = 0\n", "kubelet.split"),
             ("[kubelet]\npreload_dir = \"lib\"\n", "kubelet.preload_dir"),

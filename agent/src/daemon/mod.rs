@@ -9,16 +9,16 @@
 //! 0. Nothing is undone on exit: the limits stay in the control regions
 //! (invariant I4), and the next agent resumes them in its first period.
 //!
-//! With `[kubelet] enabled = true` the device plugin ([`plugin`]) runs
+//! With `[kubelet] enabled = true` the device plugin ([`device_plugin`]) runs
 //! beside the loop, on the same runtime and stop signal: it removes its
 //! socket on the way out, and `/readyz` fails while it is not registered
 //! with kubelet. The loop, the device plugin and the telemetry writer
 //! share one NVML ([`nvml`]): one handle, one retry policy.
 
+pub mod device_plugin;
 pub mod ebpf;
 pub mod http;
 pub mod nvml;
-pub mod plugin;
 pub mod telemetry;
 pub mod tick;
 
@@ -117,12 +117,12 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         metrics.clone(),
         stopped(stop_rx.clone()),
     ));
-    let (plugin, telemetry) = if config.kubelet.enabled {
+    let (device_plugin, telemetry) = if config.kubelet.enabled {
         let client = kube::Client::try_default()
             .await
             .map_err(DaemonError::Kube)?;
         status.require_device_plugin();
-        let plugin = tokio::spawn(plugin::run(
+        let device_plugin = tokio::spawn(device_plugin::run(
             config.clone(),
             agent.nvml(),
             client.clone(),
@@ -136,7 +136,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             status.clone(),
             stop_rx.clone(),
         ));
-        (Some(plugin), Some(telemetry))
+        (Some(device_plugin), Some(telemetry))
     } else {
         (None, None)
     };
@@ -168,7 +168,7 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
     tracing::info!(signal, "stopping");
     let _ = stop_tx.send(true);
     let _ = server.await;
-    if let Some(p) = plugin
+    if let Some(p) = device_plugin
         && tokio::time::timeout(Duration::from_secs(5), p)
             .await
             .is_err()

@@ -57,7 +57,7 @@ pub async fn run(
         }),
         registered: Some(tx),
     };
-    if let Err(e) = crate::kubelet::serve(k.plugin.clone(), nvml, wiring, stop).await {
+    if let Err(e) = crate::kubelet::serve(k.device_plugin.clone(), nvml, wiring, stop).await {
         tracing::error!(error = %crate::error_chain::with_causes(&e), "the device plugin stopped");
     }
     status.set_device_plugin(false);
