@@ -58,63 +58,10 @@ impl Agent {
             }
         }
         if spec.gpus != current.gpus || spec.flags != current.flags {
-            match lock {
-                Some(_) => {
-                    let memory_changed = spec
-                        .gpus
-                        .iter()
-                        .zip(&current.gpus)
-                        .any(|(a, b)| a.memory_limit != b.memory_limit || a.uuid != b.uuid)
-                        || spec.gpus.len() != current.gpus.len();
-                    match m.control.write(&spec) {
-                        Ok(()) if memory_changed => {
-                            tracing::info!(id = %c.id, "memory limits updated from metadata");
-                        }
-                        Ok(()) => {}
-                        Err(e) => {
-                            problems.push(format!("cannot write control: {}", with_causes(&e)));
-                        }
-                    }
-                }
-                None => problems
-                    .push("control region not written: another writer holds the lock".into()),
-            }
+            problems.extend(write_control(c, m, &spec, &current, lock));
         }
         let after = m.control.snapshot();
-        let gpus = after
-            .gpus
-            .iter()
-            .enumerate()
-            .map(|(i, g)| {
-                let mem = memory.get(&g.uuid).map(|s| {
-                    s.processes
-                        .iter()
-                        .filter(|p| host_pids.contains(&p.pid))
-                        .filter_map(|p| p.used_memory_bytes)
-                        .sum()
-                });
-                let bucket = usage.as_ref().map(|u| u.buckets[i]).unwrap_or_default();
-                let d = decided(&g.uuid);
-                GpuView {
-                    uuid: format_uuid(&g.uuid),
-                    memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
-                    launch_rate: (g.launch_rate != UNLIMITED).then_some(g.launch_rate),
-                    launch_floor: g.launch_floor,
-                    preload_used_bytes: usage.as_ref().map_or(0, |u| u.used[i]),
-                    nvml_used_bytes: mem,
-                    sm_percent: sm
-                        .get(&g.uuid)
-                        .map(|s| s.sum_over(host_pids.iter().copied())),
-                    cap_percent: d.map(|d| d.cap_percent),
-                    error_pp: d.and_then(RateDecision::error_pp),
-                    loop_state: d.map(|d| d.state),
-                    warps: bucket.warps,
-                    launches: bucket.launches,
-                    throttled_ns: bucket.throttled_ns,
-                    ebpf_used_bytes: None,
-                }
-            })
-            .collect();
+        let gpus = gpu_views(&after, usage.as_ref(), &host_pids, memory, sm, decided);
         ContainerView {
             id: c.id.to_string(),
             dir: c.dir.clone(),
@@ -183,4 +130,79 @@ impl Agent {
             }
         }
     }
+}
+
+/// Writes `spec` over `current` in `c`'s control region under the writer
+/// `lock`: the problem, if it could not.
+fn write_control(
+    c: &Container,
+    m: &mut Managed,
+    spec: &ControlSpec,
+    current: &ControlSnapshot,
+    lock: Option<&WriterLock>,
+) -> Option<String> {
+    if lock.is_none() {
+        return Some("control region not written: another writer holds the lock".into());
+    }
+    let memory_changed = spec
+        .gpus
+        .iter()
+        .zip(&current.gpus)
+        .any(|(a, b)| a.memory_limit != b.memory_limit || a.uuid != b.uuid)
+        || spec.gpus.len() != current.gpus.len();
+    match m.control.write(spec) {
+        Ok(()) if memory_changed => {
+            tracing::info!(id = %c.id, "memory limits updated from metadata");
+            None
+        }
+        Ok(()) => None,
+        Err(e) => Some(format!("cannot write control: {}", with_causes(&e))),
+    }
+}
+
+/// The view of each GPU of a control region (`after` this period's
+/// write): its limits, what the usage region, NVML and the controller
+/// (`decided`) say of the container's processes (`host_pids`) on it.
+fn gpu_views<'d>(
+    after: &ControlSnapshot,
+    usage: Option<&UsageSnapshot>,
+    host_pids: &[u32],
+    memory: &HashMap<[u8; 16], GpuLive>,
+    sm: &HashMap<[u8; 16], SmSamples>,
+    decided: impl Fn(&[u8; 16]) -> Option<&'d RateDecision>,
+) -> Vec<GpuView> {
+    after
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let mem = memory.get(&g.uuid).map(|s| {
+                s.processes
+                    .iter()
+                    .filter(|p| host_pids.contains(&p.pid))
+                    .filter_map(|p| p.used_memory_bytes)
+                    .sum()
+            });
+            let bucket = usage.map(|u| u.buckets[i]).unwrap_or_default();
+            let d = decided(&g.uuid);
+            GpuView {
+                uuid: format_uuid(&g.uuid),
+                memory_limit_bytes: (g.memory_limit != UNLIMITED).then_some(g.memory_limit),
+                launch_rate: (g.launch_rate != UNLIMITED).then_some(g.launch_rate),
+                launch_floor: g.launch_floor,
+                preload_used_bytes: usage.map_or(0, |u| u.used[i]),
+                nvml_used_bytes: mem,
+                sm_percent: sm
+                    .get(&g.uuid)
+                    .map(|s| s.sum_over(host_pids.iter().copied())),
+                cap_percent: d.map(|d| d.cap_percent),
+                error_pp: d.and_then(RateDecision::error_pp),
+                loop_state: d.map(|d| d.state),
+                warps: bucket.warps,
+                launches: bucket.launches,
+                throttled_ns: bucket.throttled_ns,
+                ebpf_used_bytes: None,
+            }
+        })
+        .collect()
 }
