@@ -15,7 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::containers::ContainerId;
-use crate::ebpf::{BypassEvents, Observer, ObserverConfig, Snapshot};
+use crate::ebpf::devices::DeviceError;
+use crate::ebpf::{BypassEvents, Observer, ObserverConfig, ObserverError, Snapshot};
 use crate::error_chain::with_causes;
 use crate::watchdog::{EbpfSetting, WatchdogSettings};
 
@@ -61,7 +62,27 @@ struct Running {
 
 /// The daemon's observer, or why there is none.
 pub struct DaemonEbpf {
-    state: Result<Running, String>,
+    state: Result<Running, NoObserver>,
+}
+
+/// Why the daemon runs without an eBPF observer.
+#[derive(Debug, thiserror::Error)]
+pub enum NoObserver {
+    /// The settings turn it off.
+    #[error("off (watchdog.ebpf = \"off\")")]
+    Off,
+    /// Loading programs needs root.
+    #[error("not root")]
+    NotRoot,
+    /// The object file is not there.
+    #[error("no ebpf object at {} (cargo xtask build builds it)", .0.display())]
+    NoObject(PathBuf),
+    /// The NVIDIA devices to watch could not be found.
+    #[error("no devices to watch")]
+    Devices(#[source] DeviceError),
+    /// Loading, attaching or reading the observer failed.
+    #[error(transparent)]
+    Observer(#[from] ObserverError),
 }
 
 fn cgroup_ids(dir: &Path) -> Vec<u64> {
@@ -91,16 +112,16 @@ impl DaemonEbpf {
     /// `cgroup_root` (for the open audit).
     pub fn start(settings: &WatchdogSettings, cgroup_root: Option<&Path>) -> Self {
         let state = match settings.ebpf {
-            EbpfSetting::Off => Err("off (watchdog.ebpf = \"off\")".to_owned()),
+            EbpfSetting::Off => Err(NoObserver::Off),
             _ => Self::try_start(settings, cgroup_root),
         };
         match &state {
             Ok(r) => tracing::info!(mode = %r.mode, "ebpf observer running"),
             Err(why) if settings.ebpf == EbpfSetting::Required => {
-                tracing::error!(reason = %why, "the required ebpf observer is not running; NVML-based detection goes on");
+                tracing::error!(reason = %with_causes(why), "the required ebpf observer is not running; NVML-based detection goes on");
             }
             Err(why) => {
-                tracing::info!(reason = %why, "ebpf observer off; NVML-based detection goes on")
+                tracing::info!(reason = %with_causes(why), "ebpf observer off; NVML-based detection goes on")
             }
         }
         Self { state }
@@ -109,21 +130,16 @@ impl DaemonEbpf {
     fn try_start(
         settings: &WatchdogSettings,
         cgroup_root: Option<&Path>,
-    ) -> Result<Running, String> {
+    ) -> Result<Running, NoObserver> {
         if !rustix::process::geteuid().is_root() {
-            return Err("not root".to_owned());
+            return Err(NoObserver::NotRoot);
         }
         if !settings.ebpf_object.exists() {
-            return Err(format!(
-                "no ebpf object at {} (cargo xtask build builds it)",
-                settings.ebpf_object.display()
-            ));
+            return Err(NoObserver::NoObject(settings.ebpf_object.clone()));
         }
-        let devices = settings
-            .resolve_devices()
-            .map_err(|e| format!("no devices to watch: {}", with_causes(&e)))?;
+        let devices = settings.resolve_devices().map_err(NoObserver::Devices)?;
         let config = ObserverConfig::new(settings.ebpf_object.clone(), devices);
-        let mut observer = Observer::start(&config).map_err(|e| with_causes(&e))?;
+        let mut observer = Observer::start(&config)?;
         let mut mode = observer.mode().to_string();
         if let Some(root) = cgroup_root {
             match observer.audit_opens(root) {
@@ -134,7 +150,7 @@ impl DaemonEbpf {
                 }
             }
         }
-        let events = observer.bypass_events().map_err(|e| with_causes(&e))?;
+        let events = observer.bypass_events()?;
         Ok(Running {
             observer,
             events,
@@ -149,7 +165,7 @@ impl DaemonEbpf {
     pub fn status(&self) -> String {
         match &self.state {
             Ok(r) => format!("running ({})", r.mode),
-            Err(why) => why.clone(),
+            Err(why) => with_causes(why),
         }
     }
 

@@ -84,6 +84,24 @@ pub enum Observation<'a> {
     Failed(&'a str),
 }
 
+/// Why a round counts no absence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoEvidence {
+    /// kubelet's `List` failed.
+    #[error("kubelet's List failed ({0}): no evidence this round")]
+    ListFailed(String),
+    /// kubelet's socket is younger than the settle time.
+    #[error(
+        "kubelet's socket is {up:.1?} old (settle {settle:?}): its absences are not believed yet"
+    )]
+    Unsettled {
+        /// Its age.
+        up: Duration,
+        /// The settle time.
+        settle: Duration,
+    },
+}
+
 /// What was done with one entry of the root.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -262,14 +280,12 @@ impl Collector {
         &mut self,
         observation: Observation<'a>,
         now_sys: SystemTime,
-    ) -> Result<&'a Snapshot, String> {
+    ) -> Result<&'a Snapshot, NoEvidence> {
         match observation {
             Observation::Failed(why) => {
                 self.streaks.clear();
                 self.kubelet = None;
-                Err(format!(
-                    "kubelet's List failed ({why}): no evidence this round"
-                ))
+                Err(NoEvidence::ListFailed(why.to_owned()))
             }
             Observation::Listed(s) => {
                 if self.kubelet != Some(s.kubelet.socket) {
@@ -284,10 +300,10 @@ impl Collector {
                 let up = age(now_sys, s.kubelet.since);
                 if up < self.settings.settle {
                     self.streaks.clear();
-                    Err(format!(
-                        "kubelet's socket is {up:.1?} old (settle {:?}): its absences are not believed yet",
-                        self.settings.settle
-                    ))
+                    Err(NoEvidence::Unsettled {
+                        up,
+                        settle: self.settings.settle,
+                    })
                 } else {
                     Ok(s)
                 }
@@ -302,7 +318,7 @@ impl Collector {
     fn judge<'c>(
         &mut self,
         containers: &'c [Container],
-        snapshot: &Result<&Snapshot, String>,
+        snapshot: &Result<&Snapshot, NoEvidence>,
         now: (Instant, SystemTime),
         out: &mut Vec<Decision>,
     ) -> Vec<(&'c Container, ContainerKey, Streak)> {
@@ -324,7 +340,7 @@ impl Collector {
     fn judge_one(
         &mut self,
         c: &Container,
-        snapshot: &Result<&Snapshot, String>,
+        snapshot: &Result<&Snapshot, NoEvidence>,
         (now, now_sys): (Instant, SystemTime),
     ) -> Result<(ContainerKey, Streak), Decision> {
         let keep = |reason: String| Decision {

@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod as KubePod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tessera_api::UuidError;
 use tessera_api::assignment::{
     ASSIGNMENT, Assignment, ContainerAssignment, GpuAssignment, VERSION,
 };
@@ -319,9 +320,9 @@ impl Binder {
                     source,
                 })?;
             let assignment = assignment_of(&args.node, &request.shares, &reservation.containers)
-                .map_err(|uuid| BindError::BadUuid {
+                .map_err(|e| BindError::BadUuid {
                     node: args.node.clone(),
-                    uuid,
+                    uuid: e.text,
                 })?;
             let rv = pod.metadata.resource_version.clone().unwrap_or_default();
             let patched = match api::patch_assignment(
@@ -439,13 +440,13 @@ fn assignment_of(
     node: &str,
     shares: &[GpuShare],
     placed: &[(String, Vec<String>)],
-) -> Result<Assignment, String> {
+) -> Result<Assignment, UuidError> {
     let mut containers = Vec::with_capacity(placed.len());
     for (share, (name, uuids)) in shares.iter().zip(placed) {
         let mut gpus = Vec::with_capacity(uuids.len());
         for u in uuids {
             gpus.push(GpuAssignment {
-                uuid: u.parse().map_err(|_| u.clone())?,
+                uuid: u.parse()?,
                 memory_mib: match share.memory {
                     Some(Memory::Mib(m)) => Some(m),
                     _ => None,

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::pick::pick;
+use super::pick::{NumaUnbound, pick};
 use crate::annotations::Selector;
 use crate::resources::Memory;
 
@@ -368,8 +368,8 @@ enum NoRoom {
     },
     /// No set of the GPUs with room satisfies the ask's NUMA binding
     /// ([`pick`]'s reason).
-    #[error("{0}")]
-    Numa(String),
+    #[error(transparent)]
+    Numa(#[from] NumaUnbound),
 }
 
 fn node_level_room(task: &Task, node: &Node) -> Result<(), NoRoom> {
@@ -415,7 +415,7 @@ fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Pla
                 unusable: after.gpus.len() - usable,
             });
         }
-        let chosen = pick(&after, ask, &fitting, choice).map_err(NoRoom::Numa)?;
+        let chosen = pick(&after, ask, &fitting, choice)?;
         debug_assert_eq!(chosen.len(), wanted);
         for &i in &chosen {
             let g = &mut after.gpus[i];

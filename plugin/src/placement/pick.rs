@@ -26,6 +26,20 @@ use std::cmp::Reverse;
 
 use super::fit::{GpuAsk, GpuChoice, Node};
 
+/// No set of the GPUs with room satisfies an ask's NUMA binding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "container {container:?} needs {count} GPU(s) on one NUMA node (tessera.dev/numa-bind); at most {largest} of the {fitting} GPU(s) with room share one"
+)]
+pub(super) struct NumaUnbound {
+    container: String,
+    count: u32,
+    /// The most GPUs with room on one NUMA node.
+    largest: usize,
+    /// The GPUs with room.
+    fitting: usize,
+}
+
 /// The GPUs (indices into `node.gpus`) `ask` takes among `fitting`, or
 /// why no set of them satisfies its NUMA binding.
 pub(super) fn pick(
@@ -33,18 +47,17 @@ pub(super) fn pick(
     ask: &GpuAsk,
     fitting: &[usize],
     choice: &mut dyn GpuChoice,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, NumaUnbound> {
     let count = ask.count as usize;
     let bound =
         |set: &[usize]| !ask.numa_bind || count <= 1 || largest_numa_group(node, set) >= count;
     if !bound(fitting) {
-        return Err(format!(
-            "container {:?} needs {} GPU(s) on one NUMA node (tessera.dev/numa-bind); at most {} of the {} GPU(s) with room share one",
-            ask.container,
-            ask.count,
-            largest_numa_group(node, fitting),
-            fitting.len(),
-        ));
+        return Err(NumaUnbound {
+            container: ask.container.clone(),
+            count: ask.count,
+            largest: largest_numa_group(node, fitting),
+            fitting: fitting.len(),
+        });
     }
     let roomy: Vec<usize>;
     let mut candidates = fitting;
