@@ -20,26 +20,16 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
 
-use daemon_support::sim::workspace;
-use daemon_support::{Link, Node, agent_bin, libtessera, uuid, workload};
+use daemon_support::sim::{Gpu, NodeSpec, workspace};
+use daemon_support::{Link, agent_bin, libtessera, uuid, workload};
 
 /// One GPU of 100 SMs with a 200 µs `spin` kernel, as the daemon's
 /// control tests use.
-const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(16384))
+        .fixed_kernel("spin", 200_000)
+}
 
 /// A row of the script's table: container, target, NVML SM %, throughput
 /// share %.
@@ -85,7 +75,7 @@ fn the_bundles_controller_script_holds_targets_on_the_simulator() {
             return;
         }
     }
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     // The bundle as `cargo xtask gpu-bundle` lays it out, with the
     // stand-in for the PyTorch script.
     let bundle = node.dir.path().join("bundle");

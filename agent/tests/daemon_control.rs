@@ -12,26 +12,16 @@ mod daemon_support;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use daemon_support::sim::{Running, spawn_command_ready};
+use daemon_support::sim::{Gpu, NodeSpec, Running, spawn_command_ready};
 use daemon_support::{Agent, Link, Node, container_ok, libtessera, uuid, workload};
 
 /// One GPU of 100 SMs with a 200 µs `spin` kernel (as the controller's
 /// own tests use).
-const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(16384))
+        .fixed_kernel("spin", 200_000)
+}
 
 fn spawn(node: &Node, dir: &Path, ops: &str) -> Running {
     let mut c = node.command(&workload(Link::Direct));
@@ -64,7 +54,7 @@ fn shares(node: &Node, pids: &[i32], window: Duration) -> Vec<f64> {
 
 #[test]
 fn two_hard_containers_hold_their_targets_and_follow_a_live_change() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let root = node.dir.path().join("containers");
     let gpu = uuid(&node, 0);
     let add = |id: &str, target: &str| {

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use sim::{Gpu, NodeSpec};
 use support::{TestCgroup, artifact, devices, object, or_skip, skip_if, skip_reason};
 use tessera_agent::ebpf::{Access, Bypass, Observer, ObserverConfig};
 use tessera_ebpf_common::{
@@ -39,21 +40,10 @@ const NV_ESC_CHECK_VERSION_STR: u32 = 0xD2;
 const NV_ESC_REGISTER_FD: u32 = 0xC9;
 const MIB: u64 = 1 << 20;
 
-fn node_toml() -> String {
-    format!(
-        r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 4096
-sm_count = 100
-uuid = "{UUID}"
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-gpu_devices = ["/dev/full"]
-"#
-    )
+fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(4096).uuid(UUID))
+        .ioctl_devices(&["/dev/full"])
 }
 
 /// Compiles the C client against the simulator's libcuda.
@@ -143,7 +133,7 @@ impl Client {
 fn simulated_driver_calls_are_attributed_to_their_cgroups() {
     skip_if!(skip_reason());
     or_skip!(artifact("sim/libcuda.so.1"));
-    let node = sim::Node::new(&node_toml());
+    let node = node_spec().build();
     let exe = or_skip!(compile(node.dir.path(), &sim::sim_dir()));
     let sim = SimNode { exe, node };
 

@@ -18,7 +18,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use gpusim::layout::ItemKind;
-use sim::{Node, artifact};
+use sim::{Gpu, Node, NodeSpec, artifact};
 use tessera_agent::gpu::{GpuBackend, NvmlBackend};
 
 const CHILD: &str = "TESSERA_INVENTORY_CHILD";
@@ -53,40 +53,29 @@ impl AgentOnNode for Node {
     }
 }
 
-const NODE: &str = r#"
-driver_version = "550.54.15"
-cuda_version = 12040
-
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-compute_capability = [9, 0]
-numa_node = 0
-nvlink_peers = [1]
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-pci_bus_id = "0000:1b:00.0"
-
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-compute_capability = [9, 0]
-numa_node = 0
-nvlink_peers = [0]
-mig_enabled = true
-
-[[gpu]]
-model = "NVIDIA A100-PCIE-40GB"
-memory_mib = 40960
-sm_count = 108
-compute_capability = [8, 0]
-numa_node = 1
-"#;
+fn node_spec() -> NodeSpec {
+    let h100 = || Gpu::h100().compute_capability(9, 0).numa(0);
+    NodeSpec::new()
+        .driver_version("550.54.15")
+        .cuda_version(12040)
+        .gpu(
+            h100()
+                .nvlink(&[1])
+                .uuid("GPU-0a0a0a0a-1111-2222-3333-444444444444")
+                .pci_bus_id("0000:1b:00.0"),
+        )
+        .gpu(h100().nvlink(&[0]).mig_enabled())
+        .gpu(
+            Gpu::new("NVIDIA A100-PCIE-40GB", 40960)
+                .sms(108)
+                .compute_capability(8, 0)
+                .numa(1),
+        )
+}
 
 #[test]
 fn inventory_json_matches_the_node_description() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let inv = node.inventory();
     assert_eq!(inv["driver_version"], "550.54.15");
     assert_eq!(inv["cuda_driver_version"], 12040);
@@ -120,7 +109,7 @@ fn inventory_json_matches_the_node_description() {
 
 #[test]
 fn inventory_table_and_library_from_the_environment() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let out = node
         .command(&artifact("bin/tessera-agent"))
         .env("TESSERA_NVML_LIB", nvml_lib())
@@ -140,7 +129,7 @@ fn inventory_table_and_library_from_the_environment() {
 
 #[test]
 fn a_lost_gpu_is_listed_as_lost() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     node.sim().set_lost(1, true).unwrap();
     let inv = node.inventory();
     let g1 = &inv["gpus"][1];
@@ -153,7 +142,7 @@ fn a_lost_gpu_is_listed_as_lost() {
 
 #[test]
 fn a_missing_or_failing_library_is_a_clear_error() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let out = node.agent(&["inventory", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = String::from_utf8(out.stderr).unwrap();
@@ -178,7 +167,7 @@ fn usage_reports_processes_of_the_shared_state() {
     if std::env::var_os(CHILD).is_some() {
         return child_usage();
     }
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let sim = node.sim();
     let a = sim.attach(2).unwrap();
     sim.alloc(&a, 512 << 20).unwrap();

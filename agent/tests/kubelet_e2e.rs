@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use daemon_support::sim::spawn_command_ready;
+use daemon_support::sim::{Gpu, NodeSpec, spawn_command_ready};
 use daemon_support::{Agent, Link, agent_bin, libtessera, nvml_lib, workload};
 use kubelet_support::allocate::{MIB, allocate, mounts, single, start, uid};
 use kubelet_support::on_node_with;
@@ -38,22 +38,11 @@ const GPU: &str = "GPU-0e0e0e0e-1111-2222-3333-444444444444";
 
 /// One GPU of 100 SMs and a 200 µs `spin` kernel (as the control tests
 /// use), so a share is measurable in seconds.
-const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-uuid = "GPU-0e0e0e0e-1111-2222-3333-444444444444"
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(16384).uuid(GPU))
+        .fixed_kernel("spin", 200_000)
+}
 
 fn skip() -> Option<String> {
     // The effective uid, from /proc.
@@ -214,7 +203,7 @@ fn allocate_then_a_container_from_the_answer_runs_at_the_pods_limits() {
         return;
     }
     on_node_with(
-        NODE,
+        &node_spec(),
         "allocate_then_a_container_from_the_answer_runs_at_the_pods_limits",
         || {
             kubelet_support::runtime().block_on(async {

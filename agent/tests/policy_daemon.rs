@@ -15,31 +15,17 @@ mod daemon_support;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use daemon_support::sim::{Running, spawn_command_ready};
+use daemon_support::sim::{Gpu, NodeSpec, Running, spawn_command_ready};
 use daemon_support::{Agent, Link, Node, container_ok, libtessera, uuid, workload};
 
 /// Two GPUs of 100 SMs with a 200 µs `spin` kernel, one container alone on
 /// each.
-const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(16384))
+        .gpu(Gpu::sim(16384))
+        .fixed_kernel("spin", 200_000)
+}
 
 /// No rules: every container hard (the built-in default, written out).
 const HARD: &str = "apiVersion: tessera.dev/v1alpha1
@@ -116,7 +102,7 @@ fn period(view: &serde_json::Value) -> u64 {
 
 #[test]
 fn a_policy_rule_changes_the_mode_live_and_a_broken_file_keeps_the_old_one() {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let root = node.dir.path().join("containers");
     let policy = node.dir.path().join("policy.yaml");
     std::fs::write(&policy, HARD).unwrap();

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use daemon_support::{Agent, container_ok, uuid};
 use tessera_testkit::sim::Node;
 use watchdog_support::{
-    CONTEXT_MIB, MIB, NODE, Pins, Tenant, TestCgroup, escape_probe, killed, libtessera, over_at,
-    skip_reason, watchdog_toml, workload,
+    CONTEXT_MIB, MIB, Pins, Tenant, TestCgroup, escape_probe, killed, libtessera, node_spec,
+    over_at, skip_reason, watchdog_toml, workload,
 };
 
 /// The limit of every container here.
@@ -51,7 +51,7 @@ fn setup(name: &str, ebpf: &str) -> Option<Setup> {
         println!("skipped: {why}");
         return None;
     }
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let root = node.dir.path().join("containers");
     let cg = TestCgroup::new(name);
     let gpu = uuid(&node, 0);

@@ -39,8 +39,8 @@ use tessera_agent::watchdog::{WatchdogFile, WatchdogSettings};
 use tessera_region::layout::{Bucket, usage_offsets};
 use tessera_testkit::sim::Node;
 use watchdog_support::{
-    CONTEXT_MIB, DEVICES, MIB, NODE, Pins, Tenant, TestCgroup, libtessera, over_at, skip_reason,
-    wait_for, workload,
+    CONTEXT_MIB, DEVICES, MIB, Pins, Tenant, TestCgroup, libtessera, node_spec, over_at,
+    skip_reason, wait_for, workload,
 };
 
 const BOUND: Duration = Duration::from_secs(1);
@@ -50,7 +50,7 @@ const BOUND: Duration = Duration::from_secs(1);
 fn node() -> &'static Node {
     static NODE_ONCE: OnceLock<Node> = OnceLock::new();
     NODE_ONCE.get_or_init(|| {
-        let n = Node::new(NODE);
+        let n = node_spec().build();
         // SAFETY: set once, before this binary starts any process or
         // loads NVML (each test calls node() first; OnceLock holds the
         // others back until it is done).

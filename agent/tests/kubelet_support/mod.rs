@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tessera_agent::gpu::NvmlBackend;
 use tessera_agent::kubelet::{KubeletConfig, Placement, socket};
 use tessera_kubelet_api::deviceplugin::v1beta1 as dp;
-use tessera_testkit::sim::{Node, artifact};
+use tessera_testkit::sim::{Gpu, NodeSpec, artifact};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
@@ -23,30 +23,18 @@ use tonic::{Request, Response, Status};
 pub const CHILD: &str = "TESSERA_KUBELET_CHILD";
 
 /// GPUs 0 and 1 NVLinked on NUMA 0, GPU 2 alone on NUMA 1.
-pub const NODE: &str = r#"
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-numa_node = 0
-nvlink_peers = [1]
-uuid = "GPU-0a0a0a0a-1111-2222-3333-444444444444"
-
-[[gpu]]
-model = "NVIDIA H100 80GB HBM3"
-memory_mib = 81559
-sm_count = 132
-numa_node = 0
-nvlink_peers = [0]
-uuid = "GPU-0b0b0b0b-1111-2222-3333-444444444444"
-
-[[gpu]]
-model = "NVIDIA A100-PCIE-40GB"
-memory_mib = 40960
-sm_count = 108
-numa_node = 1
-uuid = "GPU-0c0c0c0c-1111-2222-3333-444444444444"
-"#;
+pub fn node_spec() -> NodeSpec {
+    let h100 = |uuid| Gpu::h100().numa(0).uuid(uuid);
+    NodeSpec::new()
+        .gpu(h100(UUIDS[0]).nvlink(&[1]))
+        .gpu(h100(UUIDS[1]).nvlink(&[0]))
+        .gpu(
+            Gpu::new("NVIDIA A100-PCIE-40GB", 40960)
+                .sms(108)
+                .numa(1)
+                .uuid(UUIDS[2]),
+        )
+}
 
 pub const UUIDS: [&str; 3] = [
     "GPU-0a0a0a0a-1111-2222-3333-444444444444",
@@ -59,15 +47,15 @@ pub const SPLIT: u32 = 4;
 /// Runs `body` in a child process on a fresh simulated node (see the
 /// module documentation).
 pub fn on_node(name: &str, body: fn()) {
-    on_node_with(NODE, name, body);
+    on_node_with(&node_spec(), name, body);
 }
 
-/// [`on_node`] on the node described by `toml`.
-pub fn on_node_with(toml: &str, name: &str, body: fn()) {
+/// [`on_node`] on the node described by `spec`.
+pub fn on_node_with(spec: &NodeSpec, name: &str, body: fn()) {
     if std::env::var_os(CHILD).is_some() {
         return body();
     }
-    let node = Node::new(toml);
+    let node = spec.build();
     let out = node
         .command(&std::env::current_exe().unwrap())
         .env(CHILD, artifact("sim/libnvidia-ml.so.1"))

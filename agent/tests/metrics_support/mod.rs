@@ -9,30 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::daemon_support::sim::{Running, spawn_command_ready};
+use crate::daemon_support::sim::{Gpu, NodeSpec, Running, spawn_command_ready};
 use crate::daemon_support::{Agent, Link, MIB, Node, container_ok, libtessera, uuid, workload};
 
 /// Two GPUs of 100 SMs, a 200 µs `spin` kernel.
-pub const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+pub fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(16384))
+        .gpu(Gpu::sim(16384))
+        .fixed_kernel("spin", 200_000)
+}
 
 /// One container of the scene.
 pub struct Workload {
@@ -57,7 +43,7 @@ pub struct Scene {
 
 impl Scene {
     pub fn start() -> Self {
-        let node = Node::new(NODE);
+        let node = node_spec().build();
         let root = node.dir.path().join("containers");
         let gpu = uuid(&node, 0);
         let add = |id: &str, pod: &str, target: &str, limit_mib: u64| {

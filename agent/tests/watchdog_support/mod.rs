@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use tessera_agent::cgroup::cgroup2_root;
-use tessera_testkit::sim::{self, Node};
+use tessera_testkit::sim::{self, Gpu, Node, NodeSpec};
 
 pub const MIB: u64 = 1 << 20;
 /// The simulator's context overhead (see the node below).
@@ -21,22 +21,13 @@ pub const CONTEXT_MIB: u64 = 300;
 
 /// One 4 GiB GPU, 300 MiB per context, a 200 µs `spin` kernel; its device
 /// node stand-in is `/dev/full` (opened when a context is created).
-pub const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 4096
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-gpu_devices = ["/dev/full"]
-"#;
+pub fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(4096))
+        .context_overhead_mib(CONTEXT_MIB)
+        .fixed_kernel("spin", 200_000)
+        .ioctl_devices(&["/dev/full"])
+}
 
 /// The devices the agent guards and watches on that node.
 pub const DEVICES: &str = r#"["control=/dev/null", "uvm=/dev/zero", "gpu=/dev/full"]"#;
