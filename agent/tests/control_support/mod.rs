@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tessera_agent::control::sampling::{now_us, read_sm_samples};
+use tessera_agent::control::sampling::{SmSamples, now_us, read_sm_samples};
 use tessera_agent::control::{
     self, ContainerControl, ContainerSample, ControllerConfig, GpuController, GpuSample, Mode,
 };
@@ -34,28 +34,17 @@ use tessera_region::file::{create_control, create_usage, read_usage_bytes};
 use tessera_region::reader::read_usage;
 
 pub use sim::Node;
+use sim::{Gpu, NodeSpec};
 
 /// One GPU of 100 SMs; kernels: the default wave model (23 µs for up to
 /// 800 blocks of 256 threads), `spin` 200 µs, `slow` 5 ms, `infer` 1 ms.
-pub const NODE: &str = r#"
-[[gpu]]
-model = "Tessera Sim GPU"
-memory_mib = 16384
-sm_count = 100
-
-[cost]
-context_overhead_mib = 300
-[cost.functions.spin]
-fixed_ns = 200000
-[cost.functions.slow]
-fixed_ns = 5000000
-[cost.functions.infer]
-fixed_ns = 1000000
-
-[ioctl]
-control = "/dev/null"
-uvm = "/dev/zero"
-"#;
+pub fn node_spec() -> NodeSpec {
+    NodeSpec::new()
+        .gpu(Gpu::sim(16384))
+        .fixed_kernel("spin", 200_000)
+        .fixed_kernel("slow", 5_000_000)
+        .fixed_kernel("infer", 1_000_000)
+}
 
 /// Workload shapes (ops of the C workload, after `dev 0 ready`), each
 /// saturating for `secs` seconds.
@@ -212,7 +201,7 @@ const CHILD: &str = "TESSERA_CONTROL_RUN";
 /// again, with `child_args` selecting the code that calls [`child_main`])
 /// and returns its trace.
 pub fn in_child(scenario: &Scenario, child_args: &[&str]) -> Run {
-    let node = Node::new(NODE);
+    let node = node_spec().build();
     let spec = node.dir.path().join("scenario.json");
     std::fs::write(&spec, serde_json::to_string(scenario).unwrap()).unwrap();
     let out = node
@@ -316,25 +305,55 @@ fn judge(simulator: &gpusim::Sim, live: &[Live], since_us: Option<u64>) -> (Vec<
     (per, s.iter().map(|p| f64::from(p.sm_percent)).sum())
 }
 
-fn run_here(scenario: &Scenario, dir: &Path) -> Run {
-    let config = gpusim::state::Config::from_env();
-    let simulator = gpusim::Sim::open(&config).unwrap();
-    let uuid = simulator.uuid_bytes(0);
-    let backend = NvmlBackend::load(sim::artifact("sim/libnvidia-ml.so.1").as_os_str()).unwrap();
-    let device = backend.nvml().device_by_index(0).unwrap();
-    // Tessera's limiter charges kernels at least the GPU's launch floor,
-    // as the agent writes it; the bang-bang one charges warps, as HAMi
-    // charges blocks.
-    let floor = match scenario.limiter {
-        Limiter::Tessera => backend.device(0).unwrap().launch_floor(),
-        Limiter::BangBang => 0,
-    };
-    let cfg = ControllerConfig::default().with_launch_floor(floor);
-    let initial = cfg.start_rate() as u64;
-    let mut controller = GpuController::new(cfg);
-    let program = sim::workload(sim::Link::Direct);
-    let lib = sim::artifact("lib/libtessera.so");
-    let mut live: Vec<Live> = scenario
+/// The simulator's record of each container over each window of a
+/// scenario, taken when the window closes (or the run ends).
+struct Oracle {
+    since: Vec<Option<u64>>,
+    per: Vec<Vec<f64>>,
+    busy: Vec<f64>,
+}
+
+impl Oracle {
+    fn new(windows: usize) -> Self {
+        Self {
+            since: vec![None; windows],
+            per: vec![Vec::new(); windows],
+            busy: vec![0.0; windows],
+        }
+    }
+
+    /// Opens the windows that begin by `t` and judges those that end by it.
+    fn observe(&mut self, windows: &[(f64, f64)], t: f64, simulator: &gpusim::Sim, live: &[Live]) {
+        for (w, (from, to)) in windows.iter().enumerate() {
+            if self.since[w].is_none() && t >= *from {
+                self.since[w] = Some(now_us());
+            }
+            if self.per[w].is_empty() && t >= *to {
+                (self.per[w], self.busy[w]) = judge(simulator, live, self.since[w]);
+            }
+        }
+    }
+
+    /// Judges the windows still open at the end of the run.
+    fn close(&mut self, simulator: &gpusim::Sim, live: &[Live]) {
+        for w in 0..self.per.len() {
+            if self.per[w].is_empty() {
+                (self.per[w], self.busy[w]) = judge(simulator, live, self.since[w]);
+            }
+        }
+    }
+}
+
+/// Each container's region (its control at the `initial` rate, an empty
+/// usage record), nothing started yet.
+fn create_regions(
+    scenario: &Scenario,
+    dir: &Path,
+    uuid: [u8; 16],
+    initial: u64,
+    floor: u64,
+) -> Vec<Live> {
+    scenario
         .containers
         .iter()
         .map(|s| {
@@ -357,127 +376,169 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
                 bang: initial as f64,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Starts container `l`'s workload (`program` under the preload `lib`),
+/// and for a hostile one the scribbler, until `seconds` have passed.
+fn start_workload(l: &mut Live, program: &Path, lib: &Path, seconds: f64) {
+    let mut c = Command::new(program);
+    c.env("LD_PRELOAD", lib)
+        .env("TESSERA_REGION_DIR", &l.region)
+        .args(["dev", "0"])
+        .args(l.spec.ops.split_whitespace())
+        .stdout(Stdio::null());
+    l.child = Some(c.spawn().unwrap());
+    if l.spec.hostile {
+        let offset = tessera_region::layout::usage_offsets::BUCKETS.to_string();
+        let usage = l.region.join("usage");
+        l.scribbler = Some(
+            Command::new(scribbler())
+                .arg(&usage)
+                .arg(&offset)
+                .arg(format!("{}", seconds.ceil() as u64 + 1))
+                .spawn()
+                .unwrap(),
+        );
+    }
+}
+
+/// Applies the changes due by `t` (to the controller and the containers)
+/// and keeps the others.
+fn apply_changes(
+    changes: &mut Vec<Change>,
+    t: f64,
+    controller: &mut GpuController,
+    live: &mut [Live],
+) {
+    changes.retain(|c| {
+        if t >= c.at_s {
+            controller.upsert(&c.id, c.control).unwrap();
+            if let Some(l) = live.iter_mut().find(|l| l.spec.id == c.id) {
+                l.spec.control = c.control;
+            }
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// Per container: its NVML-measured SM percent in `samples` (none before
+/// it starts) and, where its usage region reads, its sample for the
+/// controller.
+fn measure(samples: &SmSamples, live: &[Live]) -> (Vec<Option<f64>>, Vec<ContainerSample>) {
+    let mut containers = Vec::new();
+    let mut used = Vec::new();
+    for l in live {
+        let Some(child) = &l.child else {
+            used.push(None);
+            continue;
+        };
+        let u = samples.sum_over([child.id()]);
+        used.push(Some(u));
+        if let Ok(usage) = read_usage_bytes(&l.region.join("usage")).and_then(|b| read_usage(&b)) {
+            containers.push(ContainerSample::from_usage(&l.spec.id, Some(u), &usage, 0));
+        }
+    }
+    (used, containers)
+}
+
+/// The controller's tick: its decisions written to the containers'
+/// control regions.
+fn steer_with_controller(
+    controller: &mut GpuController,
+    sample: &GpuSample,
+    live: &mut [Live],
+    uuid: [u8; 16],
+) {
+    for d in controller.tick(Instant::now(), sample) {
+        let l = live.iter_mut().find(|l| l.spec.id == d.id).unwrap();
+        l.rate = d.pacing.rate;
+        l.cap = d.cap_percent;
+        l.control
+            .write(&limits(uuid, d.pacing.rate, d.pacing.burst, d.pacing.floor))
+            .unwrap();
+    }
+}
+
+/// The bang-bang limiter's step (see [`Limiter::BangBang`]) for each
+/// started container, written to its control region.
+fn steer_bang_bang(live: &mut [Live], used: &[Option<f64>], uuid: [u8; 16], floor: u64) {
+    for (l, u) in live.iter_mut().zip(used) {
+        let Some(u) = u else { continue };
+        let target = l.spec.control.target_percent;
+        let step = 1.0 + (u - target).abs().max(5.0) / 100.0;
+        if *u <= target {
+            l.bang *= step;
+        } else {
+            l.bang /= step;
+        }
+        l.bang = l.bang.clamp(1.0, 1e15);
+        l.cap = l.spec.control.target_percent;
+        l.rate = l.bang as u64;
+        let burst = (l.bang * 0.005).ceil() as u64;
+        l.control
+            .write(&limits(uuid, l.rate, burst.max(1), floor))
+            .unwrap();
+    }
+}
+
+fn run_here(scenario: &Scenario, dir: &Path) -> Run {
+    let config = gpusim::state::Config::from_env();
+    let simulator = gpusim::Sim::open(&config).unwrap();
+    let uuid = simulator.uuid_bytes(0);
+    let backend = NvmlBackend::load(sim::artifact("sim/libnvidia-ml.so.1").as_os_str()).unwrap();
+    let device = backend.nvml().device_by_index(0).unwrap();
+    // Tessera's limiter charges kernels at least the GPU's launch floor,
+    // as the agent writes it; the bang-bang one charges warps, as HAMi
+    // charges blocks.
+    let floor = match scenario.limiter {
+        Limiter::Tessera => backend.device(0).unwrap().launch_floor(),
+        Limiter::BangBang => 0,
+    };
+    let cfg = ControllerConfig::default().with_launch_floor(floor);
+    let initial = cfg.start_rate() as u64;
+    let mut controller = GpuController::new(cfg);
+    let program = sim::workload(sim::Link::Direct);
+    let lib = sim::artifact("lib/libtessera.so");
+    let mut live = create_regions(scenario, dir, uuid, initial, floor);
     let start = Instant::now();
     let mut since = now_us();
     let mut periods = Vec::new();
-    let mut oracle_since: Vec<Option<u64>> = vec![None; scenario.windows.len()];
-    let mut oracle = vec![Vec::new(); scenario.windows.len()];
-    let mut oracle_busy = vec![0.0; scenario.windows.len()];
+    let mut oracle = Oracle::new(scenario.windows.len());
     let mut changes = scenario.changes.clone();
     let mut late_ticks = 0;
     let mut k = 0u32;
     loop {
         let t = start.elapsed().as_secs_f64();
         if t > scenario.seconds {
-            for w in 0..oracle.len() {
-                if oracle[w].is_empty() {
-                    (oracle[w], oracle_busy[w]) = judge(&simulator, &live, oracle_since[w]);
-                }
-            }
+            oracle.close(&simulator, &live);
             break;
         }
         // Start workloads that are due.
         for l in &mut live {
             if l.child.is_none() && t >= l.spec.start_s {
-                let mut c = Command::new(&program);
-                c.env("LD_PRELOAD", &lib)
-                    .env("TESSERA_REGION_DIR", &l.region)
-                    .args(["dev", "0"])
-                    .args(l.spec.ops.split_whitespace())
-                    .stdout(Stdio::null());
-                l.child = Some(c.spawn().unwrap());
-                if l.spec.hostile {
-                    let offset = tessera_region::layout::usage_offsets::BUCKETS.to_string();
-                    let usage = l.region.join("usage");
-                    l.scribbler = Some(
-                        Command::new(scribbler())
-                            .arg(&usage)
-                            .arg(&offset)
-                            .arg(format!("{}", scenario.seconds.ceil() as u64 + 1))
-                            .spawn()
-                            .unwrap(),
-                    );
-                }
+                start_workload(l, &program, &lib, scenario.seconds);
                 controller.upsert(&l.spec.id, l.spec.control).unwrap();
             }
         }
-        changes.retain(|c| {
-            if t >= c.at_s {
-                controller.upsert(&c.id, c.control).unwrap();
-                if let Some(l) = live.iter_mut().find(|l| l.spec.id == c.id) {
-                    l.spec.control = c.control;
-                }
-                false
-            } else {
-                true
-            }
-        });
-        // Oracle windows.
-        for (w, (from, to)) in scenario.windows.iter().enumerate() {
-            if oracle_since[w].is_none() && t >= *from {
-                oracle_since[w] = Some(now_us());
-            }
-            if oracle[w].is_empty() && t >= *to {
-                (oracle[w], oracle_busy[w]) = judge(&simulator, &live, oracle_since[w]);
-            }
-        }
+        apply_changes(&mut changes, t, &mut controller, &mut live);
+        oracle.observe(&scenario.windows, t, &simulator, &live);
         // Measure.
         let samples = read_sm_samples(&device, since).unwrap();
         since = samples.newest_us;
-        let mut containers = Vec::new();
-        let mut used = Vec::new();
-        for l in &live {
-            let Some(child) = &l.child else {
-                used.push(None);
-                continue;
-            };
-            let u = samples.sum_over([child.id()]);
-            used.push(Some(u));
-            if let Ok(usage) =
-                read_usage_bytes(&l.region.join("usage")).and_then(|b| read_usage(&b))
-            {
-                containers.push(ContainerSample::from_usage(&l.spec.id, Some(u), &usage, 0));
-            }
-        }
+        let (used, containers) = measure(&samples, &live);
         let busy = samples.total();
         match scenario.limiter {
             Limiter::Tessera => {
-                let decisions = controller.tick(
-                    Instant::now(),
-                    &GpuSample {
-                        busy_percent: Some(busy),
-                        containers,
-                    },
-                );
-                for d in decisions {
-                    let l = live.iter_mut().find(|l| l.spec.id == d.id).unwrap();
-                    l.rate = d.pacing.rate;
-                    l.cap = d.cap_percent;
-                    l.control
-                        .write(&limits(uuid, d.pacing.rate, d.pacing.burst, d.pacing.floor))
-                        .unwrap();
-                }
+                let sample = GpuSample {
+                    busy_percent: Some(busy),
+                    containers,
+                };
+                steer_with_controller(&mut controller, &sample, &mut live, uuid);
             }
-            Limiter::BangBang => {
-                for (l, u) in live.iter_mut().zip(&used) {
-                    let Some(u) = u else { continue };
-                    let target = l.spec.control.target_percent;
-                    let step = 1.0 + (u - target).abs().max(5.0) / 100.0;
-                    if *u <= target {
-                        l.bang *= step;
-                    } else {
-                        l.bang /= step;
-                    }
-                    l.bang = l.bang.clamp(1.0, 1e15);
-                    l.cap = l.spec.control.target_percent;
-                    l.rate = l.bang as u64;
-                    let burst = (l.bang * 0.005).ceil() as u64;
-                    l.control
-                        .write(&limits(uuid, l.rate, burst.max(1), floor))
-                        .unwrap();
-                }
-            }
+            Limiter::BangBang => steer_bang_bang(&mut live, &used, uuid, floor),
         }
         periods.push(Period {
             t,
@@ -496,8 +557,8 @@ fn run_here(scenario: &Scenario, dir: &Path) -> Run {
     }
     Run {
         periods,
-        oracle,
-        oracle_busy,
+        oracle: oracle.per,
+        oracle_busy: oracle.busy,
         load: load_average(),
         late_ticks,
     }
