@@ -67,9 +67,101 @@ pub fn alive(pid: i32, start_time: u64) -> bool {
     }
 }
 
+/// Whether thread `tid` is held still from outside: stopped (`T`, `t`:
+/// a stop signal or a tracer) or in a frozen cgroup (v2 freezer,
+/// `cgroup.events` says `frozen 1`). Such a thread makes no progress until
+/// someone else lets it go. Anything unreadable counts as not held.
+pub fn suspended(tid: i32) -> bool {
+    match stat(tid) {
+        Some(s) if matches!(s.state, 'T' | 't') => true,
+        Some(_) => frozen_cgroup(tid),
+        None => false,
+    }
+}
+
+/// Whether the cgroup v2 of `tid` is frozen, through this process's view of
+/// the cgroup v2 tree (`/proc/self/mountinfo`; on a hybrid host it is
+/// mounted apart from the v1 controllers).
+fn frozen_cgroup(tid: i32) -> bool {
+    let Ok(cgroups) = fs::read_to_string(format!("/proc/{tid}/cgroup")) else {
+        return false;
+    };
+    let Some(path) = cgroups.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return false;
+    };
+    // Outside this process's cgroup namespace: not visible from here.
+    if path.starts_with("/..") {
+        return false;
+    }
+    let Ok(mounts) = tessera_mountinfo::read() else {
+        return false;
+    };
+    mounts
+        .iter()
+        .filter(|m| m.fs_type == "cgroup2" && m.root == "/")
+        .any(|m| {
+            let events = m
+                .mount_point
+                .join(path.trim_start_matches('/'))
+                .join("cgroup.events");
+            fs::read_to_string(events).is_ok_and(|t| t.lines().any(|l| l == "frozen 1"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A holder in a frozen cgroup v2 counts as suspended, and again as
+    /// running once thawed. Needs root and a cgroup v2 tree (as CI has).
+    #[test]
+    fn a_process_in_a_frozen_cgroup_counts_as_suspended() {
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: not root (a test cgroup is made and frozen)");
+            return;
+        }
+        let mounts = tessera_mountinfo::read().unwrap();
+        let Some(v2) = mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup2" && m.root == "/")
+        else {
+            println!("skipped: no cgroup v2 tree mounted");
+            return;
+        };
+        let dir = v2
+            .mount_point
+            .join(format!("gpusim-freeze-{}", std::process::id()));
+        fs::create_dir(&dir).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        let frozen = |want: &str| {
+            (0..200).any(|_| {
+                let events = fs::read_to_string(dir.join("cgroup.events")).unwrap();
+                let done = events.lines().any(|l| l == want);
+                if !done {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                done
+            })
+        };
+        assert!(!suspended(pid), "running, not suspended");
+        fs::write(dir.join("cgroup.freeze"), "1").unwrap();
+        assert!(frozen("frozen 1"), "the cgroup did not freeze");
+        let held = suspended(pid);
+        fs::write(dir.join("cgroup.freeze"), "0").unwrap();
+        assert!(frozen("frozen 0"), "the cgroup did not thaw");
+        let after = suspended(pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        fs::remove_dir(&dir).unwrap();
+        assert!(held, "a frozen process counts as suspended");
+        assert!(!after, "a thawed process does not");
+    }
 
     #[test]
     fn parses_names_with_parentheses() {

@@ -93,6 +93,18 @@ pub enum StateError {
         /// The file.
         path: PathBuf,
     },
+    /// A GPU's lock is held by a stopped or frozen thread.
+    #[error(
+        "GPU {gpu} in state file {path} is held by thread {tid}, which is stopped or frozen; not waiting for it"
+    )]
+    HolderSuspended {
+        /// GPU index.
+        gpu: usize,
+        /// The file.
+        path: PathBuf,
+        /// The holder's thread id.
+        tid: i32,
+    },
     /// A GPU's lock could not be taken.
     #[error("cannot lock GPU {gpu} in state file {path}")]
     Lock {
@@ -435,6 +447,11 @@ impl State {
                 gpu: i,
                 path: self.path.clone(),
             },
+            LockError::HolderSuspended { tid } => StateError::HolderSuspended {
+                gpu: i,
+                path: self.path.clone(),
+                tid,
+            },
             LockError::Os(source) => StateError::Lock {
                 gpu: i,
                 path: self.path.clone(),
@@ -563,6 +580,46 @@ mod tests {
         assert!(err.contains("cannot lock GPU 0"), "{err}");
         // Released properly: it locks again.
         assert!(!state.lock(0).unwrap().recovered);
+    }
+
+    /// A holder stopped inside its critical section (a stop signal, a
+    /// frozen cgroup) would hold every other process of the node, the node
+    /// agent's NVML queries included, for as long as it stays stopped: the
+    /// waiter gives up with an error naming the holder instead.
+    #[test]
+    fn a_stopped_holder_is_given_up_on_instead_of_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let state = State::open(&cfg).unwrap();
+        let pid = sys::stopped_child(|| std::mem::forget(state.lock(0).unwrap()));
+        let start = std::time::Instant::now();
+        let err = state
+            .lock(0)
+            .err()
+            .expect("the stopped holder's lock was taken");
+        let waited = start.elapsed();
+        assert!(
+            matches!(err, StateError::HolderSuspended { gpu: 0, tid, .. } if tid == pid),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("stopped or frozen"), "{err}");
+        assert!(
+            waited >= std::time::Duration::from_nanos(sys::SUSPENDED_HOLDER_NS)
+                && waited < std::time::Duration::from_secs(5),
+            "gave up after {waited:?}"
+        );
+        // The other GPU is free all along.
+        assert!(!state.lock(1).unwrap().recovered);
+        // Killed, the holder's lock is recovered as any dead holder's.
+        // SAFETY: kills and reaps our own stopped child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert!(state.lock(0).unwrap().recovered);
     }
 
     #[test]

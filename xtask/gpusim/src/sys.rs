@@ -120,12 +120,45 @@ pub enum Locked {
 /// each sleep turns such a lost wake-up into a delay of at most this long.
 pub const LOCK_WAIT_SLICE_NS: u64 = 10_000_000;
 
+/// How long a waiter waits on a robust mutex before it looks at whether
+/// its holder is stopped or frozen ([`LockError::HolderSuspended`]); far
+/// above any critical section of the simulator's.
+pub const SUSPENDED_HOLDER_NS: u64 = 250_000_000;
+
+/// glibc keeps a robust mutex's holder in its futex word (the mutex's
+/// first 32 bits): the thread id in the low 30 bits, beside the waiters
+/// and owner-died flags.
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// The thread id holding `m` (0: none).
+///
+/// # Safety
+/// `m` must point to a mapped, initialised robust mutex.
+unsafe fn holder(m: *mut libc::pthread_mutex_t) -> i32 {
+    // SAFETY: the futex word is the first, 4-aligned u32 of a glibc mutex
+    // and is only ever changed atomically (by glibc and the kernel), so an
+    // atomic load of it is sound while the mutex stays mapped.
+    let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(m.cast::<u32>()) }
+        .load(std::sync::atomic::Ordering::Relaxed);
+    i32::try_from(word & FUTEX_TID_MASK).unwrap_or(0)
+}
+
 /// Why a robust mutex could not be locked.
 #[derive(Debug)]
 pub enum LockError {
     /// An owner died and the next one released it without making it
     /// consistent: it can never be locked again (`ENOTRECOVERABLE`).
     NotRecoverable,
+    /// The holder has been stopped or frozen for [`SUSPENDED_HOLDER_NS`]
+    /// at least while this caller waited: it may not let go for as long as
+    /// someone keeps it so, and the caller gives up instead of waiting with
+    /// it. (The real driver's locks live in the kernel, where a task is
+    /// never stopped or frozen while it holds one; the simulator's live in
+    /// a process's memory.)
+    HolderSuspended {
+        /// The holder's thread id, as the mutex records it.
+        tid: i32,
+    },
     /// Any other failure.
     Os(io::Error),
 }
@@ -142,13 +175,22 @@ pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockEr
     // Uncontended: no clock read, no syscall.
     // SAFETY: per the caller's contract.
     let mut rc = unsafe { libc::pthread_mutex_trylock(m) };
+    let mut waited_ns = 0;
     while rc == libc::EBUSY || rc == libc::ETIMEDOUT {
+        if waited_ns >= SUSPENDED_HOLDER_NS {
+            // SAFETY: per the caller's contract.
+            let tid = unsafe { holder(m) };
+            if tid > 0 && crate::procfs::suspended(tid) {
+                return Err(LockError::HolderSuspended { tid });
+            }
+        }
         // CLOCK_REALTIME is what pthread_mutex_timedlock takes: a clock
         // stepped back lengthens one wait, and only a wait whose wake-up
         // was lost.
         let deadline = timespec_after(libc::CLOCK_REALTIME, LOCK_WAIT_SLICE_NS);
         // SAFETY: per the caller's contract; deadline is a valid timespec.
         rc = unsafe { libc::pthread_mutex_timedlock(m, &deadline) };
+        waited_ns += LOCK_WAIT_SLICE_NS;
     }
     match rc {
         0 => Ok(Locked::Clean),
@@ -352,6 +394,36 @@ pub fn in_child(f: impl FnOnce()) -> i32 {
     } else {
         128 + libc::WTERMSIG(status)
     }
+}
+
+/// Runs `f` in a forked child that then stops itself (`SIGSTOP`) with
+/// whatever `f` holds still held; returns the child's pid once it is
+/// stopped. The caller kills and reaps it.
+#[cfg(test)]
+pub fn stopped_child(f: impl FnOnce()) -> libc::pid_t {
+    // SAFETY: the child only runs `f` (test code touching the shared
+    // mapping it inherited), stops, and leaves with _exit if continued.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        f();
+        // SAFETY: raise and _exit take no pointers; the child stops here
+        // until killed, and ends at once if ever continued.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child to stop; status is a valid
+    // out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
+    assert_eq!(r, pid, "waitpid: {}", io::Error::last_os_error());
+    assert!(
+        libc::WIFSTOPPED(status),
+        "the child did not stop: {status:#x}"
+    );
+    pid
 }
 
 /// Locks `m` and, if its owner had died, unlocks it without making it
