@@ -89,6 +89,7 @@ fn pod(name: &str, mib: u64, sm: u32) -> ContainerView {
             priority: 0,
             bypass_action: Action::Alert,
             memory_overage_action: Action::Alert,
+            compute_overage_action: Action::Throttle,
             rule: None,
         },
         ebpf: None,

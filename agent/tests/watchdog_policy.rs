@@ -89,6 +89,7 @@ fn policy(bypass: Action, memory: Action) -> Policy {
             priority: 0,
             bypass_action: bypass,
             memory_overage_action: memory,
+            compute_overage_action: Action::Throttle,
             rule: None,
         },
         rules: Vec::new(),

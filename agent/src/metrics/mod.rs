@@ -387,8 +387,10 @@ mod tests {
 
     /// The text the former registry of labelled children wrote for this
     /// view (`tests/fixtures/metrics_registry_golden.prom`, rendered by it
-    /// before it was replaced): the scrape-time families write the same
-    /// bytes — names, help, types, label order, series order, values.
+    /// before it was replaced; the compute-overage reason and the throttle
+    /// action since added in the registry's sorted order): the
+    /// scrape-time families write the same bytes — names, help, types,
+    /// label order, series order, values.
     #[test]
     fn the_scrape_writes_what_the_registry_of_labelled_children_wrote() {
         let m = Metrics::new().unwrap();

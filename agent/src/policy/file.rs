@@ -8,12 +8,13 @@
 //!   priority: 0                  # 0 to 100, higher is served first
 //!   bypassAction: alert          # alert | deny | freeze | kill
 //!   memoryOverageAction: kill    # alert | deny | freeze | kill
+//!   computeOverageAction: throttle  # alert | deny | throttle | freeze | kill
 //! rules:                         # optional; the first match wins
 //!   - name: research-lends-idle-compute   # unique
 //!     match:                     # at least one criterion
 //!       namespaces: [research]   # any of these
 //!       podLabels: {tier: batch} # all of these
-//!     computeMode: elastic       # at least one of the four fields
+//!     computeMode: elastic       # at least one of the five fields
 //! ```
 //!
 //! The file is checked completely before anything of it is used: unknown
@@ -223,6 +224,7 @@ pub fn to_yaml(policy: &Policy) -> String {
             priority: Some(d.priority),
             bypass_action: Some(d.bypass_action),
             memory_overage_action: Some(d.memory_overage_action),
+            compute_overage_action: Some(d.compute_overage_action),
         },
         rules: policy
             .rules
@@ -238,6 +240,7 @@ pub fn to_yaml(policy: &Policy) -> String {
                     priority: r.set.priority,
                     bypass_action: r.set.bypass_action,
                     memory_overage_action: r.set.memory_overage_action,
+                    compute_overage_action: r.set.compute_overage_action,
                 },
             })
             .collect(),
@@ -265,6 +268,8 @@ struct OutSettings {
     bypass_action: Option<Action>,
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_overage_action: Option<Action>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compute_overage_action: Option<Action>,
 }
 
 #[derive(Serialize)]
@@ -312,6 +317,7 @@ impl FilePolicy {
         e.priority = d.priority.unwrap_or(e.priority);
         e.bypass_action = d.bypass_action.unwrap_or(e.bypass_action);
         e.memory_overage_action = d.memory_overage_action.unwrap_or(e.memory_overage_action);
+        e.compute_overage_action = d.compute_overage_action.unwrap_or(e.compute_overage_action);
         p.rules = self.rules.0;
         p
     }
@@ -325,10 +331,12 @@ struct FileSettings {
     compute_mode: Option<Mode>,
     #[serde(default, deserialize_with = "present")]
     priority: Option<Priority>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "process_action")]
     bypass_action: Option<Action>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "process_action")]
     memory_overage_action: Option<Action>,
+    #[serde(default, deserialize_with = "present")]
+    compute_overage_action: Option<Action>,
 }
 
 impl FileSettings {
@@ -338,6 +346,7 @@ impl FileSettings {
             priority: self.priority.map(|p| p.0),
             bypass_action: self.bypass_action,
             memory_overage_action: self.memory_overage_action,
+            compute_overage_action: self.compute_overage_action,
         }
     }
 }
@@ -346,6 +355,32 @@ impl FileSettings {
 /// is refused as the wrong type rather than read as "not set").
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
+}
+
+/// `bypassAction`, `memoryOverageAction`: any action but the throttle,
+/// which holds compute and nothing else.
+fn process_action<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Action>, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = Action;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("one of alert, deny, freeze, kill")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Action, E> {
+            match Action::ALL.iter().find(|a| a.as_str() == v) {
+                Some(Action::Throttle) => Err(E::custom(
+                    "is \"throttle\", which holds compute only (computeOverageAction); accepted: alert, deny, freeze, kill",
+                )),
+                Some(a) => Ok(*a),
+                None => Err(E::custom(format!(
+                    "unknown variant `{v}`, expected one of `alert`, `deny`, `freeze`, `kill`"
+                ))),
+            }
+        }
+    }
+    d.deserialize_str(V).map(Some)
 }
 
 /// A string that must be exactly `.0`.
@@ -538,11 +573,12 @@ impl<'de> Visitor<'de> for RuleSeed<'_> {
             priority: raw.priority,
             bypass_action: raw.bypass_action,
             memory_overage_action: raw.memory_overage_action,
+            compute_overage_action: raw.compute_overage_action,
         }
         .into_settings();
         if set.is_empty() {
             return Err(de::Error::custom(format!(
-                "rule {name:?} sets nothing; accepted: at least one of computeMode, priority, bypassAction, memoryOverageAction"
+                "rule {name:?} sets nothing; accepted: at least one of computeMode, priority, bypassAction, memoryOverageAction, computeOverageAction"
             )));
         }
         Ok(Rule {
@@ -563,10 +599,12 @@ struct FileRule {
     compute_mode: Option<Mode>,
     #[serde(default, deserialize_with = "present")]
     priority: Option<Priority>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "process_action")]
     bypass_action: Option<Action>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "process_action")]
     memory_overage_action: Option<Action>,
+    #[serde(default, deserialize_with = "present")]
+    compute_overage_action: Option<Action>,
 }
 
 /// `match`: at least one criterion.

@@ -1,6 +1,7 @@
 //! The node policy: defaults plus rules matched by namespace
 //! and pod labels, deciding each container's compute mode, priority and
-//! what the watchdog does on a bypass or a memory overage.
+//! what the watchdog does on a bypass, a memory overage or a compute
+//! overage.
 //!
 //! - [`file`]: the YAML file (`deploy/examples/policy.yaml`), parsed and
 //!   checked; every error names the file, line, column and field;
@@ -45,6 +46,10 @@ pub enum Action {
     /// Deny the container's further opens of GPU devices (the cgroup
     /// device guard); handles it holds keep working.
     Deny,
+    /// Hold the container to its compute cap by freezing its cgroup in
+    /// the periods it owes GPU time (`watchdog::throttle`); a container
+    /// the freezes cannot hold is killed. Compute overage only.
+    Throttle,
     /// Freeze the container's cgroup (`cgroup.freeze`).
     Freeze,
     /// Kill every process of the container's cgroup (`cgroup.kill`).
@@ -53,13 +58,20 @@ pub enum Action {
 
 impl Action {
     /// Every action, mildest first.
-    pub const ALL: [Action; 4] = [Action::Alert, Action::Deny, Action::Freeze, Action::Kill];
+    pub const ALL: [Action; 5] = [
+        Action::Alert,
+        Action::Deny,
+        Action::Throttle,
+        Action::Freeze,
+        Action::Kill,
+    ];
 
     /// The name used in policy files, logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Alert => "alert",
             Action::Deny => "deny",
+            Action::Throttle => "throttle",
             Action::Freeze => "freeze",
             Action::Kill => "kill",
         }
@@ -83,6 +95,8 @@ pub struct Effective {
     pub bypass_action: Action,
     /// What real memory (NVML) above the limit gets.
     pub memory_overage_action: Action,
+    /// What a share of the GPU (NVML) above the compute cap gets.
+    pub compute_overage_action: Action,
     /// The rule that matched (none: the defaults).
     pub rule: Option<String>,
 }
@@ -114,6 +128,8 @@ pub struct Settings {
     pub bypass_action: Option<Action>,
     /// `memoryOverageAction`.
     pub memory_overage_action: Option<Action>,
+    /// `computeOverageAction`.
+    pub compute_overage_action: Option<Action>,
 }
 
 impl Settings {
@@ -171,9 +187,11 @@ pub struct Policy {
 
 impl Default for Policy {
     /// Without a policy file: the container's own mode and priority (hard
-    /// and 0 where it sets none), an alert on a bypass (the memory
-    /// watchdog stays the backstop), a kill on a memory overage (as the
-    /// kernel does on a cgroup's memory.max).
+    /// and 0 where it sets none), an alert on a bypass (the memory and
+    /// compute watchdogs stay the backstops), a kill on a memory overage
+    /// (as the kernel does on a cgroup's memory.max), the throttle on a
+    /// compute overage (the container keeps running at its share; killed
+    /// only when freezing cannot hold it).
     fn default() -> Self {
         Self {
             defaults: Effective {
@@ -181,6 +199,7 @@ impl Default for Policy {
                 priority: 0,
                 bypass_action: Action::Alert,
                 memory_overage_action: Action::Kill,
+                compute_overage_action: Action::Throttle,
                 rule: None,
             },
             rules: Vec::new(),
@@ -216,6 +235,9 @@ impl Policy {
             memory_overage_action: set
                 .and_then(|s| s.memory_overage_action)
                 .unwrap_or(d.memory_overage_action),
+            compute_overage_action: set
+                .and_then(|s| s.compute_overage_action)
+                .unwrap_or(d.compute_overage_action),
             rule: rule.map(|r| r.name.clone()),
         }
     }

@@ -70,6 +70,7 @@ fn without_a_file_the_built_in_defaults_keep_todays_behaviour() {
             priority: 0,
             bypass_action: Action::Alert,
             memory_overage_action: Action::Kill,
+            compute_overage_action: Action::Throttle,
             rule: None,
         }
     );
@@ -82,6 +83,7 @@ const RULES: &str = "defaults:
   priority: 10
   bypassAction: alert
   memoryOverageAction: kill
+  computeOverageAction: kill
 rules:
   - name: prod-inference
     match:
@@ -99,6 +101,7 @@ rules:
     match:
       podLabels: {component: notebook}
     bypassAction: deny
+    computeOverageAction: alert
 ";
 
 #[test]
@@ -143,8 +146,15 @@ fn the_first_matching_rule_sets_only_its_fields() {
     // Label-only rules match in any namespace, and outside Kubernetes.
     let e = p.effective(&meta(Some("lab"), &[("component", "notebook")]));
     assert_eq!(
-        (e.rule.as_deref(), e.bypass_action),
-        (Some("notebooks"), Action::Deny)
+        (e.rule.as_deref(), e.bypass_action, e.compute_overage_action),
+        (Some("notebooks"), Action::Deny, Action::Alert)
+    );
+    // The compute overage action: the file's default where the rule
+    // sets none.
+    assert_eq!(
+        p.effective(&meta(Some("prod"), &both))
+            .compute_overage_action,
+        Action::Kill
     );
     let e = p.effective(&meta(None, &[("component", "notebook")]));
     assert_eq!(e.rule.as_deref(), Some("notebooks"));
@@ -257,12 +267,21 @@ fn actions_modes_and_priorities_out_of_range_are_refused() {
         4,
         Some("defaults.bypassAction"),
         &[
-            "unknown variant `throttle`",
-            "alert",
-            "deny",
-            "freeze",
-            "kill",
+            "\"throttle\", which holds compute only (computeOverageAction)",
+            "accepted: alert, deny, freeze, kill",
         ],
+    );
+    assert_refused(
+        "defaults:\n  memoryOverageAction: hold\n",
+        4,
+        Some("defaults.memoryOverageAction"),
+        &["unknown variant `hold`", "alert", "deny", "freeze", "kill"],
+    );
+    assert_refused(
+        "rules:\n  - name: a\n    match: {namespaces: [x]}\n    computeOverageAction: cap\n",
+        6,
+        Some("rules[0].computeOverageAction"),
+        &["unknown variant `cap`", "throttle"],
     );
     assert_refused(
         "rules:\n  - name: a\n    match: {namespaces: [x]}\n    memoryOverageAction: Kill\n",

@@ -338,6 +338,7 @@ mod tests {
                 priority: 0,
                 bypass_action: Action::Alert,
                 memory_overage_action: Action::Alert,
+                compute_overage_action: Action::Throttle,
                 rule: None,
             },
             ebpf: None,

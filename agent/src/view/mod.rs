@@ -165,11 +165,19 @@ pub enum Reason {
     /// cleared, byte counters rewritten, launch bucket reset); the
     /// watchdog gives it the policy's bypass action.
     Tampering,
+    /// A share of a GPU (NVML) above the compute cap, by more than the
+    /// margin over the window (`watchdog::compute`).
+    ComputeOverage,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 3] = [Reason::MemoryOverage, Reason::Bypass, Reason::Tampering];
+    pub const ALL: [Reason; 4] = [
+        Reason::MemoryOverage,
+        Reason::Bypass,
+        Reason::Tampering,
+        Reason::ComputeOverage,
+    ];
 
     /// The name used in logs and metrics.
     pub fn as_str(self) -> &'static str {
@@ -177,6 +185,7 @@ impl Reason {
             Reason::MemoryOverage => "memory_overage",
             Reason::Bypass => "bypass",
             Reason::Tampering => "tampering",
+            Reason::ComputeOverage => "compute_overage",
         }
     }
 }
@@ -195,7 +204,8 @@ pub struct ActionCount {
 /// What the watchdog has done to a container.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EnforcementView {
-    /// `running`, `denied` (GPU opens refused), `frozen` or `killed`.
+    /// `running`, `denied` (GPU opens refused), `throttled` (frozen in the
+    /// periods it owes GPU time), `frozen` or `killed`.
     pub state: String,
     /// Actions taken, per reason and action.
     pub actions: Vec<ActionCount>,

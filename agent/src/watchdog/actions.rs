@@ -157,6 +157,8 @@ pub fn thaw_container(meta: &crate::containers::Metadata) -> Result<String, Acti
     })?;
     let dir = super::cgroup_dir(&root, rel);
     thaw(&dir)?;
+    // (A running throttle freezes it again and marks it anew.)
+    super::throttle::unmark(&dir)?;
     let end = Instant::now() + Duration::from_secs(1);
     while is_frozen(&dir) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(2));

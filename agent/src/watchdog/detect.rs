@@ -4,6 +4,8 @@
 //! raw), its limits, and the eBPF observer's bypass reports.
 //!
 //! Findings, by reason:
+//! - **compute overage**: the share of a GPU the container's host pids
+//!   took above its cap ([`super::compute`]);
 //! - **memory overage**: the memory NVML lists for the container's host
 //!   pids on a GPU above what it may hold there ([`allowed_bytes`]);
 //! - **bypass**: a process of the container's cgroup that NVML lists on a
@@ -75,6 +77,8 @@ pub struct Memory {
     buckets: [Option<(u64, u64)>; MAX_GPUS],
     /// Per bucket index: recent samples.
     warps: [VecDeque<BucketSample>; MAX_GPUS],
+    /// Recent shares of each granted GPU against their caps.
+    compute: super::compute::ComputeMemory,
 }
 
 /// One read of a launch bucket: (time, warps admitted, launches
@@ -130,6 +134,9 @@ pub struct Facts<'a> {
     pub ebpf_bypass: &'a [u32],
     /// See [`super::settings::WatchdogSettings::context_allowance`].
     pub context_allowance: u64,
+    /// Each granted GPU's share and cap this period, in the order of the
+    /// metadata's GPUs.
+    pub compute: &'a [super::compute::Compute],
 }
 
 /// What a container may hold on GPU `i` of its grant with `procs`
@@ -181,6 +188,18 @@ pub fn findings(f: &Facts<'_>, memory: &mut Memory) -> Vec<Finding> {
             .collect();
         if let Some(limit) = grant.memory_limit_bytes {
             out.extend(memory_overage(f, uuid, limit, grant, &mine, memory));
+        }
+        if let Some(c) = f.compute.get(i) {
+            let mut pids: Vec<u32> = mine.iter().map(|(p, _)| *p).collect();
+            pids.sort_unstable();
+            let gpu = format_uuid(uuid);
+            out.extend(super::compute::overage(
+                &mut memory.compute,
+                (i, &gpu),
+                f.now,
+                *c,
+                &pids,
+            ));
         }
         out.extend(unaccounted(f, &host, (i, uuid, grant), &mine));
     }
@@ -518,6 +537,7 @@ mod tests {
                 nvml: &nvml,
                 ebpf_bypass: &[],
                 context_allowance: allowance,
+                compute: &[],
             },
             mem,
         )

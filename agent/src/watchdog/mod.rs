@@ -3,9 +3,11 @@
 //! limits and its own usage region, every control period, and the
 //! policy's action on what breaks them.
 //!
-//! - [`detect`]: what is looked for (memory overage, bypass, tampering);
+//! - [`detect`]: what is looked for (memory overage, bypass, tampering,
+//!   and through [`compute`] compute overage);
 //! - [`actions`]: alert, deny, freeze, kill, and the state they leave in
-//!   the kernel;
+//!   the kernel; [`throttle`]: the throttle, which holds a compute
+//!   overage to the cap;
 //! - [`settings`]: the `[watchdog]` settings.
 //!
 //! **Incidents.** A finding must hold in [`CONFIRM_PERIODS`] consecutive
@@ -17,7 +19,10 @@
 //! limit gets the action again. A kill whose finding outlives it by
 //! [`KILL_REPEAT`] is repeated (a process forked past the SIGKILL
 //! fallback). Tampering gets the policy's bypass action: both mean the
-//! interposer's account cannot be trusted.
+//! interposer's account cannot be trusted. A throttle is not an action
+//! taken once: it runs every period while its incident is open, and the
+//! incident ends when the throttle lets go (or gives up and kills),
+//! not when the finding stops (the throttle is what stops it).
 //!
 //! A container without a cgroup in its metadata can only be alerted on:
 //! without a cgroup the agent knows its processes only from the usage
@@ -25,8 +30,10 @@
 //! container's cgroup is never the watchdog's business.
 
 pub mod actions;
+pub mod compute;
 pub mod detect;
 pub mod settings;
+pub mod throttle;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -38,6 +45,7 @@ use crate::policy::{Action, Effective};
 use crate::view::{ActionCount, EnforcementView, Reason};
 
 pub use actions::{ActionError, Deny};
+pub use compute::Compute;
 pub use detect::{Facts, Finding, GpuMemory};
 pub use settings::{EbpfSetting, WatchdogFile, WatchdogSettings};
 
@@ -64,6 +72,10 @@ struct Watch {
     open: BTreeMap<Reason, Incident>,
     counts: BTreeMap<(Reason, Action), u64>,
     last_event: Option<String>,
+    /// The running throttle, if one.
+    throttle: Option<throttle::Throttle>,
+    /// When the throttle last stepped.
+    throttle_at: Option<Instant>,
 }
 
 /// Who a container is, for logs.
@@ -135,8 +147,13 @@ impl Watchdog {
         facts: &Facts<'_>,
     ) -> EnforcementView {
         let watch = self.watches.entry(id.clone()).or_default();
-        let findings = detect::findings(facts, &mut watch.memory);
         let names = Names(id, facts.meta);
+        if watch.throttle.is_none()
+            && let Some(dir) = cgroup
+        {
+            thaw_orphan(dir, &names);
+        }
+        let findings = detect::findings(facts, &mut watch.memory);
         let denied = self.deny.as_ref().is_ok_and(|d| d.is_denied(id.as_str()));
         let frozen = cgroup.is_some_and(actions::is_frozen);
         // The harshest action of this period names the last event (the
@@ -148,7 +165,8 @@ impl Watchdog {
                 watch.seen.remove(&reason);
                 if let Some(i) = watch.open.get_mut(&reason) {
                     i.absent += 1;
-                    if i.absent >= CLOSE_PERIODS {
+                    // (A throttle's incident ends with the throttle.)
+                    if i.absent >= CLOSE_PERIODS && i.action != Action::Throttle {
                         tracing::info!(container = %names, reason = reason.as_str(), "incident over");
                         watch.open.remove(&reason);
                     }
@@ -166,7 +184,7 @@ impl Watchdog {
                     Action::Freeze => !frozen,
                     Action::Deny => !denied,
                     Action::Kill => i.at.elapsed() >= KILL_REPEAT,
-                    Action::Alert => false,
+                    Action::Alert | Action::Throttle => false,
                 };
                 if !undone {
                     continue;
@@ -176,6 +194,7 @@ impl Watchdog {
             let wanted = match reason {
                 Reason::MemoryOverage => policy.memory_overage_action,
                 Reason::Bypass | Reason::Tampering => policy.bypass_action,
+                Reason::ComputeOverage => policy.compute_overage_action,
             };
             let what = found
                 .iter()
@@ -218,6 +237,9 @@ impl Watchdog {
                     "watchdog could only alert"
                 );
             }
+            if taken == Action::Throttle {
+                watch.throttle.get_or_insert_default();
+            }
             *watch.counts.entry((reason, taken)).or_default() += 1;
             if harshest.is_none_or(|h| taken > h) {
                 harshest = Some(taken);
@@ -237,10 +259,16 @@ impl Watchdog {
                 },
             );
         }
+        if watch.throttle.is_some() {
+            step_throttle(watch, cgroup, facts, &names);
+        }
         let denied = self.deny.as_ref().is_ok_and(|d| d.is_denied(id.as_str()));
         let frozen = cgroup.is_some_and(actions::is_frozen);
         let killed = watch.open.values().any(|i| i.action == Action::Kill);
-        let state = if frozen {
+        let held = watch.open.values().any(|i| i.action == Action::Freeze);
+        let state = if watch.throttle.is_some() && !held && !killed {
+            "throttled"
+        } else if frozen {
             "frozen"
         } else if killed {
             "killed"
@@ -283,6 +311,10 @@ fn apply(
             d.deny(id.as_str(), dir)?;
             Ok(format!("GPU device opens denied for {}", dir.display()))
         }
+        Action::Throttle => Ok(format!(
+            "{} throttled: frozen in the periods it owes GPU time",
+            dir.display()
+        )),
         Action::Freeze => {
             actions::freeze(dir)?;
             Ok(format!("{} frozen", dir.display()))
@@ -293,6 +325,90 @@ fn apply(
             let how = actions::kill(dir, &all)?;
             Ok(format!("{} killed ({how})", dir.display()))
         }
+    }
+}
+
+/// Thaws cgroup `dir` if a throttle froze it and none runs for it now (a
+/// previous agent's, stopped mid-throttle).
+fn thaw_orphan(dir: &Path, names: &Names<'_>) {
+    if !throttle::marked(dir) {
+        return;
+    }
+    match throttle::thaw(dir, true) {
+        Ok(()) => {
+            tracing::info!(container = %names, cgroup = %dir.display(), "thawed a cgroup that a stopped throttle left frozen")
+        }
+        Err(e) => {
+            tracing::warn!(container = %names, error = %with_causes(&e), "cannot thaw a cgroup a stopped throttle left frozen")
+        }
+    }
+}
+
+/// One period of the throttle of `watch`'s container: freeze, thaw,
+/// let go, or give up and kill (see [`throttle`]). A cgroup frozen by the
+/// freeze action is left as it is.
+fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, names: &Names<'_>) {
+    let (Some(t), Some(dir)) = (watch.throttle.as_mut(), cgroup) else {
+        return;
+    };
+    let dt = watch.throttle_at.map_or(crate::control::PERIOD, |at| {
+        facts.now.saturating_duration_since(at)
+    });
+    watch.throttle_at = Some(facts.now);
+    let gpus: Vec<(usize, f64, f64)> = facts
+        .compute
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some((i, c.measured?, c.cap?)))
+        .collect();
+    let was_frozen = t.frozen();
+    let step = t.step(&gpus, dt);
+    if watch.open.values().any(|i| i.action == Action::Freeze) {
+        return;
+    }
+    let done = match step {
+        throttle::Step::Freeze => throttle::freeze(dir, was_frozen),
+        throttle::Step::Thaw => throttle::thaw(dir, false),
+        throttle::Step::Release => {
+            watch.throttle = None;
+            watch.throttle_at = None;
+            watch.open.remove(&Reason::ComputeOverage);
+            tracing::info!(container = %names, "throttle released: nothing owed for {} periods", throttle::RELEASE_AFTER);
+            throttle::thaw(dir, true)
+        }
+        throttle::Step::Escalate => {
+            watch.throttle = None;
+            watch.throttle_at = None;
+            let _ = throttle::thaw(dir, true);
+            let all = crate::containers::pids::cgroup_pids(dir).unwrap_or_default();
+            let what = format!(
+                "its GPU work outran the throttle: above cap + {} pp through {} frozen periods (queued or long-running kernels)",
+                compute::MARGIN_PP,
+                throttle::ESCALATE_AFTER
+            );
+            let (taken, note) = match actions::kill(dir, &all) {
+                Ok(how) => (Action::Kill, format!("{} killed ({how})", dir.display())),
+                Err(e) => (Action::Alert, format!("kill failed: {}", with_causes(&e))),
+            };
+            tracing::warn!(container = %names, reason = Reason::ComputeOverage.as_str(), action = %taken, how = %note, seen = %what, "watchdog acted");
+            *watch
+                .counts
+                .entry((Reason::ComputeOverage, taken))
+                .or_default() += 1;
+            watch.last_event = Some(format!("{taken}: compute_overage: {what} ({note})"));
+            watch.open.insert(
+                Reason::ComputeOverage,
+                Incident {
+                    action: taken,
+                    at: Instant::now(),
+                    absent: 0,
+                },
+            );
+            Ok(())
+        }
+    };
+    if let Err(e) = done {
+        tracing::warn!(container = %names, error = %with_causes(&e), "the throttle could not act on the cgroup");
     }
 }
 
@@ -343,6 +459,7 @@ mod tests {
             priority: 0,
             bypass_action: Action::Alert,
             memory_overage_action: memory,
+            compute_overage_action: Action::Throttle,
             rule: None,
         }
     }
@@ -369,6 +486,7 @@ mod tests {
             nvml: &nvml,
             ebpf_bypass: &[],
             context_allowance: 1000 * MIB,
+            compute: &[],
         };
         let id = ContainerId::new("c").unwrap();
         w.check(&id, None, p, &facts)

@@ -3,6 +3,7 @@
 //! and the watchdog's verdict on it.
 
 use super::*;
+use crate::watchdog::Compute;
 
 impl Agent {
     /// Writes a container's control region (memory limits from its
@@ -104,6 +105,21 @@ impl Agent {
                     .unzip()
             })
             .unwrap_or_default();
+        let compute: Vec<Compute> = c
+            .meta
+            .uuids()
+            .iter()
+            .map(|u| {
+                let uuid = format_uuid(u);
+                v.gpus
+                    .iter()
+                    .find(|g| g.uuid == uuid)
+                    .map_or_else(Compute::default, |g| Compute {
+                        measured: g.sm_percent,
+                        cap: g.cap_percent,
+                    })
+            })
+            .collect();
         let facts = Facts {
             meta: &c.meta,
             processes: &v.processes,
@@ -116,6 +132,7 @@ impl Agent {
             nvml,
             ebpf_bypass: seen.map(|s| s.bypass.as_slice()).unwrap_or_default(),
             context_allowance: self.enforcement.watchdog.settings().context_allowance,
+            compute: &compute,
         };
         v.enforcement = self
             .enforcement
