@@ -1,8 +1,10 @@
 //! The eBPF programs in `agent-ebpf/programs`: a cargo workspace of its own,
-//! built with nightly for `bpfel-unknown-none` (`-Z build-std=core`, set in
-//! its `.cargo/config.toml`) and linked by bpf-linker into two objects that
-//! the agent loads: `tessera.bpf.o` (observers) and `tessera-guard.bpf.o`
-//! (the per-pod device guard, loaded once per pod).
+//! built with nightly (or, where setup could not install one, stable under
+//! `RUSTC_BOOTSTRAP=1`: [`Tools::command`]) for `bpfel-unknown-none`
+//! (`-Z build-std=core`, set in its `.cargo/config.toml`) and linked by
+//! bpf-linker into two objects that the agent loads: `tessera.bpf.o`
+//! (observers) and `tessera-guard.bpf.o` (the per-pod device guard, loaded
+//! once per pod).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,7 @@ fn programs_dir() -> PathBuf {
 pub fn build(tools: &Tools, out_dir: &Path) -> Result<()> {
     let dir = programs_dir();
     let target_dir = dir.join("target");
-    let mut cmd = tools.nightly_command("cargo");
+    let mut cmd = tools.command("cargo");
     cmd.current_dir(&dir)
         .args([
             "build",
@@ -58,9 +60,10 @@ pub fn build(tools: &Tools, out_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `cargo fmt --check` of the programs (and nothing else) with nightly rustfmt.
+/// `cargo fmt --check` of the programs (and nothing else) with the eBPF
+/// toolchain's rustfmt.
 pub fn fmt_check(tools: &Tools) -> Result<()> {
-    let mut cmd = tools.nightly_command("cargo");
+    let mut cmd = tools.command("cargo");
     cmd.current_dir(programs_dir())
         .args(["fmt", "--", "--check"]);
     sh::run(&mut cmd).context(
@@ -71,7 +74,7 @@ pub fn fmt_check(tools: &Tools) -> Result<()> {
 /// Clippy with `-D warnings` on the programs, for the bpf target.
 pub fn clippy(tools: &Tools) -> Result<()> {
     let dir = programs_dir();
-    let mut cmd = tools.nightly_command("cargo");
+    let mut cmd = tools.command("cargo");
     cmd.current_dir(&dir)
         .args([
             "clippy",

@@ -37,11 +37,14 @@ struct Cli {
 enum Command {
     /// Install the nightly toolchain, bpf-linker and the Debian and Python packages the tests need.
     ///
-    /// Installs a nightly with rust-src, rustfmt and clippy; bpf-linker
-    /// built against that nightly's LLVM (under target/tools/); as root,
-    /// the Debian packages strace, gcc and libc6-dev; and, where python3
-    /// is present, the Helm SDK the chart tests use (pip). Set
-    /// TESSERA_NIGHTLY to use a given nightly; build and test read it too.
+    /// Installs a nightly with rust-src, rustfmt and clippy (where rustup
+    /// cannot, stable with rust-src, whose eBPF build then runs under
+    /// RUSTC_BOOTSTRAP=1); bpf-linker built against that toolchain's LLVM
+    /// (under target/tools/); as root, the Debian packages strace, gcc and
+    /// libc6-dev; and, where python3 is present, the Helm SDK the chart
+    /// tests use (pip). Set TESSERA_NIGHTLY to use a given toolchain
+    /// (TESSERA_NIGHTLY=stable forces the stable path); build and test
+    /// read it too.
     Setup(setup::Args),
     /// Build every artifact into target/tessera/<profile>/.
     ///

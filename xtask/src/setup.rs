@@ -2,9 +2,13 @@
 //!
 //! - a nightly toolchain with `rust-src`, `rustfmt` and `clippy` (the eBPF
 //!   programs build for `bpfel-unknown-none` with `-Z build-std=core`);
-//! - `bpf-linker`, built against that nightly's own `libLLVM` and kept under
-//!   `target/tools/`, one folder per LLVM build, so a nightly update never
-//!   leaves a linker behind that loads the wrong LLVM;
+//!   where rustup cannot install one (refused, offline), the stable
+//!   toolchain with `rust-src` instead, whose cargo and rustc accept the
+//!   unstable flags under `RUSTC_BOOTSTRAP=1` ([`Tools::command`] sets it
+//!   for any toolchain that is not a nightly);
+//! - `bpf-linker`, built against that toolchain's own `libLLVM` and kept
+//!   under `target/tools/`, one folder per LLVM build, so a toolchain update
+//!   never leaves a linker behind that loads the wrong LLVM;
 //! - the Debian packages the tests use (`strace`, `prometheus`, `curl`, …), as root
 //!   only;
 //! - the Python packages the chart tests use, and NVIDIA's C headers for
@@ -13,10 +17,12 @@
 //! Every step checks first and prints what it found or did, so a second run
 //! is a fast no-op. [`ensure`] is the cheap check the other commands call.
 //!
-//! The nightly is chosen the same way by setup and by [`ensure`] (build,
-//! test): `TESSERA_NIGHTLY` if set, else an installed `nightly`, else the
-//! newest installed dated nightly (setup installs `nightly` when there is
-//! none).
+//! The toolchain is chosen the same way by setup and by [`ensure`] (build,
+//! test): `TESSERA_NIGHTLY` if set (any rustup toolchain name:
+//! `TESSERA_NIGHTLY=stable` forces the stable path), else an installed
+//! `nightly`, else the newest installed dated nightly, else `stable`.
+//! Setup installs `nightly` when there is none, and takes `stable` only
+//! when that install fails.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -48,9 +54,11 @@ const COMPONENTS: [(&str, &str); 3] = [
 /// what the gpu bundle's `controller.sh` polls the agent with
 /// (`agent/tests/bundle_controller.rs` runs it).
 const PACKAGES: [&str; 5] = ["strace", "gcc", "libc6-dev", "prometheus", "curl"];
-/// Environment variable naming the nightly toolchain to use; setup, build
-/// and test all read it.
+/// Environment variable naming the toolchain of the eBPF build (a nightly,
+/// or `stable` for the fallback); setup, build and test all read it.
 pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";
+/// The toolchain setup falls back to when no nightly can be installed.
+const FALLBACK_TOOLCHAIN: &str = "stable";
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Args {
@@ -69,18 +77,43 @@ fn requested_nightly() -> Option<String> {
 /// What the eBPF build needs, found by [`ensure`].
 #[derive(Clone, Debug)]
 pub struct Tools {
-    /// rustup toolchain name for `rustup run`, e.g. `nightly`.
-    pub nightly: String,
-    /// The bpf-linker binary, linked against the nightly's `libLLVM`.
+    /// rustup toolchain name for `rustup run`, e.g. `nightly` or `stable`.
+    pub toolchain: String,
+    /// Whether that toolchain is a nightly; when not, its commands run
+    /// with `RUSTC_BOOTSTRAP=1`.
+    pub is_nightly: bool,
+    /// The bpf-linker binary, linked against the toolchain's `libLLVM`.
     pub bpf_linker: PathBuf,
 }
 
 impl Tools {
-    /// `rustup run <nightly> <program>` with the environment of the outer
-    /// (stable) cargo removed, so nothing leaks into the nightly build.
-    pub fn nightly_command(&self, program: &str) -> Command {
+    fn new(toolchain: String, bpf_linker: PathBuf) -> Result<Self> {
+        let is_nightly = is_nightly_toolchain(&toolchain)?;
+        if !is_nightly {
+            eprintln!(
+                "note: the eBPF programs build with toolchain `{toolchain}`, not a nightly, \
+                 under RUSTC_BOOTSTRAP=1"
+            );
+        }
+        Ok(Self {
+            toolchain,
+            is_nightly,
+            bpf_linker,
+        })
+    }
+
+    /// `rustup run <toolchain> <program>` with the environment of the outer
+    /// cargo removed, so nothing leaks into the eBPF build; with
+    /// `RUSTC_BOOTSTRAP=1` when the toolchain is not a nightly (the
+    /// programs need `-Z build-std` and `asm_experimental_arch`).
+    pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new("rustup");
-        cmd.args(["run", &self.nightly, program]);
+        cmd.args(["run", &self.toolchain, program]);
+        if self.is_nightly {
+            cmd.env_remove("RUSTC_BOOTSTRAP");
+        } else {
+            cmd.env("RUSTC_BOOTSTRAP", "1");
+        }
         for var in [
             "RUSTUP_TOOLCHAIN",
             "RUSTC",
@@ -112,9 +145,9 @@ impl Tools {
 /// `cargo xtask setup`; returns the tools it installed or found, as
 /// [`ensure`] would.
 pub fn run(args: &Args) -> Result<Tools> {
-    let nightly = install_nightly(requested_nightly().as_deref())?;
-    let sysroot = sysroot(&nightly)?;
-    install_components(&nightly, &sysroot)?;
+    let toolchain = install_toolchain(requested_nightly().as_deref())?;
+    let sysroot = sysroot(&toolchain)?;
+    install_components(&toolchain, &sysroot)?;
     let llvm = LlvmLib::find(&sysroot)?;
     install_bpf_linker(&llvm)?;
     if args.no_packages {
@@ -124,10 +157,7 @@ pub fn run(args: &Args) -> Result<Tools> {
         install_python_packages()?;
         crate::headers::install()?;
     }
-    Ok(Tools {
-        nightly,
-        bpf_linker: llvm.linker_path(),
-    })
+    Tools::new(toolchain, llvm.linker_path())
 }
 
 /// Python packages the tests use, as (distribution, pinned version): the
@@ -177,14 +207,10 @@ fn install_python_packages() -> Result<()> {
 pub fn ensure() -> Result<Tools> {
     let nightly = match requested_nightly() {
         Some(name) => name,
-        None => find_nightly()?.context(
-            "no nightly rust toolchain is installed: run `cargo xtask setup` \
-             (or `rustup toolchain install nightly --profile minimal`)",
-        )?,
+        None => find_nightly()?.unwrap_or_else(|| FALLBACK_TOOLCHAIN.to_owned()),
     };
-    let sysroot = sysroot(&nightly).with_context(|| {
-        format!("nightly toolchain `{nightly}` is not usable: run `cargo xtask setup`")
-    })?;
+    let sysroot = sysroot(&nightly)
+        .with_context(|| format!("toolchain `{nightly}` is not usable: run `cargo xtask setup`"))?;
     for (component, marker) in COMPONENTS {
         if !sysroot.join(marker).exists() {
             bail!(
@@ -202,14 +228,13 @@ pub fn ensure() -> Result<Tools> {
             bpf_linker.display()
         );
     }
-    Ok(Tools {
-        nightly,
-        bpf_linker,
-    })
+    Tools::new(nightly, bpf_linker)
 }
 
-/// Picks or installs the nightly toolchain and returns its rustup name.
-fn install_nightly(requested: Option<&str>) -> Result<String> {
+/// Picks or installs the toolchain of the eBPF build and returns its
+/// rustup name: the requested one, else an installed nightly, else a newly
+/// installed `nightly`, else (that install failed) [`FALLBACK_TOOLCHAIN`].
+fn install_toolchain(requested: Option<&str>) -> Result<String> {
     let name = match requested {
         Some(name) if sysroot(name).is_ok() => {
             eprintln!("ok: toolchain `{name}` (from {NIGHTLY_ENV}) already present");
@@ -225,7 +250,7 @@ fn install_nightly(requested: Option<&str>) -> Result<String> {
         },
     };
     let components = COMPONENTS.map(|(c, _)| c).join(",");
-    sh::run(Command::new("rustup").args([
+    let installed = sh::run(Command::new("rustup").args([
         "toolchain",
         "install",
         &name,
@@ -234,9 +259,47 @@ fn install_nightly(requested: Option<&str>) -> Result<String> {
         "--component",
         &components,
     ]))
-    .with_context(|| format!("cannot install rust toolchain `{name}`"))?;
-    eprintln!("installed: toolchain `{name}`");
-    Ok(name)
+    .with_context(|| format!("cannot install rust toolchain `{name}`"));
+    match installed {
+        Ok(()) => {
+            eprintln!("installed: toolchain `{name}`");
+            Ok(name)
+        }
+        // A toolchain asked for by name is not replaced by another.
+        Err(e) if requested.is_some() => Err(e),
+        Err(e) => {
+            eprintln!(
+                "warning: {e:#}; falling back to toolchain `{FALLBACK_TOOLCHAIN}` with rust-src \
+                 and RUSTC_BOOTSTRAP=1 for the eBPF programs"
+            );
+            sysroot(FALLBACK_TOOLCHAIN).with_context(|| {
+                format!("cannot use toolchain `{FALLBACK_TOOLCHAIN}` either (rustup run {FALLBACK_TOOLCHAIN} rustc fails)")
+            })?;
+            Ok(FALLBACK_TOOLCHAIN.to_owned())
+        }
+    }
+}
+
+/// Whether `toolchain` is a nightly (or a local dev build), read from its
+/// `rustc --version`: only those accept unstable flags without
+/// `RUSTC_BOOTSTRAP`.
+fn is_nightly_toolchain(toolchain: &str) -> Result<bool> {
+    let version = sh::output(
+        Command::new("rustup")
+            .args(["run", toolchain, "rustc", "--version"])
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("RUSTC_BOOTSTRAP"),
+    )
+    .with_context(|| format!("cannot read the version of toolchain `{toolchain}`"))?;
+    Ok(version_is_nightly(&version))
+}
+
+fn version_is_nightly(version: &str) -> bool {
+    // e.g. `rustc 1.97.0-nightly (e50aa6fba 2026-05-19)`, `rustc 1.95.0 (...)`.
+    version
+        .split_whitespace()
+        .nth(1)
+        .is_some_and(|v| v.ends_with("-nightly") || v.ends_with("-dev"))
 }
 
 /// The installed nightly to use: `nightly` itself, else the newest dated one.
@@ -273,7 +336,7 @@ fn sysroot(toolchain: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(out.trim()))
 }
 
-fn install_components(nightly: &str, sysroot: &Path) -> Result<()> {
+fn install_components(toolchain: &str, sysroot: &Path) -> Result<()> {
     let missing: Vec<&str> = COMPONENTS
         .iter()
         .filter(|(_, marker)| !sysroot.join(marker).exists())
@@ -281,18 +344,23 @@ fn install_components(nightly: &str, sysroot: &Path) -> Result<()> {
         .collect();
     if missing.is_empty() {
         eprintln!(
-            "ok: components {} on `{nightly}` already present",
+            "ok: components {} on `{toolchain}` already present",
             COMPONENTS.map(|(c, _)| c).join(", ")
         );
         return Ok(());
     }
     sh::run(
         Command::new("rustup")
-            .args(["component", "add", "--toolchain", nightly])
+            .args(["component", "add", "--toolchain", toolchain])
             .args(&missing),
     )
-    .with_context(|| format!("cannot add {} to toolchain `{nightly}`", missing.join(", ")))?;
-    eprintln!("installed: {} on `{nightly}`", missing.join(", "));
+    .with_context(|| {
+        format!(
+            "cannot add {} to toolchain `{toolchain}`",
+            missing.join(", ")
+        )
+    })?;
+    eprintln!("installed: {} on `{toolchain}`", missing.join(", "));
     Ok(())
 }
 
@@ -327,7 +395,7 @@ impl LlvmLib {
             }
         }
         bail!(
-            "no libLLVM.so.* in {}: this toolchain cannot host bpf-linker; set {NIGHTLY_ENV} to a rustup nightly",
+            "no libLLVM.so.* in {}: this toolchain cannot host bpf-linker; set {NIGHTLY_ENV} to a rustup toolchain (a nightly, or stable)",
             lib.display()
         )
     }
@@ -367,15 +435,15 @@ fn install_bpf_linker(llvm: &LlvmLib) -> Result<()> {
     }
     if !LLVM_MAJORS.contains(&llvm.major) {
         bail!(
-            "bpf-linker 0.13 supports LLVM {}..={}, but the nightly ships LLVM {}: \
-             set {NIGHTLY_ENV} to a nightly with a supported LLVM",
+            "bpf-linker 0.13 supports LLVM {}..={}, but the toolchain ships LLVM {}: \
+             set {NIGHTLY_ENV} to a toolchain with a supported LLVM",
             LLVM_MAJORS.start(),
             LLVM_MAJORS.end(),
             llvm.major
         );
     }
     // bpf-linker links `-lLLVM` from `$LLVM_PREFIX/lib` and records that
-    // folder as its rpath; the folder holds links to the nightly's library.
+    // folder as its rpath; the folder holds links to the toolchain's library.
     let dir = llvm.tools_dir();
     let prefix_lib = dir.join("llvm/lib");
     fs::create_dir_all(&prefix_lib)
@@ -490,6 +558,19 @@ mod tests {
             Some("nightly-2026-05-20-x86_64-unknown-linux-gnu")
         );
         assert_eq!(pick_nightly("stable-x86_64-unknown-linux-gnu\n"), None);
+    }
+
+    #[test]
+    fn tells_nightly_from_stable() {
+        assert!(version_is_nightly(
+            "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\n"
+        ));
+        assert!(version_is_nightly("rustc 1.98.0-dev\n"));
+        assert!(!version_is_nightly("rustc 1.95.0 (59807616e 2026-04-14)\n"));
+        assert!(!version_is_nightly(
+            "rustc 1.96.0-beta.3 (aaaaaaaaa 2026-05-01)\n"
+        ));
+        assert!(!version_is_nightly(""));
     }
 
     #[test]
