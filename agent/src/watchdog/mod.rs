@@ -37,6 +37,8 @@ pub mod throttle;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use crate::containers::{ContainerId, Metadata};
@@ -76,6 +78,9 @@ struct Watch {
     throttle: Option<throttle::Throttle>,
     /// When the throttle last stepped.
     throttle_at: Option<Instant>,
+    /// The throttle's current slice (a slice's timer freezes only while
+    /// it is still current).
+    slice: Arc<AtomicU64>,
 }
 
 /// Who a container is, for logs.
@@ -125,7 +130,14 @@ impl Watchdog {
 
     /// Forgets the containers for which `present` is false.
     pub fn retain(&mut self, present: impl Fn(&ContainerId) -> bool) {
-        self.watches.retain(|id, _| present(id));
+        self.watches.retain(|id, w| {
+            let keep = present(id);
+            if !keep {
+                // (A slice's timer of a container gone freezes nothing.)
+                w.slice.fetch_add(1, AtomicOrdering::SeqCst);
+            }
+            keep
+        });
     }
 
     /// Whether container `id` has no finding awaiting confirmation and no
@@ -317,6 +329,9 @@ fn apply(
         )),
         Action::Freeze => {
             actions::freeze(dir)?;
+            // The freeze action's now, not the throttle's: a new agent
+            // must not thaw it.
+            throttle::unmark(dir)?;
             Ok(format!("{} frozen", dir.display()))
         }
         Action::Kill => {
@@ -344,9 +359,9 @@ fn thaw_orphan(dir: &Path, names: &Names<'_>) {
     }
 }
 
-/// One period of the throttle of `watch`'s container: freeze, thaw,
-/// let go, or give up and kill (see [`throttle`]). A cgroup frozen by the
-/// freeze action is left as it is.
+/// One period of the throttle of `watch`'s container: freeze, thaw (for a
+/// slice, frozen again by a timer), let go, or give up and kill (see
+/// [`throttle`]). A cgroup frozen by the freeze action is left as it is.
 fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, names: &Names<'_>) {
     let (Some(t), Some(dir)) = (watch.throttle.as_mut(), cgroup) else {
         return;
@@ -361,14 +376,25 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
         .enumerate()
         .filter_map(|(i, c)| Some((i, c.measured?, c.cap?)))
         .collect();
-    let was_frozen = t.frozen();
     let step = t.step(&gpus, dt);
+    // Whatever happens now, a slice's timer from an earlier period must
+    // not freeze after it.
+    let slice = watch.slice.fetch_add(1, AtomicOrdering::SeqCst) + 1;
     if watch.open.values().any(|i| i.action == Action::Freeze) {
         return;
     }
     let done = match step {
-        throttle::Step::Freeze => throttle::freeze(dir, was_frozen),
-        throttle::Step::Thaw => throttle::thaw(dir, false),
+        throttle::Step::Freeze => throttle::freeze(dir),
+        throttle::Step::Thaw(None) => throttle::thaw(dir, false),
+        throttle::Step::Thaw(Some(d)) => throttle::thaw(dir, false).map(|()| {
+            let (dir, current) = (dir.to_owned(), watch.slice.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(d);
+                if current.load(AtomicOrdering::SeqCst) == slice {
+                    let _ = throttle::freeze(&dir);
+                }
+            });
+        }),
         throttle::Step::Release => {
             watch.throttle = None;
             watch.throttle_at = None;
@@ -382,7 +408,7 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
             let _ = throttle::thaw(dir, true);
             let all = crate::containers::pids::cgroup_pids(dir).unwrap_or_default();
             let what = format!(
-                "its GPU work outran the throttle: above cap + {} pp through {} frozen periods (queued or long-running kernels)",
+                "its GPU work outran the throttle: above cap + {} pp through {} periods frozen throughout (queued or long-running kernels)",
                 compute::MARGIN_PP,
                 throttle::ESCALATE_AFTER
             );

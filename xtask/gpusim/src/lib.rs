@@ -35,6 +35,7 @@ pub mod timeline;
 
 pub use node::NodeDescription;
 pub use sim::{Attachment, Sim, SimError};
+pub use sys::{Patience, with_patience};
 
 /// Monotonic clock shared with the timeline (ns).
 pub fn monotonic_ns() -> u64 {

@@ -557,6 +557,36 @@ mod tests {
         path
     }
 
+    /// A driver call waits for a stopped holder that goes on (a throttled
+    /// neighbour is thawed again) instead of failing.
+    #[test]
+    fn a_driver_call_waits_for_a_holder_that_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let state = State::open(&cfg).unwrap();
+        let pid = sys::stopped_child(|| std::mem::forget(state.lock(0).unwrap()));
+        let resume = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(800));
+            // SAFETY: continues, then reaps, our own stopped child (which
+            // exits at once, holding the lock).
+            unsafe {
+                libc::kill(pid, libc::SIGCONT);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        });
+        let start = std::time::Instant::now();
+        let got = state
+            .lock(0)
+            .expect("a driver call gave up on a holder that went on");
+        assert!(start.elapsed() >= std::time::Duration::from_millis(700));
+        assert!(got.recovered, "the holder exited holding it");
+        drop(got);
+        resume.join().unwrap();
+    }
+
     #[test]
     fn locking_a_gpu_this_thread_holds_fails_instead_of_hanging() {
         let dir = tempfile::tempdir().unwrap();
@@ -584,8 +614,9 @@ mod tests {
 
     /// A holder stopped inside its critical section (a stop signal, a
     /// frozen cgroup) would hold every other process of the node, the node
-    /// agent's NVML queries included, for as long as it stays stopped: the
-    /// waiter gives up with an error naming the holder instead.
+    /// agent's NVML queries included, for as long as it stays stopped: a
+    /// monitoring query gives up with an error naming the holder instead,
+    /// and at once the next time while it stays stopped.
     #[test]
     fn a_stopped_holder_is_given_up_on_instead_of_waited_for() {
         let dir = tempfile::tempdir().unwrap();
@@ -595,11 +626,9 @@ mod tests {
         };
         let state = State::open(&cfg).unwrap();
         let pid = sys::stopped_child(|| std::mem::forget(state.lock(0).unwrap()));
+        let monitor = || sys::with_patience(sys::Patience::Monitor, || state.lock(0).err());
         let start = std::time::Instant::now();
-        let err = state
-            .lock(0)
-            .err()
-            .expect("the stopped holder's lock was taken");
+        let err = monitor().expect("the stopped holder's lock was taken");
         let waited = start.elapsed();
         assert!(
             matches!(err, StateError::HolderSuspended { gpu: 0, tid, .. } if tid == pid),
@@ -610,6 +639,13 @@ mod tests {
             waited >= std::time::Duration::from_nanos(sys::SUSPENDED_HOLDER_NS)
                 && waited < std::time::Duration::from_secs(5),
             "gave up after {waited:?}"
+        );
+        let start = std::time::Instant::now();
+        assert!(monitor().is_some());
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(100),
+            "gave up on the same holder again after {:?}",
+            start.elapsed()
         );
         // The other GPU is free all along.
         assert!(!state.lock(1).unwrap().recovered);

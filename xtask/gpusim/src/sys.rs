@@ -121,9 +121,64 @@ pub enum Locked {
 pub const LOCK_WAIT_SLICE_NS: u64 = 10_000_000;
 
 /// How long a waiter waits on a robust mutex before it looks at whether
-/// its holder is stopped or frozen ([`LockError::HolderSuspended`]); far
-/// above any critical section of the simulator's.
+/// its holder is stopped or frozen; far above any critical section of the
+/// simulator's.
 pub const SUSPENDED_HOLDER_NS: u64 = 250_000_000;
+
+/// How long a driver call waits while a lock's holder stays stopped or
+/// frozen ([`Patience::Driver`]).
+pub const DRIVER_PATIENCE_NS: u64 = 30_000_000_000;
+
+/// How a caller treats a lock whose holder is stopped or frozen.
+///
+/// The real driver's locks live in the kernel, where a task is never
+/// stopped or frozen while it holds one, so neither a driver call nor an
+/// NVML query ever waits for a frozen process; the simulator's locks live
+/// in the processes' shared memory. A node agent freezes a container's
+/// cgroup (the throttle: for a second or so at a time, again and again)
+/// and may catch one of its processes inside a critical section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Patience {
+    /// A driver call (`libcuda`): waits while the holder stays suspended,
+    /// up to [`DRIVER_PATIENCE_NS`], since a throttled holder is thawed
+    /// again; failing would end the caller's work, which a frozen
+    /// neighbour must not cause.
+    Driver,
+    /// A monitoring query (NVML, the agent's): gives up once the holder
+    /// has been suspended [`SUSPENDED_HOLDER_NS`] into the wait, and at
+    /// once while the same holder still is (this process gave up on it
+    /// before), so a node agent's period is not held by a process it
+    /// froze.
+    Monitor,
+}
+
+thread_local! {
+    static PATIENCE: std::cell::Cell<Patience> = const { std::cell::Cell::new(Patience::Driver) };
+}
+
+/// Runs `f` with this thread's locks taken with `p`.
+pub fn with_patience<T>(p: Patience, f: impl FnOnce() -> T) -> T {
+    let before = PATIENCE.with(|c| c.replace(p));
+    let out = f();
+    PATIENCE.with(|c| c.set(before));
+    out
+}
+
+/// The (mutex address, holder) pairs this process gave up on.
+static GAVE_UP: std::sync::Mutex<Vec<(usize, i32)>> = std::sync::Mutex::new(Vec::new());
+
+fn gave_up(m: usize) -> Option<i32> {
+    let list = GAVE_UP.lock().unwrap_or_else(|e| e.into_inner());
+    list.iter().find(|(a, _)| *a == m).map(|(_, t)| *t)
+}
+
+fn set_gave_up(m: usize, tid: Option<i32>) {
+    let mut list = GAVE_UP.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(a, _)| *a != m);
+    if let Some(t) = tid {
+        list.push((m, t));
+    }
+}
 
 /// glibc keeps a robust mutex's holder in its futex word (the mutex's
 /// first 32 bits): the thread id in the low 30 bits, beside the waiters
@@ -149,12 +204,9 @@ pub enum LockError {
     /// An owner died and the next one released it without making it
     /// consistent: it can never be locked again (`ENOTRECOVERABLE`).
     NotRecoverable,
-    /// The holder has been stopped or frozen for [`SUSPENDED_HOLDER_NS`]
-    /// at least while this caller waited: it may not let go for as long as
-    /// someone keeps it so, and the caller gives up instead of waiting with
-    /// it. (The real driver's locks live in the kernel, where a task is
-    /// never stopped or frozen while it holds one; the simulator's live in
-    /// a process's memory.)
+    /// The holder is stopped or frozen, and was for longer than this
+    /// caller's [`Patience`]: it may not let go for as long as someone
+    /// keeps it so, and the caller gives up instead of waiting with it.
     HolderSuspended {
         /// The holder's thread id, as the mutex records it.
         tid: i32,
@@ -167,6 +219,8 @@ pub enum LockError {
 ///
 /// Never sleeps longer than [`LOCK_WAIT_SLICE_NS`] at a time (see there),
 /// so a waiter cannot be stranded by a wake-up that died with its target.
+/// A holder that is stopped or frozen is waited for as this thread's
+/// [`Patience`] says ([`with_patience`]).
 ///
 /// # Safety
 /// `m` must point to a mutex initialised by [`mutex_init`] that stays mapped
@@ -175,13 +229,36 @@ pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockEr
     // Uncontended: no clock read, no syscall.
     // SAFETY: per the caller's contract.
     let mut rc = unsafe { libc::pthread_mutex_trylock(m) };
-    let mut waited_ns = 0;
+    let patience = PATIENCE.with(std::cell::Cell::get);
+    let addr = m as usize;
+    let (mut waited_ns, mut suspended_ns) = (0, 0);
     while rc == libc::EBUSY || rc == libc::ETIMEDOUT {
+        if patience == Patience::Monitor
+            && let Some(tid) = gave_up(addr)
+            // SAFETY: per the caller's contract.
+            && unsafe { holder(m) } == tid
+            && crate::procfs::suspended(tid)
+        {
+            return Err(LockError::HolderSuspended { tid });
+        }
         if waited_ns >= SUSPENDED_HOLDER_NS {
             // SAFETY: per the caller's contract.
             let tid = unsafe { holder(m) };
             if tid > 0 && crate::procfs::suspended(tid) {
-                return Err(LockError::HolderSuspended { tid });
+                let limit = match patience {
+                    Patience::Monitor => 0,
+                    Patience::Driver => DRIVER_PATIENCE_NS,
+                };
+                if suspended_ns >= limit {
+                    if patience == Patience::Monitor {
+                        set_gave_up(addr, Some(tid));
+                    }
+                    return Err(LockError::HolderSuspended { tid });
+                }
+                suspended_ns += LOCK_WAIT_SLICE_NS;
+            } else {
+                // Running again (thawed): it lets go soon.
+                suspended_ns = 0;
             }
         }
         // CLOCK_REALTIME is what pthread_mutex_timedlock takes: a clock
@@ -191,6 +268,12 @@ pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockEr
         // SAFETY: per the caller's contract; deadline is a valid timespec.
         rc = unsafe { libc::pthread_mutex_timedlock(m, &deadline) };
         waited_ns += LOCK_WAIT_SLICE_NS;
+    }
+    if patience == Patience::Monitor
+        && (rc == 0 || rc == libc::EOWNERDEAD)
+        && gave_up(addr).is_some()
+    {
+        set_gave_up(addr, None);
     }
     match rc {
         0 => Ok(Locked::Clean),

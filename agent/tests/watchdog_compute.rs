@@ -1,0 +1,327 @@
+//! Compute limits without the interposer's cooperation: the real daemon
+//! (`tessera-agent run` on the simulator, the built-in policy: the
+//! throttle on a compute overage) against three escapes from the launch
+//! bucket, each in a hard container at SM target 20 with its processes in
+//! a real cgroup, alone and beside an honest neighbour (hard, 50) on the
+//! same GPU:
+//! - a process that never loads `libtessera.so`;
+//! - a process under `libtessera.so` that drives a private copy of the
+//!   driver library, loaded by path (the simulated driver binds its own
+//!   symbols as NVIDIA's does, so the interposer sees none of it: its
+//!   usage region counts no launch while the simulator runs its kernels);
+//! - a process under `libtessera.so` whose launch bucket is reset again
+//!   and again (the preload computes each launch's start before a reset
+//!   can move it, so this one gains little; the tampering is reported).
+//!
+//! Judged by the simulator's record (each process's share of the GPU in
+//! each second, from its own timeline): from the second second on, the
+//! escape holds at most its cap plus the margin, over the run its mean is
+//! near its cap, and the neighbour gets its 50 %. Needs root; prints
+//! "skipped: <reason>" otherwise.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code unwraps; clippy only exempts #[test] functions themselves"
+)]
+
+mod daemon_support;
+mod watchdog_support;
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use daemon_support::{Agent, add_container, uuid};
+use tessera_agent::watchdog::compute::MARGIN_PP;
+use tessera_region::layout::{Bucket, usage_offsets};
+use tessera_testkit::sim::Node;
+use watchdog_support::{
+    Pins, Tenant, TestCgroup, escape_probe, libtessera, node_spec, skip_reason, watchdog_toml,
+    workload,
+};
+
+/// The escape's SM target.
+const CAP: u32 = 20;
+/// The neighbour's.
+const NEIGHBOUR: u32 = 50;
+/// Seconds each run is judged over.
+const SECONDS: u32 = 8;
+/// The workload: 200 µs kernels, launched as fast as the bucket (if any)
+/// lets, for the run.
+const KERNEL: [&str; 3] = ["spin", "100", "1024"];
+
+/// One scenario at a time: each is judged by wall-clock shares.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Escape {
+    NoPreload,
+    DriverCopy,
+    BucketReset,
+}
+
+/// Each second's share of the GPU (whole percent, the simulator's record),
+/// and the watchdog's actions on the escape's container at the end.
+struct Shares {
+    escape: Vec<u32>,
+    neighbour: Vec<u32>,
+    actions: Vec<(String, String)>,
+}
+
+impl Shares {
+    fn acted(&self, reason: &str, action: &str) -> bool {
+        self.actions.iter().any(|(r, a)| r == reason && a == action)
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+fn share(node: &Node, since_us: u64, pid: u32) -> u32 {
+    node.sim()
+        .process_samples(0, since_us)
+        .unwrap()
+        .iter()
+        .filter(|p| p.pid as u32 == pid)
+        .map(|p| p.sm_percent)
+        .sum()
+}
+
+/// Starts the escape's process in `cg` (container region `dir`).
+fn start_escape(node: &Node, cg: &TestCgroup, dir: &Path, escape: Escape, work: &Path) -> Tenant {
+    let ms = (SECONDS * 1000 + 500).to_string();
+    let lib = libtessera();
+    let preload: [(&str, &Path); 2] = [("LD_PRELOAD", &lib), ("TESSERA_REGION_DIR", dir)];
+    let mut run = vec!["dev", "0", "ready", "wait", "run"];
+    run.extend(KERNEL);
+    run.push(&ms);
+    match escape {
+        Escape::NoPreload => Tenant::start(node, cg, &workload(), &run, &[]),
+        Escape::BucketReset => Tenant::start(node, cg, &workload(), &run, &preload),
+        Escape::DriverCopy => {
+            let private = work.join("private");
+            std::fs::create_dir_all(&private).unwrap();
+            let copy = private.join("libcuda.so.1");
+            std::fs::copy(tessera_testkit::sim::artifact("sim/libcuda.so.1"), &copy).unwrap();
+            // Synchronising after every 1000 launches: a queue as deep as
+            // the workload's.
+            let mut args = vec![copy.to_str().unwrap(), "run"];
+            args.extend(KERNEL);
+            args.extend(["1000", &ms]);
+            Tenant::start(node, cg, &escape_probe(), &args, &preload)
+        }
+    }
+}
+
+/// Resets the launch bucket of GPU 0 in usage region `usage` every
+/// 200 µs until `stop`.
+fn reset_bucket(usage: PathBuf, stop: &AtomicBool) {
+    let f = std::fs::OpenOptions::new().write(true).open(usage).unwrap();
+    let tat = (usage_offsets::BUCKETS + std::mem::offset_of!(Bucket, tat_ns)) as u64;
+    while !stop.load(Ordering::Relaxed) {
+        f.write_at(&0u64.to_le_bytes(), tat).unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> {
+    if let Some(why) = skip_reason() {
+        println!("skipped: {why}");
+        return None;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let node = node_spec().build();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("containers");
+    let gpu = uuid(&node, 0);
+    let cg = TestCgroup::new(name);
+    let cgroup = cg.dir.to_str().unwrap().to_owned();
+    let dir = add_container(&root, name, &gpu, 1000, CAP, &["--cgroup", &cgroup]);
+    let honest_cg = TestCgroup::new(&format!("{name}-n"));
+    let honest_cgroup = honest_cg.dir.to_str().unwrap().to_owned();
+    let honest_dir = add_container(
+        &root,
+        &format!("{name}-n"),
+        &gpu,
+        1000,
+        NEIGHBOUR,
+        &["--cgroup", &honest_cgroup],
+    );
+    let pins = Pins::new(name);
+    let config = node.dir.path().join("agent.toml");
+    std::fs::write(&config, watchdog_toml("off", &pins.0)).unwrap();
+    let agent = Agent::start(&node, &root, &["--config", config.to_str().unwrap()]);
+    agent.wait_ready();
+
+    let ms = (SECONDS * 1000 + 500).to_string();
+    let lib = libtessera();
+    let mut honest = with_neighbour.then(|| {
+        let mut run = vec!["dev", "0", "ready", "wait", "run"];
+        run.extend(KERNEL);
+        run.push(&ms);
+        Tenant::start(
+            &node,
+            &honest_cg,
+            &workload(),
+            &run,
+            &[("LD_PRELOAD", &lib), ("TESSERA_REGION_DIR", &honest_dir)],
+        )
+    });
+    let mut t = start_escape(&node, &cg, &dir, escape, work.path());
+    let stop = AtomicBool::new(false);
+    let shares = std::thread::scope(|s| {
+        if escape == Escape::BucketReset {
+            let usage = dir.join("usage");
+            let stop = &stop;
+            s.spawn(move || reset_bucket(usage, stop));
+        }
+        if let Some(h) = honest.as_mut() {
+            h.go();
+        }
+        t.go();
+        let start = Instant::now();
+        let mut shares = Shares {
+            escape: Vec::new(),
+            neighbour: Vec::new(),
+            actions: Vec::new(),
+        };
+        for second in 1..=SECONDS {
+            let from = now_us();
+            std::thread::sleep(
+                (start + Duration::from_secs(second.into()))
+                    .saturating_duration_since(Instant::now()),
+            );
+            shares.escape.push(share(&node, from, t.pid()));
+            if let Some(h) = &honest {
+                shares.neighbour.push(share(&node, from, h.pid()));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        shares
+    });
+    println!(
+        "{name} ({escape:?}, neighbour {with_neighbour}): escape {:?} %, neighbour {:?} % by second",
+        shares.escape, shares.neighbour
+    );
+    if std::env::var_os("TESSERA_TEST_LOG").is_some() {
+        for l in agent.log() {
+            println!("agent: {l}");
+        }
+    }
+    let v = agent.view();
+    let c = Agent::container(&v, name).unwrap();
+    let mut shares = shares;
+    shares.actions = c["enforcement"]["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["reason"].as_str().unwrap().to_owned(),
+                a["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(t.alive(), "throttled, not killed: {c:#}");
+    assert!(!shares.acted("compute_overage", "kill"), "{c:#}");
+    if escape == Escape::DriverCopy {
+        // The interposer saw none of its launches; the simulator ran them.
+        assert_eq!(c["gpus"][0]["launches"], 0, "{c:#}");
+        let ran: u64 = node
+            .sim()
+            .launches(0)
+            .unwrap()
+            .iter()
+            .filter(|l| l.pid as u32 == t.pid())
+            .map(|l| l.kernels)
+            .sum();
+        assert!(ran > 1000, "{ran} kernels");
+    }
+    if shares.acted("compute_overage", "throttle") {
+        agent.wait_log("the throttle, naming the container", |l| {
+            l.contains("watchdog acted") && l.contains("compute_overage") && l.contains(name)
+        });
+    }
+    if let Some(h) = honest.as_mut() {
+        let n = Agent::container(&v, &format!("{name}-n")).unwrap();
+        assert_eq!(n["enforcement"]["actions"], serde_json::json!([]), "{n:#}");
+        assert!(h.alive());
+    }
+    Some(shares)
+}
+
+/// The judgement: from the second second on, the escape holds at most its
+/// cap plus the margin in every second; its mean from then is within
+/// the margin of its cap; the neighbour gets its share in every second.
+fn judge(s: &Shares) {
+    let cap = f64::from(CAP);
+    let later = &s.escape[1..];
+    for (i, &x) in later.iter().enumerate() {
+        assert!(
+            f64::from(x) <= cap + MARGIN_PP + 1.0,
+            "second {}: escape {x} % over {cap} + {MARGIN_PP}: {:?}",
+            i + 2,
+            s.escape
+        );
+    }
+    let mean = later.iter().map(|&x| f64::from(x)).sum::<f64>() / later.len() as f64;
+    assert!(
+        (mean - cap).abs() <= MARGIN_PP,
+        "mean {mean}: {:?}",
+        s.escape
+    );
+    for (i, &x) in s.neighbour.iter().enumerate().skip(1) {
+        assert!(
+            x + 3 >= NEIGHBOUR,
+            "second {}: neighbour {x} % < {NEIGHBOUR}: {:?}",
+            i + 1,
+            s.neighbour
+        );
+    }
+}
+
+#[test]
+fn a_process_without_the_preload_is_held_to_its_cap() {
+    for neighbour in [false, true] {
+        if let Some(s) = scenario("nopre", Escape::NoPreload, neighbour) {
+            assert!(s.acted("compute_overage", "throttle"), "{:?}", s.actions);
+            assert!(s.acted("bypass", "alert"), "{:?}", s.actions);
+            judge(&s);
+        }
+    }
+}
+
+#[test]
+fn a_private_copy_of_the_driver_is_unseen_by_the_interposer_and_held_to_its_cap() {
+    for neighbour in [false, true] {
+        if let Some(s) = scenario("copy", Escape::DriverCopy, neighbour) {
+            // Before the agent acted, the copy ran unpaced.
+            assert!(
+                f64::from(s.escape[0]) > f64::from(CAP) + MARGIN_PP,
+                "{:?}",
+                s.escape
+            );
+            assert!(s.acted("compute_overage", "throttle"), "{:?}", s.actions);
+            judge(&s);
+        }
+    }
+}
+
+#[test]
+fn a_reset_launch_bucket_is_held_to_its_cap() {
+    for neighbour in [false, true] {
+        if let Some(s) = scenario("reset", Escape::BucketReset, neighbour) {
+            // Seen (the bucket's time went back without a new control
+            // epoch); held by the preload, which computes each launch's
+            // start before a reset can move it, and, past the margin, by
+            // the throttle.
+            assert!(s.acted("tampering", "alert"), "{:?}", s.actions);
+            judge(&s);
+        }
+    }
+}
