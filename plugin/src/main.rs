@@ -77,7 +77,13 @@ struct SimulateArgs {
     /// Pods timed through filter + prioritize (0 skips the measurement).
     #[arg(long, default_value_t = 1000)]
     latency_pods: usize,
-    /// Print one JSON object per policy (and one for the latency).
+    /// Also compute, for each run's arrived tasks, a lower bound on the
+    /// GPUs any policy leaves unallocated (an LP relaxation over classes
+    /// of identical nodes and tasks).
+    #[arg(long)]
+    bound: bool,
+    /// Print one JSON object per policy (and one for the bound, one for
+    /// the latency).
     #[arg(long)]
     json: bool,
 }
@@ -211,11 +217,15 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
         policies: args.policy.0.clone(),
         seeds: (0..args.runs).map(|i| args.seed.wrapping_add(i)).collect(),
         latency_pods: args.latency_pods,
+        bound: args.bound,
     };
     let outcome = simulate::simulate(&options)?;
     if args.json {
         for report in &outcome.policies {
             println!("{}", report.to_json());
+        }
+        if let Some(bound) = &outcome.bound {
+            println!("{}", bound.to_json());
         }
         if let Some(latency) = &outcome.latency {
             println!("{}", latency.to_json());
@@ -235,6 +245,16 @@ fn simulate(args: &SimulateArgs) -> anyhow::Result<()> {
     println!("{}", simulate::report::HEADER);
     for report in &outcome.policies {
         println!("{}", report.to_line());
+    }
+    if let Some(bound) = &outcome.bound {
+        println!("{}", bound.to_line());
+        for report in &outcome.policies {
+            println!(
+                "{:<8} {:>11.1} GPUs above the bound",
+                report.policy.name(),
+                report.unallocated_gpus() - bound.unallocated_gpus()
+            );
+        }
     }
     if let Some(l) = &outcome.latency {
         println!(

@@ -216,7 +216,9 @@ impl ClusterView {
             .values()
             .flat_map(|entry| entry.0.running.iter().map(RunningShare::task))
             .collect();
-        let workload = Workload::from_tasks(&tasks).most_popular(MAX_WORKLOAD_CLASSES);
+        let workload = Workload::from_tasks(&tasks)
+            .most_popular(MAX_WORKLOAD_CLASSES)
+            .with_supply(nodes.values().map(|entry| &entry.1));
         Self {
             id: next_id(),
             nodes,
@@ -260,7 +262,11 @@ impl ClusterView {
     /// This view with `workload` as its estimate in place of the running
     /// shares' (a replay that knows the workload it sends).
     pub fn with_workload(mut self, workload: Workload) -> Self {
-        self.workload = Arc::new(workload.most_popular(MAX_WORKLOAD_CLASSES));
+        self.workload = Arc::new(
+            workload
+                .most_popular(MAX_WORKLOAD_CLASSES)
+                .with_supply(self.nodes.values().map(|entry| &entry.1)),
+        );
         self.id = next_id();
         self
     }

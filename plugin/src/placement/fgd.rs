@@ -14,10 +14,25 @@
 //!   ask (less free than the ask, not idle for a whole-GPU ask, model not
 //!   accepted) is a fragment.
 //!
-//! The node's fragmentation is the popularity-weighted sum
-//! `F_n(M) = Σ_m p_m F_n(m)`, in milli-GPU. FGD places a task where
-//! `F_n(M)` grows least (the steepest descent of fragmentation). Unhealthy
-//! GPUs are no capacity and never count.
+//! The node's fragmentation is the weighted sum `F_n(M) = Σ_m w_m F_n(m)`,
+//! in milli-GPU. FGD weighs each class by its popularity (`w_m = p_m`) and
+//! places a task where `F_n(M)` grows least (the steepest descent of
+//! fragmentation). Unhealthy GPUs are no capacity and never count.
+//!
+//! [`Weighting::Scarcity`] weighs each class by its popularity per unit of
+//! the GPU capacity it can use: `w_m = p_m · S / S_m`, where `S` is the
+//! cluster's healthy GPUs and `S_m` those on nodes that an empty `m` fits
+//! (CPU, memory, GPU count) and that `m`'s model rule admits
+//! ([`Workload::with_supply`]). A class free to go anywhere keeps `p_m`;
+//! one that only a tenth of the GPUs can take weighs ten times its
+//! popularity, as its arrivals fall on a tenth of the capacity. The
+//! effect: a task that could go anywhere, placed on a GPU a scarce class
+//! cannot use, lowers that class's fragment (all of such a node's free
+//! compute is fragment to it) by `w_m` per milli, and on a GPU it can use
+//! leaves the fragment as is or grows it; so general demand is steered off
+//! the capacity that constrained demand depends on, as much as that
+//! demand weighs on it. Without model rules or scarce shapes every `S_m =
+//! S` and the weighting is FGD's, scaled.
 
 use super::fit::{Gpu, Node, Task, WHOLE_GPU, fits_quickly};
 
@@ -34,6 +49,20 @@ pub struct TaskClass {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Workload {
     classes: Vec<TaskClass>,
+    /// Per class, [`Weighting::Popularity`]'s weights.
+    popularity: Vec<f64>,
+    /// Per class, [`Weighting::Scarcity`]'s weights (the popularities
+    /// until [`Workload::with_supply`]).
+    scarcity: Vec<f64>,
+}
+
+/// How a fragmentation sum weighs the workload's classes (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weighting {
+    /// By popularity, as FGD.
+    Popularity,
+    /// By popularity per unit of the GPU capacity the class can use.
+    Scarcity,
 }
 
 impl Workload {
@@ -60,7 +89,50 @@ impl Workload {
                 popularity: n as f64 / total as f64,
             })
             .collect();
-        Self { classes }
+        Self::of(classes)
+    }
+
+    /// A workload of these classes, weighed by popularity alone.
+    fn of(classes: Vec<TaskClass>) -> Self {
+        let popularity: Vec<f64> = classes.iter().map(|c| c.popularity).collect();
+        Self {
+            scarcity: popularity.clone(),
+            popularity,
+            classes,
+        }
+    }
+
+    /// This workload with its [`Weighting::Scarcity`] weights set for the
+    /// cluster `nodes` (module docs). A class no node can take weighs 0:
+    /// its fragment is every free milli of every node, which no placement
+    /// changes differently from another.
+    pub fn with_supply<'n>(mut self, nodes: impl IntoIterator<Item = &'n Node>) -> Self {
+        let nodes: Vec<&Node> = nodes.into_iter().collect();
+        let total: u64 = nodes
+            .iter()
+            .map(|n| n.gpus.iter().filter(|g| g.healthy).count() as u64)
+            .sum();
+        self.scarcity = self
+            .classes
+            .iter()
+            .map(|c| {
+                let usable: u64 = nodes.iter().map(|n| usable_gpus(&c.task, n)).sum();
+                if usable == 0 || c.task.gpus.is_empty() {
+                    0.0
+                } else {
+                    c.popularity * total as f64 / usable as f64
+                }
+            })
+            .collect();
+        self
+    }
+
+    /// The classes' weights under `weighting`, in class order.
+    pub fn weights(&self, weighting: Weighting) -> &[f64] {
+        match weighting {
+            Weighting::Popularity => &self.popularity,
+            Weighting::Scarcity => &self.scarcity,
+        }
     }
 
     /// The `k` most popular classes (earlier ones first among equals),
@@ -76,6 +148,7 @@ impl Workload {
                     c.popularity /= total;
                 }
             }
+            return Self::of(self.classes);
         }
         self
     }
@@ -83,6 +156,34 @@ impl Workload {
     /// Its classes.
     pub fn classes(&self) -> &[TaskClass] {
         &self.classes
+    }
+}
+
+/// Healthy GPUs of `node` that `task` could use were the node empty: all
+/// it admits if the empty node takes the task (CPU, memory, enough
+/// admitted GPUs for every ask), else none.
+fn usable_gpus(task: &Task, node: &Node) -> u64 {
+    let takes = node.cpu_milli.is_none_or(|p| p.capacity >= task.cpu_milli)
+        && node
+            .memory_mib
+            .is_none_or(|p| p.capacity >= task.memory_mib);
+    if !takes {
+        return 0;
+    }
+    let open = task.is_open();
+    let admitted = |g: &&Gpu| if open { g.healthy } else { task.admits(g) };
+    let enough = task.gpus.iter().all(|ask| {
+        node.gpus
+            .iter()
+            .filter(admitted)
+            .filter(|g| g.has_room_at(0, 0, ask))
+            .count()
+            >= ask.count as usize
+    });
+    if enough {
+        node.gpus.iter().filter(admitted).count() as u64
+    } else {
+        0
     }
 }
 
@@ -100,14 +201,16 @@ pub fn class_fragment(node: &Node, task: &Task) -> u64 {
         .sum()
 }
 
-/// `F_n(M)`: the node's fragmentation for the workload, milli-GPU. This
-/// is the definition, recounted over every class and GPU; placement uses
-/// [`Fragments`], which is tested to give the same to the bit.
-pub fn fragmentation(node: &Node, workload: &Workload) -> f64 {
+/// `F_n(M)`: the node's fragmentation for the workload weighed by
+/// `weighting`, milli-GPU. This is the definition, recounted over every
+/// class and GPU; placement uses [`Fragments`], which is tested to give
+/// the same to the bit.
+pub fn fragmentation(node: &Node, workload: &Workload, weighting: Weighting) -> f64 {
     workload
         .classes
         .iter()
-        .map(|c| c.popularity * class_fragment(node, &c.task) as f64)
+        .zip(workload.weights(weighting))
+        .map(|(c, w)| w * class_fragment(node, &c.task) as f64)
         .sum()
 }
 
@@ -126,6 +229,8 @@ pub fn fragmentation(node: &Node, workload: &Workload) -> f64 {
 #[derive(Debug, Clone)]
 pub struct Fragments<'w> {
     workload: &'w Workload,
+    /// The classes' weights.
+    weights: &'w [f64],
     /// Healthy free milli of the node.
     free: u64,
     /// Per class, in the workload's order.
@@ -176,8 +281,8 @@ impl Fingerprint {
 }
 
 impl<'w> Fragments<'w> {
-    /// The breakdown of `node` for `workload`.
-    pub fn new(node: &Node, workload: &'w Workload) -> Self {
+    /// The breakdown of `node` for `workload` weighed by `weighting`.
+    pub fn new(node: &Node, workload: &'w Workload, weighting: Weighting) -> Self {
         let mut rooms = Vec::new();
         let mut classes: Vec<ClassState> = workload
             .classes
@@ -217,6 +322,7 @@ impl<'w> Fragments<'w> {
         }
         Self {
             workload,
+            weights: workload.weights(weighting),
             free,
             classes,
             rooms,
@@ -235,10 +341,11 @@ impl<'w> Fragments<'w> {
             .classes
             .iter()
             .zip(&self.classes)
-            .map(|(c, s)| {
+            .zip(self.weights)
+            .map(|((c, s), w)| {
                 let rooms = &self.rooms[s.first..s.first + c.task.gpus.len()];
                 let fits = s.takes && rooms.iter().zip(&c.task.gpus).all(|(&r, a)| r >= a.count);
-                c.popularity * fragment(self.free, fits, s.useful) as f64
+                w * fragment(self.free, fits, s.useful) as f64
             })
             .sum()
     }
@@ -251,7 +358,8 @@ impl<'w> Fragments<'w> {
         }
         let free = changed_free(self.free, before, after);
         let mut sum = 0.0;
-        for (class, state) in self.workload.classes.iter().zip(&self.classes) {
+        let classes = self.workload.classes.iter().zip(&self.classes);
+        for ((class, state), w) in classes.zip(self.weights) {
             let task = &class.task;
             let rooms = &self.rooms[state.first..state.first + task.gpus.len()];
             let (fits, useful) = if state.admits(task, gpu) {
@@ -270,7 +378,7 @@ impl<'w> Fragments<'w> {
                 let fits = state.takes && rooms.iter().zip(&task.gpus).all(|(&r, a)| r >= a.count);
                 (fits, state.useful)
             };
-            sum += class.popularity * fragment(free, fits, useful) as f64;
+            sum += w * fragment(free, fits, useful) as f64;
         }
         sum
     }

@@ -14,7 +14,7 @@ pub mod pick;
 pub mod rng;
 pub mod score;
 
-pub use fgd::{Fragments, TaskClass, Workload, class_fragment, fragmentation};
+pub use fgd::{Fragments, TaskClass, Weighting, Workload, class_fragment, fragmentation};
 pub use fit::{Gpu, GpuAsk, Models, Node, Placed, Pool, Task, Unfit, WHOLE_GPU, place};
 pub use score::{Policy, Score, Scored, evaluate, utilisation};
 

@@ -10,15 +10,20 @@
 //! | `binpack` | fullest first | utilisation after placement (best fit) |
 //! | `spread` | emptiest first | 1 − utilisation after placement |
 //! | `fgd` | least fragmentation growth | −ΔF_n(M) |
-//! | `tessera` | least fragmentation growth, then fullest | −ΔF_n(M) (to 10⁻⁶ milli-GPU), then least free GPU compute left on the node |
+//! | `tessera` | least fragmentation growth, then fullest | −ΔF_n(M) weighed by scarcity (to 10⁻⁶ milli-GPU), then least free GPU compute left on the node |
 //!
-//! Tessera's default is FGD with its ties broken by best fit at both
-//! levels: among GPUs of equal fragmentation growth the fullest, among nodes
-//! of equal growth the one left with the least free GPU compute. FGD alone
-//! leaves ties to the first node in order, which scatters small tasks over
-//! empty nodes whose fragmentation they grow alike; packing them keeps
-//! whole nodes free for the multi-GPU tasks. Measured on every openb trace
-//! (README): fewer unallocated GPUs than FGD and than best fit.
+//! Tessera's default is FGD with two changes. Its fragmentation weighs each
+//! class by its popularity per unit of the GPU capacity it can use
+//! ([`super::fgd::Weighting::Scarcity`]), so demand bound to a model (or
+//! to the few nodes its CPU, memory or GPU count fits) keeps the GPUs only
+//! it can use from being taken by demand that could go anywhere. And its
+//! ties are broken by best fit at both levels: among GPUs of equal
+//! fragmentation growth the fullest, among nodes of equal growth the one
+//! left with the least free GPU compute. FGD alone leaves ties to the
+//! first node in order, which scatters small tasks over empty nodes whose
+//! fragmentation they grow alike; packing them keeps whole nodes free for
+//! the multi-GPU tasks. Measured on every openb trace (README): fewer
+//! unallocated GPUs than FGD and than best fit.
 //!
 //! Utilisation is the mean, over the dimensions the node tracks, of the
 //! committed share: GPU compute of its healthy GPUs, their memory (where
@@ -26,7 +31,7 @@
 
 use std::cmp::Ordering;
 
-use super::fgd::{Fragments, Load, Workload};
+use super::fgd::{Fragments, Load, Weighting, Workload};
 use super::fit::{
     Emptiest, Fullest, GpuAsk, GpuChoice, Node, Placed, Task, Unfit, WHOLE_GPU, place,
 };
@@ -171,10 +176,16 @@ pub fn evaluate(
             (placed, [1.0 - u, 0.0])
         }
         Policy::Fgd | Policy::Tessera => {
-            let prepared = Fragments::new(node, workload);
+            let weighting = if policy == Policy::Tessera {
+                Weighting::Scarcity
+            } else {
+                Weighting::Popularity
+            };
+            let prepared = Fragments::new(node, workload, weighting);
             let before = prepared.total();
             let mut choice = LeastFragment {
                 workload,
+                weighting,
                 fullest_on_ties: policy == Policy::Tessera,
                 fragments: Some(prepared),
             };
@@ -184,7 +195,7 @@ pub fn evaluate(
             // (or had several asks placed on a changed node).
             let after = match choice.fragments.take() {
                 Some(f) if f.describes(&placed.after) => f.total(),
-                _ => Fragments::new(&placed.after, workload).total(),
+                _ => Fragments::new(&placed.after, workload, weighting).total(),
             };
             let growth = after - before;
             let keys = if policy == Policy::Tessera {
@@ -231,6 +242,7 @@ fn live_room(task: &Task, node: &Node, placed: &Placed) -> f64 {
 /// node's fragmentation least; ties to the fullest (Tessera) or the first.
 struct LeastFragment<'a> {
     workload: &'a Workload,
+    weighting: Weighting,
     fullest_on_ties: bool,
     /// The breakdown of the node last chosen on, kept up to date with what
     /// was taken; reused when it describes the next node asked about.
@@ -243,7 +255,7 @@ impl GpuChoice for LeastFragment<'_> {
         // so each candidate costs one pass over the classes.
         let mut fragments = match self.fragments.take() {
             Some(f) if f.describes(node) => f,
-            _ => Fragments::new(node, self.workload),
+            _ => Fragments::new(node, self.workload, self.weighting),
         };
         let mut loads: Vec<Load> = node
             .gpus

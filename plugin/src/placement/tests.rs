@@ -164,7 +164,7 @@ fn fragmentation_matches_the_hand_computed_example() {
     let tasks = [&a, &a, &a, &a, &b, &b, &b, &c, &c, &d];
     let workload = Workload::from_tasks(tasks);
     assert_eq!(workload.classes().len(), 4);
-    assert!((fragmentation(&n, &workload) - 1150.0).abs() < 1e-9);
+    assert!((fragmentation(&n, &workload, Weighting::Popularity) - 1150.0).abs() < 1e-9);
     // A CPU-starved node cannot take B: all its free GPU is B's fragment.
     let mut starved = n.clone();
     starved.cpu_milli = Some(Pool {
@@ -273,9 +273,12 @@ fn fragments_match_a_full_recount_after_every_change() {
                 t
             })
             .collect();
-        let workload = Workload::from_tasks(&tasks);
-        let mut fragments = Fragments::new(&n, &workload);
-        assert_eq!(fragments.total(), fragmentation(&n, &workload));
+        // Supply from this node and a node of the other model, weighed
+        // either way.
+        let workload = Workload::from_tasks(&tasks).with_supply([&n, &node("m", "A", &[0; 3])]);
+        let weighting = [Weighting::Popularity, Weighting::Scarcity][below(2) as usize];
+        let mut fragments = Fragments::new(&n, &workload, weighting);
+        assert_eq!(fragments.total(), fragmentation(&n, &workload, weighting));
         for _ in 0..4 {
             let i = below(n.gpus.len() as u64) as usize;
             let before = (n.gpus[i].used_mib, n.gpus[i].used_milli);
@@ -285,7 +288,7 @@ fn fragments_match_a_full_recount_after_every_change() {
             );
             let mut changed = n.clone();
             (changed.gpus[i].used_mib, changed.gpus[i].used_milli) = after;
-            let full = fragmentation(&changed, &workload);
+            let full = fragmentation(&changed, &workload, weighting);
             assert_eq!(fragments.total_with(&n.gpus[i], before, after), full);
             fragments.apply(i, &n.gpus[i], before, after);
             assert_eq!(fragments.total(), full);
@@ -293,4 +296,68 @@ fn fragments_match_a_full_recount_after_every_change() {
             n = changed;
         }
     }
+}
+
+/// Worked by hand: a cluster of one T4 GPU and nine G2 GPUs (10). Classes,
+/// each a quarter of the tasks: open (weight 1/4), T4-only (one GPU of
+/// ten usable: 10/4), 90 cores (fits no node: 0), 40 cores (fits only the
+/// G2 node, 64 cores, nine GPUs: 10/9 · 1/4).
+#[test]
+fn scarcity_weighs_a_class_by_the_capacity_it_can_use() {
+    let mut small = node("t4", "T4", &[0]);
+    small.cpu_milli = Some(Pool {
+        capacity: 32_000,
+        used: 0,
+    });
+    let big = node("g2", "G2", &[0; 9]);
+    let open = task(1000, 1, 500);
+    let mut t4 = task(1000, 1, 500);
+    t4.models = Models::OneOf(vec!["T4".into()]);
+    let huge = task(90_000, 1, 500);
+    let wide = task(40_000, 1, 500);
+    let workload = Workload::from_tasks([&open, &t4, &huge, &wide]).with_supply([&small, &big]);
+    assert_eq!(workload.weights(Weighting::Popularity), [0.25; 4]);
+    let w = workload.weights(Weighting::Scarcity);
+    let expected = [0.25, 2.5, 0.0, 0.25 * 10.0 / 9.0];
+    for (got, want) in w.iter().zip(expected) {
+        assert!((got - want).abs() < 1e-12, "{w:?}");
+    }
+}
+
+/// Worked by hand: nodes "t4" (one idle T4) and "g2" (one G2 with 300
+/// committed), plus a full G2 node of eight GPUs: 10 GPUs, one of them T4.
+/// The workload: whole-GPU tasks that accept only T4 (p 0.1) and open
+/// 500-milli tasks (p 0.9). An open 500-milli task arrives.
+/// - FGD (by popularity): on "g2" the 200 left cannot take a 500 task
+///   (+200 · 0.9) and the T4 class's fragment falls by 500 (−500 · 0.1):
+///   +130; on "t4" the idle T4 is lost to the T4 class (+500 · 0.1): +50.
+///   FGD takes the T4.
+/// - Tessera (by scarcity): the T4 class weighs 0.1 · 10 / 1 = 1.0:
+///   "g2" 180 − 500 = −320, "t4" +500. Tessera leaves the T4 to the
+///   pods that can only use it.
+#[test]
+fn tessera_keeps_general_demand_off_the_scarce_model() {
+    let t4_node = node("t4", "T4", &[0]);
+    let g2_node = node("g2", "G2", &[300]);
+    let full = node("full", "G2", &[1000; 8]);
+    let mut t4_only = task(1000, 1, 1000);
+    t4_only.models = Models::OneOf(vec!["T4".into()]);
+    let open = task(1000, 1, 500);
+    let mut tasks = vec![&t4_only];
+    tasks.extend(std::iter::repeat_n(&open, 9));
+    let workload = Workload::from_tasks(tasks).with_supply([&t4_node, &g2_node, &full]);
+    let best = |policy| {
+        [&t4_node, &g2_node]
+            .into_iter()
+            .max_by_key(|n| evaluate(policy, &open, n, &workload).unwrap().score)
+            .map(|n| n.name.to_string())
+            .unwrap()
+    };
+    assert_eq!(best(Policy::Fgd), "t4");
+    assert_eq!(best(Policy::Tessera), "g2");
+    let growth = |policy, n: &Node| -evaluate(policy, &open, n, &workload).unwrap().score.0[1];
+    assert!((growth(Policy::Fgd, &g2_node) - 130.0).abs() < 1e-9);
+    assert!((growth(Policy::Fgd, &t4_node) - 50.0).abs() < 1e-9);
+    assert!((growth(Policy::Tessera, &g2_node) + 320.0).abs() < 1e-6);
+    assert!((growth(Policy::Tessera, &t4_node) - 500.0).abs() < 1e-6);
 }

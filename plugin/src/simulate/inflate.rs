@@ -109,7 +109,6 @@ pub fn run(
     assert!(has_gpu_task(tasks), "inflation needs a task asking for GPU");
     let mut nodes = nodes.to_vec();
     let capacity_milli: u64 = nodes.iter().map(Node::free_gpu_milli).sum();
-    let mut draws = Rng::new(seed);
     let mut choices = Rng::new(seed ^ 0x5eed_0fc4_01ce);
     // Per node: a version bumped on every change, and per task class the
     // cached (version, score) of its trial placement (None: unfit).
@@ -131,9 +130,7 @@ pub fn run(
     // (class, kind, CPU used, memory used, GPU compute used) -> score.
     let kinds = node_kinds(&nodes);
     let mut memo: HashMap<StateKey, Option<Score>> = HashMap::new();
-    while result.requested_milli < capacity_milli {
-        let pick = draws.below(tasks.len() as u64) as usize;
-        let class = classes.of[pick];
+    for class in Arrivals::new(classes, capacity_milli, seed) {
         let task = &classes.tasks[class];
         let gpu = task.gpu_milli();
         result.arrived += 1;
@@ -191,6 +188,60 @@ pub fn run(
         }
     }
     (result, snapshot)
+}
+
+/// The task classes of one run's arrivals, in order: trace tasks drawn
+/// with replacement by a generator seeded with the run's seed, until the
+/// GPU compute they request reaches the capacity. The same for every
+/// policy.
+#[derive(Debug, Clone)]
+pub struct Arrivals<'a> {
+    classes: &'a Classes,
+    draws: Rng,
+    requested_milli: u64,
+    capacity_milli: u64,
+}
+
+impl<'a> Arrivals<'a> {
+    /// The arrivals of the run with `seed` on a cluster of `capacity_milli`.
+    pub fn new(classes: &'a Classes, capacity_milli: u64, seed: u64) -> Self {
+        Self {
+            classes,
+            draws: Rng::new(seed),
+            requested_milli: 0,
+            capacity_milli,
+        }
+    }
+
+    /// How many tasks of each class arrive in all.
+    ///
+    /// # Panics
+    /// As [`run`], when no class asks for GPU (the arrivals never end).
+    pub fn counts(self) -> Vec<u64> {
+        assert!(
+            has_gpu_task(&self.classes.tasks),
+            "inflation needs a task asking for GPU"
+        );
+        let mut counts = vec![0; self.classes.tasks.len()];
+        for class in self {
+            counts[class] += 1;
+        }
+        counts
+    }
+}
+
+impl Iterator for Arrivals<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.requested_milli >= self.capacity_milli || self.classes.of.is_empty() {
+            return None;
+        }
+        let pick = self.draws.below(self.classes.of.len() as u64) as usize;
+        let class = self.classes.of[pick];
+        self.requested_milli += self.classes.tasks[class].gpu_milli();
+        Some(class)
+    }
 }
 
 /// For each node, the index of its kind: nodes of one kind have the same

@@ -1,9 +1,13 @@
 //! The placement simulator behind `tessera-scheduler simulate`: an openb
 //! trace ([`trace`]) replayed by workload inflation ([`inflate`]) through
 //! the same fit and scoring as the extender ([`crate::placement`]), with
-//! per-policy figures ([`report`]) and the extender's filter + prioritize
-//! latency on the same cluster ([`latency`]).
+//! per-policy figures ([`report`]), a lower bound on what any policy
+//! leaves unallocated ([`bound`]) and the extender's filter + prioritize
+//! latency on the same cluster ([`latency`]). [`derive`] makes pod lists
+//! with more model-constrained tasks than the published ones.
 
+pub mod bound;
+pub mod derive;
 pub mod inflate;
 pub mod latency;
 pub mod report;
@@ -14,8 +18,8 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use crate::placement::{Policy, Task, Workload};
-use inflate::Classes;
-use report::{Latency, PolicyReport};
+use inflate::{Arrivals, Classes};
+use report::{BoundReport, Latency, PolicyReport};
 
 /// Why a simulation could not run.
 #[derive(Debug, Error)]
@@ -29,6 +33,9 @@ pub enum SimulateError {
     /// The node list has no GPU.
     #[error("{}: no node has a GPU", .0.display())]
     NoGpu(PathBuf),
+    /// The bound's linear programme failed.
+    #[error(transparent)]
+    Bound(#[from] bound::BoundError),
 }
 
 /// What to simulate.
@@ -44,6 +51,9 @@ pub struct Options {
     pub seeds: Vec<u64>,
     /// Pods to time through filter + prioritize (0: none).
     pub latency_pods: usize,
+    /// Whether to compute the lower bound on unallocated GPUs for each
+    /// seed's arrivals.
+    pub bound: bool,
 }
 
 /// Figures of a simulation.
@@ -53,6 +63,8 @@ pub struct Outcome {
     pub policies: Vec<PolicyReport>,
     /// Extender latency on the cluster half full (Tessera's placement).
     pub latency: Option<Latency>,
+    /// The lower bound on unallocated GPUs, per seed, if asked for.
+    pub bound: Option<BoundReport>,
     /// Nodes and GPUs of the cluster.
     pub nodes: usize,
     /// GPUs of the cluster.
@@ -79,7 +91,7 @@ pub fn simulate(options: &Options) -> Result<Outcome, SimulateError> {
         return Err(SimulateError::NoGpuTask(options.pods.clone()));
     }
     let classes = Classes::new(&tasks);
-    let workload = Workload::from_tasks(&tasks);
+    let workload = Workload::from_tasks(&tasks).with_supply(&nodes);
     let mut policies = Vec::new();
     for &policy in &options.policies {
         let runs = options
@@ -104,9 +116,25 @@ pub fn simulate(options: &Options) -> Result<Outcome, SimulateError> {
     } else {
         None
     };
+    let bound = if options.bound {
+        let capacity: u64 = nodes
+            .iter()
+            .map(crate::placement::Node::free_gpu_milli)
+            .sum();
+        let mut runs = Vec::with_capacity(options.seeds.len());
+        for &seed in &options.seeds {
+            let arrived = Arrivals::new(&classes, capacity, seed).counts();
+            let gpus = bound::unallocated_gpus(&nodes, &classes.tasks, &arrived, capacity)?;
+            runs.push((seed, gpus));
+        }
+        Some(BoundReport { runs })
+    } else {
+        None
+    };
     Ok(Outcome {
         policies,
         latency,
+        bound,
         nodes: nodes.len(),
         gpus,
         tasks: tasks.len(),

@@ -74,6 +74,44 @@ impl PolicyReport {
     }
 }
 
+/// The lower bound on unallocated GPUs ([`super::bound`]), per seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundReport {
+    /// (seed, bound in GPUs) for each run.
+    pub runs: Vec<(u64, f64)>,
+}
+
+impl BoundReport {
+    /// Mean over the seeds.
+    pub fn unallocated_gpus(&self) -> f64 {
+        mean(self.runs.iter().map(|r| r.1))
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "bound_unallocated_gpus": self.unallocated_gpus(),
+            "runs": self.runs.iter().map(|(seed, gpus)| json!({
+                "seed": seed,
+                "bound_unallocated_gpus": gpus,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// One line of the text table, in its columns.
+    pub fn to_line(&self) -> String {
+        let (lo, hi) = range(self.runs.iter().map(|r| r.1));
+        format!(
+            "{:<8} {:>10} {:>11.1} {:>7.1}..{:<7.1} (lower bound: no policy leaves fewer)",
+            "bound",
+            "",
+            self.unallocated_gpus(),
+            lo,
+            hi
+        )
+    }
+}
+
 /// The text table's header.
 pub const HEADER: &str = "policy   allocated   unalloc GPUs   (min..max over seeds)";
 

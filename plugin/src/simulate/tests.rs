@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::trace::{TraceError, read_nodes, read_pods};
 use super::*;
+use crate::placement::Models;
 
 /// Writes `text` to a fresh file under the temp directory (a new name on
 /// every call: tests run in parallel).
@@ -119,6 +120,7 @@ fn options(nodes: &str, pods: &str, policies: Vec<Policy>) -> Options {
         policies,
         seeds: vec![1, 2],
         latency_pods: 0,
+        bound: false,
     }
 }
 
@@ -225,4 +227,107 @@ fn latency_pods_go_through_the_extender() {
     let measured = latency::measure(&nodes, &[pods[0].task.clone()], 5, 1).unwrap();
     assert_eq!((measured.pods, measured.nodes), (5, 2));
     assert!(measured.p50_ms <= measured.p99_ms && measured.p99_ms <= measured.max_ms);
+}
+
+/// The bound is computed per seed from that seed's arrivals and reported
+/// in the JSON; with the worked single-class trace above (four 600-milli
+/// tasks, two 1-GPU nodes) it is exact: one task per GPU, 0.8 GPUs left.
+#[test]
+fn the_bound_is_reported_per_seed_and_never_beaten() {
+    let pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,600\n";
+    let mut asked = options(NODES, pods, Policy::ALL.to_vec());
+    asked.bound = true;
+    let outcome = simulate(&asked).unwrap();
+    let bound = outcome.bound.unwrap();
+    assert_eq!(bound.runs.len(), 2);
+    for &(_, b) in &bound.runs {
+        assert_eq!(b, 0.8);
+    }
+    let json = bound.to_json();
+    assert_eq!(json["bound_unallocated_gpus"], 0.8);
+    assert_eq!(json["runs"][1]["seed"], 2);
+    for report in &outcome.policies {
+        assert!(report.unallocated_gpus() >= bound.unallocated_gpus());
+    }
+}
+
+/// On the shared openb traces, where present: a cluster of every 25th node
+/// and every pod list, each policy's run at or above its seed's bound.
+#[test]
+fn no_policy_beats_the_bound_on_the_shared_traces() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/openb");
+    let Ok(all) = read_nodes(&dir.join("openb_node_list_gpu_node.csv")) else {
+        eprintln!("skipped: no openb trace at {}", dir.display());
+        return;
+    };
+    let mut nodes = String::from("sn,cpu_milli,memory_mib,gpu,model\n");
+    for n in all.iter().step_by(25) {
+        nodes += &format!(
+            "{},{},{},{},{}\n",
+            n.name,
+            n.cpu_milli.unwrap().capacity,
+            n.memory_mib.unwrap().capacity,
+            n.gpus.len(),
+            n.gpus.first().map_or("", |g| &*g.model)
+        );
+    }
+    let nodes = file("openb-nodes.csv", &nodes);
+    for name in ["default", "gpuspec20", "multigpu20"] {
+        let pods = dir.join(format!("openb_pod_list_{name}.csv"));
+        let outcome = simulate(&Options {
+            nodes: nodes.clone(),
+            pods,
+            policies: Policy::ALL.to_vec(),
+            seeds: vec![1],
+            latency_pods: 0,
+            bound: true,
+        })
+        .unwrap();
+        let bound = outcome.bound.unwrap().runs[0].1;
+        for report in &outcome.policies {
+            let u = report.runs[0].unallocated_gpus();
+            assert!(
+                u >= bound,
+                "{name}: {} left {u} < bound {bound}",
+                report.policy.name()
+            );
+        }
+    }
+}
+
+/// The derived trace: the asked share of all tasks carries a rule, each
+/// drawn from the source's rules for tasks of the same shape; the same
+/// seed gives the same list; it reads back as written.
+#[test]
+fn derived_traces_constrain_the_asked_share() {
+    let base = read_pods(&file(
+        "base.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n\
+         a,1,1,1,1000\nb,1,1,1,500\nc,1,1,0,0\nd,1,1,1,1000\ne,1,1,8,1000\nf,1,1,1,300\n",
+    ))
+    .unwrap();
+    let source = read_pods(&file(
+        "source.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n\
+         s0,1,1,1,1000,T4\ns1,1,1,1,200,P100|T4\ns2,1,1,8,1000,G2\ns3,1,1,1,1000,\n",
+    ))
+    .unwrap();
+    let derived = derive::constrain_models(&base, &source, 0.5, 3);
+    let constrained: Vec<_> = derived.iter().filter(|t| !t.task.is_open()).collect();
+    assert_eq!(constrained.len(), 3);
+    for t in &constrained {
+        let Models::OneOf(names) = &t.task.models else {
+            panic!("{t:?}")
+        };
+        let ask = &t.task.gpus[0];
+        let expected: &[&str] = match (ask.count, ask.milli) {
+            (1, 1000) => &["T4"],
+            (1, _) => &["P100", "T4"],
+            _ => &["G2"],
+        };
+        assert_eq!(names, expected, "{t:?}");
+    }
+    assert_eq!(derived, derive::constrain_models(&base, &source, 0.5, 3));
+    let written = derive::write_pods(&derived);
+    assert_eq!(read_pods(&file("derived.csv", &written)).unwrap(), derived);
 }
