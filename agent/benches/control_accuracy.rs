@@ -7,8 +7,12 @@
 //! target when hard; the allocation when elastic), what it got over the
 //! steady state (4 s to the end) by the simulator's own record, the error,
 //! the settling time (the first time after which the use, averaged over 3
-//! periods, stays within 2 pp of the share) and the jitter of the launch
-//! rate in the steady state (standard deviation over mean). The simulator's
+//! periods, stays within 2 pp of the share), the jitter of the launch
+//! rate in the steady state (standard deviation over mean), and the most
+//! the watchdog's compute-overage rule saw it above its cap over the
+//! whole run, from its first period ("over": the largest mean of NVML's
+//! share over a window less the caps in force a period earlier,
+//! `watchdog::compute`; the margin must stay above it). The simulator's
 //! timeline runs on wall-clock time, so a loaded machine (load average
 //! printed) shows as noise.
 //!
@@ -48,6 +52,25 @@ fn workload(i: usize, secs: f64) -> String {
         1 => wide_kernels(secs),
         _ => huge_kernels(secs),
     }
+}
+
+/// The most container `i`'s windowed share was above its lagged caps,
+/// as the watchdog's compute-overage rule reckons it, over the run (pp).
+fn over_cap(run: &Run, i: usize) -> f64 {
+    use tessera_agent::watchdog::compute::{Compute, ComputeMemory};
+    let mut m = ComputeMemory::default();
+    let t0 = std::time::Instant::now();
+    run.periods
+        .iter()
+        .filter_map(|p| {
+            let at = t0 + std::time::Duration::from_secs_f64(p.t.max(0.0));
+            let c = Compute {
+                measured: p.used[i],
+                cap: p.cap.get(i).copied(),
+            };
+            m.record(0, at, c).map(|(used, cap)| used - cap)
+        })
+        .fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// The first time after which the 3-period mean of container `i` stays
@@ -124,11 +147,12 @@ fn main() {
         hard("bang-bang 30/70", vec![30.0, 70.0], Limiter::BangBang),
     ];
     println!(
-        "{:<16} {:>3} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8}",
-        "case", "#", "target", "share", "got", "error", "settle", "jitter"
+        "{:<16} {:>3} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}",
+        "case", "#", "target", "share", "got", "error", "settle", "jitter", "over"
     );
     let mut worst_error: f64 = 0.0;
     let mut worst_settle: f64 = 0.0;
+    let mut worst_over: f64 = f64::NEG_INFINITY;
     for case in cases {
         if !only.is_empty() && !only.iter().any(|o| case.name.contains(o.as_str())) {
             continue;
@@ -155,7 +179,7 @@ fn main() {
             let got = run.oracle[0][i];
             let settle = settled(&run, i, want, 2.0);
             println!(
-                "{:<16} {:>3} {:>7.1} {:>7.1} {:>7.1} {:>+7.1} {:>8} {:>7.1}%",
+                "{:<16} {:>3} {:>7.1} {:>7.1} {:>7.1} {:>+7.1} {:>8} {:>7.1}% {:>+7.1}",
                 case.name,
                 i,
                 t,
@@ -164,10 +188,12 @@ fn main() {
                 got - want,
                 settle.map_or("never".into(), |s| format!("{s:.1} s")),
                 jitter(&run, i),
+                over_cap(&run, i),
             );
             if case.limiter == Limiter::Tessera {
                 worst_error = worst_error.max((got - want).abs());
                 worst_settle = worst_settle.max(settle.unwrap_or(f64::INFINITY));
+                worst_over = worst_over.max(over_cap(&run, i));
             }
         }
         println!(
@@ -176,6 +202,7 @@ fn main() {
         );
     }
     println!(
-        "tessera: worst steady-state error {worst_error:.1} pp, worst settling {worst_settle:.1} s"
+        "tessera: worst steady-state error {worst_error:.1} pp, worst settling {worst_settle:.1} s, most over the cap by the watchdog's rule {worst_over:+.1} pp (margin {} pp)",
+        tessera_agent::watchdog::compute::MARGIN_PP
     );
 }

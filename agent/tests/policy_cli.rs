@@ -57,8 +57,12 @@ fn policy_check_prints_the_policy_or_the_error() {
     let bad = dir.path().join("bad.yaml");
     let text = std::fs::read_to_string(example())
         .unwrap()
-        .replace("bypassAction: freeze", "bypassAction: throttle");
-    let line = text.lines().position(|l| l.contains("throttle")).unwrap() + 1;
+        .replace("bypassAction: freeze", "bypassAction: hold");
+    let line = text
+        .lines()
+        .position(|l| l.contains("bypassAction: hold"))
+        .unwrap()
+        + 1;
     std::fs::write(&bad, text).unwrap();
     let out = agent(&["policy", "check", bad.to_str().unwrap()]);
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -68,7 +72,7 @@ fn policy_check_prints_the_policy_or_the_error() {
         bad.to_str().unwrap(),
         &format!("line {line}, column"),
         "defaults.bypassAction",
-        "unknown variant `throttle`",
+        "unknown variant `hold`",
         "`alert`, `deny`, `freeze`, `kill`",
     ] {
         assert!(stderr.contains(says), "{stderr:?} lacks {says:?}");

@@ -67,6 +67,8 @@ struct Shares {
     escape: Vec<u32>,
     neighbour: Vec<u32>,
     actions: Vec<(String, String)>,
+    /// From the escape's start to the throttle's first action (the view).
+    throttled_after: Option<Duration>,
 }
 
 impl Shares {
@@ -185,10 +187,29 @@ fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> 
         }
         t.go();
         let start = Instant::now();
+        let stop = &stop;
+        let agent = &agent;
+        let throttled = s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let v = agent.view();
+                let acted = Agent::container(&v, name).is_some_and(|c| {
+                    c["enforcement"]["actions"].as_array().is_some_and(|a| {
+                        a.iter()
+                            .any(|a| a["reason"] == "compute_overage" && a["action"] == "throttle")
+                    })
+                });
+                if acted {
+                    return Some(start.elapsed());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None
+        });
         let mut shares = Shares {
             escape: Vec::new(),
             neighbour: Vec::new(),
             actions: Vec::new(),
+            throttled_after: None,
         };
         for second in 1..=SECONDS {
             let from = now_us();
@@ -202,11 +223,12 @@ fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> 
             }
         }
         stop.store(true, Ordering::Relaxed);
+        shares.throttled_after = throttled.join().unwrap();
         shares
     });
     println!(
-        "{name} ({escape:?}, neighbour {with_neighbour}): escape {:?} %, neighbour {:?} % by second",
-        shares.escape, shares.neighbour
+        "{name} ({escape:?}, neighbour {with_neighbour}): escape {:?} %, neighbour {:?} % by second; throttled {:?} after its start",
+        shares.escape, shares.neighbour, shares.throttled_after
     );
     if std::env::var_os("TESSERA_TEST_LOG").is_some() {
         for l in agent.log() {
@@ -324,4 +346,62 @@ fn a_reset_launch_bucket_is_held_to_its_cap() {
             judge(&s);
         }
     }
+}
+
+/// The throttle's freeze is the kernel's state, marked as the throttle's:
+/// an agent that finds a cgroup frozen with the mark (its predecessor
+/// stopped mid-throttle) thaws it and removes the mark; one frozen
+/// without it (the freeze action's) stays frozen.
+#[test]
+fn a_cgroup_left_frozen_by_a_stopped_throttle_is_thawed_by_the_next_agent() {
+    if let Some(why) = skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let node = node_spec().build();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("containers");
+    let gpu = uuid(&node, 0);
+    let left = TestCgroup::new("left");
+    let held = TestCgroup::new("held");
+    for (cg, id) in [(&left, "left"), (&held, "held")] {
+        let cgroup = cg.dir.to_str().unwrap().to_owned();
+        add_container(&root, id, &gpu, 1000, CAP, &["--cgroup", &cgroup]);
+        // (Killed with its cgroup when the test ends.)
+        std::mem::forget(Tenant::start(
+            &node,
+            cg,
+            &workload(),
+            &["ready", "hold"],
+            &[],
+        ));
+        std::fs::write(cg.dir.join("cgroup.freeze"), "1").unwrap();
+    }
+    rustix::fs::setxattr(
+        &left.dir,
+        tessera_agent::watchdog::throttle::MARK,
+        b"1",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    assert!(
+        watchdog_support::wait_for(Duration::from_secs(5), || (left.frozen() && held.frozen())
+            .then_some(()))
+        .is_some()
+    );
+    let pins = Pins::new("left");
+    let config = node.dir.path().join("agent.toml");
+    std::fs::write(&config, watchdog_toml("off", &pins.0)).unwrap();
+    let agent = Agent::start(&node, &root, &["--config", config.to_str().unwrap()]);
+    agent.wait_ready();
+    let thawed =
+        watchdog_support::wait_for(Duration::from_secs(5), || (!left.frozen()).then_some(()));
+    assert!(thawed.is_some(), "still frozen: {:#?}", agent.log());
+    assert!(!tessera_agent::watchdog::throttle::marked(&left.dir));
+    agent.wait_log("the thaw, naming the container", |l| {
+        l.contains("a stopped throttle left frozen") && l.contains("left")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(held.frozen(), "the freeze action's freeze was undone");
 }
