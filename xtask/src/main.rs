@@ -12,6 +12,7 @@ mod artifacts;
 mod bench;
 mod build;
 mod bundle;
+mod cluster;
 mod demo;
 mod ebpf;
 mod files;
@@ -61,6 +62,13 @@ enum Command {
     Bench(bench::Args),
     /// Build a folder that shows the limits on a real NVIDIA GPU with PyTorch.
     GpuBundle(bundle::Args),
+    /// Run a real single-node Kubernetes here: `cluster up | down | status`.
+    ///
+    /// Builds (once, cached) Kubernetes v1.37.2, containerd 2.x, runc and
+    /// the CNI plugins from the Go modules under xtask/cluster/, and runs
+    /// them as root with everything under target/cluster/ (kubeconfig,
+    /// logs/). `down` stops only what `up` started.
+    Cluster(cluster::Args),
     /// Run a command in a private mount namespace without bpffs, tracefs
     /// and debugfs (as root; `test` runs `cargo test` so).
     #[command(name = private_mounts::SUBCOMMAND, hide = true)]
@@ -76,6 +84,7 @@ fn main() -> Result<()> {
         Command::Demo(args) => demo::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::GpuBundle(args) => bundle::run(&args),
+        Command::Cluster(args) => cluster::run(&args),
         Command::InPrivateMounts(args) => private_mounts::run(&args),
     }
 }

@@ -52,8 +52,19 @@ const COMPONENTS: [(&str, &str); 3] = [
 /// (`agent/tests/metrics_*.rs`). On a systemd host the package also starts
 /// a prometheus service on :9090; the tests never use fixed ports. curl is
 /// what the gpu bundle's `controller.sh` polls the agent with
-/// (`agent/tests/bundle_controller.rs` runs it).
-const PACKAGES: [&str; 5] = ["strace", "gcc", "libc6-dev", "prometheus", "curl"];
+/// (`agent/tests/bundle_controller.rs` runs it), and `cargo xtask cluster`
+/// checks its components' health with it. libseccomp-dev and pkg-config
+/// build the cluster's runc with seccomp (containerd gives every pod
+/// sandbox a seccomp profile, which a runc without it refuses).
+const PACKAGES: [&str; 7] = [
+    "strace",
+    "gcc",
+    "libc6-dev",
+    "prometheus",
+    "curl",
+    "libseccomp-dev",
+    "pkg-config",
+];
 /// Environment variable naming the toolchain of the eBPF build (a nightly,
 /// or `stable` for the fallback); setup, build and test all read it.
 pub const NIGHTLY_ENV: &str = "TESSERA_NIGHTLY";
