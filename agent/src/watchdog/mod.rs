@@ -403,39 +403,49 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
             throttle::thaw(dir, true)
         }
         throttle::Step::Escalate => {
-            watch.throttle = None;
-            watch.throttle_at = None;
-            let _ = throttle::thaw(dir, true);
-            let all = crate::containers::pids::cgroup_pids(dir).unwrap_or_default();
-            let what = format!(
-                "its GPU work outran the throttle: above cap + {} pp through {} periods frozen throughout (queued or long-running kernels)",
-                compute::MARGIN_PP,
-                throttle::ESCALATE_AFTER
-            );
-            let (taken, note) = match actions::kill(dir, &all) {
-                Ok(how) => (Action::Kill, format!("{} killed ({how})", dir.display())),
-                Err(e) => (Action::Alert, format!("kill failed: {}", with_causes(&e))),
-            };
-            tracing::warn!(container = %names, reason = Reason::ComputeOverage.as_str(), action = %taken, how = %note, seen = %what, "watchdog acted");
-            *watch
-                .counts
-                .entry((Reason::ComputeOverage, taken))
-                .or_default() += 1;
-            watch.last_event = Some(format!("{taken}: compute_overage: {what} ({note})"));
-            watch.open.insert(
-                Reason::ComputeOverage,
-                Incident {
-                    action: taken,
-                    at: Instant::now(),
-                    absent: 0,
-                },
-            );
+            escalate(watch, dir, names);
             Ok(())
         }
     };
     if let Err(e) = done {
         tracing::warn!(container = %names, error = %with_causes(&e), "the throttle could not act on the cgroup");
     }
+}
+
+/// The throttle of `watch`'s container gives up (its GPU work outruns
+/// the freezes): its cgroup `dir` is killed, and the incident is the
+/// kill's.
+fn escalate(watch: &mut Watch, dir: &Path, names: &Names<'_>) {
+    watch.throttle = None;
+    watch.throttle_at = None;
+    let all = crate::containers::pids::cgroup_pids(dir).unwrap_or_default();
+    let what = format!(
+        "its GPU work outran the throttle: above cap + {} pp through {} periods frozen throughout (queued or long-running kernels)",
+        compute::MARGIN_PP,
+        throttle::ESCALATE_AFTER
+    );
+    // (A frozen cgroup is killed too: SIGKILL wakes frozen tasks.)
+    let (taken, note) = match actions::kill(dir, &all) {
+        Ok(how) => (Action::Kill, format!("{} killed ({how})", dir.display())),
+        Err(e) => (Action::Alert, format!("kill failed: {}", with_causes(&e))),
+    };
+    if let Err(e) = throttle::thaw(dir, true) {
+        tracing::warn!(container = %names, error = %with_causes(&e), "cannot thaw the throttled cgroup");
+    }
+    tracing::warn!(container = %names, reason = Reason::ComputeOverage.as_str(), action = %taken, how = %note, seen = %what, "watchdog acted");
+    *watch
+        .counts
+        .entry((Reason::ComputeOverage, taken))
+        .or_default() += 1;
+    watch.last_event = Some(format!("{taken}: compute_overage: {what} ({note})"));
+    watch.open.insert(
+        Reason::ComputeOverage,
+        Incident {
+            action: taken,
+            at: Instant::now(),
+            absent: 0,
+        },
+    );
 }
 
 /// The deny action of `settings`.
@@ -493,6 +503,17 @@ mod tests {
     /// One period in which pid 10 (registered in slot 0, which accounts
     /// nothing) holds `bytes` on the GPU.
     fn period(w: &mut Watchdog, m: &Metadata, p: &Effective, bytes: u64) -> EnforcementView {
+        period_with(w, m, p, bytes, Compute::default())
+    }
+
+    /// The same, with the GPU's share and cap `compute`.
+    fn period_with(
+        w: &mut Watchdog,
+        m: &Metadata,
+        p: &Effective,
+        bytes: u64,
+        compute: Compute,
+    ) -> EnforcementView {
         let procs = [ProcessView {
             host_pid: Some(10),
             ns_pid: 10,
@@ -512,7 +533,7 @@ mod tests {
             nvml: &nvml,
             ebpf_bypass: &[],
             context_allowance: 1000 * MIB,
-            compute: &[],
+            compute: &[compute],
         };
         let id = ContainerId::new("c").unwrap();
         w.check(&id, None, p, &facts)
@@ -549,6 +570,43 @@ mod tests {
         let v = period(&mut w, &m, &p, 1200 * MIB);
         assert_eq!(count(&v, Reason::MemoryOverage, Action::Alert), 2, "{v:?}");
         assert_eq!(v.state, "running");
+    }
+
+    #[test]
+    fn a_share_over_the_cap_is_a_compute_overage_for_the_policy() {
+        let m = meta();
+        let over = Compute {
+            measured: Some(80.0),
+            cap: Some(20.0),
+        };
+        let honest = Compute {
+            measured: Some(22.0),
+            cap: Some(20.0),
+        };
+        let mut w = Watchdog::new(WatchdogSettings::default());
+        let p = policy(Action::Kill);
+        for _ in 0..20 {
+            let v = period_with(&mut w, &m, &p, 0, honest);
+            assert!(v.actions.is_empty(), "{v:?}");
+        }
+        // Found once the window's mean is over (3 periods) and confirmed
+        // (2 periods); without a cgroup the throttle can only alert.
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            seen.push(count(
+                &period_with(&mut w, &m, &p, 0, over),
+                Reason::ComputeOverage,
+                Action::Alert,
+            ));
+        }
+        assert!(seen.contains(&1), "{seen:?}");
+        let v = period_with(&mut w, &m, &p, 0, over);
+        let last = v.last_event.unwrap();
+        assert!(
+            last.contains("throttle failed") && last.contains("no cgroup"),
+            "{last}"
+        );
+        assert!(last.contains("compute_overage"), "{last}");
     }
 
     #[test]
