@@ -117,6 +117,24 @@ fn wait_pod_done(name: &str, within: Duration) -> String {
     }
 }
 
+/// The pod's log once it holds the probe's last line (or what `kubectl
+/// logs` said when `within` passes).
+fn pod_logs(name: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let out = kubectl(&["logs", name]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if text.contains("probe: done") || Instant::now() >= deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 #[test]
 fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
     if let Some(reason) = skip_reason() {
@@ -174,8 +192,7 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
             "{}",
             String::from_utf8_lossy(&describe.stdout)
         );
-        let logs = kubectl(&["logs", "probe"]);
-        let logs = String::from_utf8_lossy(&logs.stdout);
+        let logs = pod_logs("probe", Duration::from_secs(30));
         assert!(logs.contains("probe: hostname=probe"), "{logs}");
         assert!(
             logs.contains("probe: env KUBERNETES_SERVICE_HOST=10.96.0.1"),
