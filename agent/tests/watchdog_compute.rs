@@ -16,8 +16,10 @@
 //! Judged by the simulator's record (each process's share of the GPU in
 //! each second, from its own timeline): from the second second on, the
 //! escape holds at most its cap plus the margin, over the run its mean is
-//! near its cap, and the neighbour gets its 50 %. Needs root; prints
-//! "skipped: <reason>" otherwise.
+//! near its cap, and the neighbour gets its 50 %. Also: kernels a freeze
+//! cannot stop are killed, and a cgroup a stopped throttle left frozen is
+//! thawed by the next agent. Needs root; prints "skipped: <reason>"
+//! otherwise.
 #![allow(
     clippy::unwrap_used,
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
@@ -404,4 +406,67 @@ fn a_cgroup_left_frozen_by_a_stopped_throttle_is_thawed_by_the_next_agent() {
     });
     std::thread::sleep(Duration::from_millis(500));
     assert!(held.frozen(), "the freeze action's freeze was undone");
+}
+
+/// GPU work a freeze cannot stop (kernels of 3 s, queued before the
+/// throttle began): the throttle gives up after five periods frozen
+/// throughout with the share still over, and kills; judged by the kernel
+/// (the process's SIGKILL) and the simulator (its share until then).
+#[test]
+fn kernels_the_freezes_cannot_stop_are_killed() {
+    if let Some(why) = skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let node = node_spec().fixed_kernel("long", 3_000_000_000).build();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("containers");
+    let cg = TestCgroup::new("long");
+    let cgroup = cg.dir.to_str().unwrap().to_owned();
+    add_container(
+        &root,
+        "long",
+        &uuid(&node, 0),
+        1000,
+        CAP,
+        &["--cgroup", &cgroup],
+    );
+    let pins = Pins::new("long");
+    let config = node.dir.path().join("agent.toml");
+    std::fs::write(&config, watchdog_toml("off", &pins.0)).unwrap();
+    let agent = Agent::start(&node, &root, &["--config", config.to_str().unwrap()]);
+    agent.wait_ready();
+    let mut t = Tenant::start(
+        &node,
+        &cg,
+        &workload(),
+        &[
+            "dev", "0", "ready", "wait", "launch", "long", "1", "32", "4", "sync", "hold",
+        ],
+        &[],
+    );
+    t.go();
+    let start = Instant::now();
+    let (status, at) = t
+        .exit_within(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("still running 10 s on: {:#?}", agent.log()));
+    let took = at.duration_since(start);
+    println!(
+        "kernels a freeze cannot stop: killed {} ms after they started",
+        took.as_millis()
+    );
+    assert!(watchdog_support::killed(status), "{status:?}");
+    assert!(took < Duration::from_secs(3), "{} ms", took.as_millis());
+    let v = agent.wait_view("the kill in the view", |v| {
+        Agent::container(v, "long").is_some_and(|c| {
+            c["enforcement"]["actions"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|a| a["reason"] == "compute_overage" && a["action"] == "kill")
+            })
+        })
+    });
+    let c = Agent::container(&v, "long").unwrap();
+    let last = c["enforcement"]["last_event"].as_str().unwrap();
+    assert!(last.contains("outran the throttle"), "{last}");
 }
