@@ -179,6 +179,23 @@ pub fn primary_retain(p: &Process, dev: i32) -> Result<u64, CUresult> {
     Ok(h)
 }
 
+/// The primary context of `dev`, activated if it is not, without taking
+/// a reference (the CUDA runtime's private "primary context" call): a
+/// later retain and release pair then ends it.
+pub fn primary_peek(p: &Process, dev: i32) -> Result<u64, CUresult> {
+    let device = p.device(dev)?;
+    let mut inner = p.lock();
+    let prim = inner.primary[device];
+    match prim.ctx {
+        Some(h) => Ok(h),
+        None => {
+            let h = new_context(p, &mut inner, device, prim.flags, true)?;
+            inner.primary[device].ctx = Some(h);
+            Ok(h)
+        }
+    }
+}
+
 /// `cuDevicePrimaryCtxRelease`.
 pub fn primary_release(p: &Process, dev: i32) -> Result<(), CUresult> {
     let device = p.device(dev)?;

@@ -16,6 +16,7 @@ pub mod array;
 pub mod charge;
 pub mod context;
 pub mod device;
+pub mod export_table;
 pub mod exports;
 pub mod graph;
 pub mod handles;

@@ -21,6 +21,15 @@ pub fn load(p: &Process) -> Result<u64, CUresult> {
     }))
 }
 
+/// `cuModuleLoadData` and the runtime's fat-binary loads: `image` (a
+/// cubin, PTX text, a fat binary or its wrapper) stays opaque.
+pub fn load_image(p: &Process, image: *const u8) -> Result<u64, CUresult> {
+    if image.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    load(p)
+}
+
 /// `cuModuleUnload`.
 pub fn unload(p: &Process, h: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();

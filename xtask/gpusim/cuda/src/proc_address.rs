@@ -747,6 +747,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                 "cuModuleLoadFatBinary",
                 vec![D(2000, Some(f!(cuModuleLoadFatBinary)))],
             ),
+            (
+                "cuModuleGetLoadingMode",
+                vec![D(11070, Some(f!(cuModuleGetLoadingMode)))],
+            ),
             ("cuModuleUnload", vec![D(2000, Some(f!(cuModuleUnload)))]),
             (
                 "cuPointerGetAttribute",
@@ -845,11 +849,25 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
 }
 
 /// Resolves `name` for `version` and `flags`; on failure, the
-/// `CUdriverProcAddressQueryResult` to report.
+/// `CUdriverProcAddressQueryResult` to report. A driver API name the
+/// simulator does not implement resolves (from the version that
+/// introduced it) to a function that names itself once on stderr when
+/// called and returns `CUDA_ERROR_NOT_SUPPORTED`: NVIDIA's runtime
+/// resolves every entry point of its driver API version at start and
+/// refuses a driver that lacks one, and the next gap a program hits then
+/// names itself.
 pub fn lookup(name: &str, version: i32, flags: u64) -> Result<*mut c_void, i32> {
-    let variants = table()
-        .get(name)
-        .ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)?;
+    let r = match table().get(name) {
+        Some(variants) => resolve(variants, version, flags),
+        None => unsimulated(name, version),
+    };
+    if crate::exports::trace_enabled() && r.is_err() {
+        eprintln!("gpusim-trace: cuGetProcAddress({name}, {version}, {flags}): {r:?}");
+    }
+    r
+}
+
+fn resolve(variants: &[Variant], version: i32, flags: u64) -> Result<*mut c_void, i32> {
     let newest = |per_thread: bool| {
         variants
             .iter()
@@ -866,6 +884,71 @@ pub fn lookup(name: &str, version: i32, flags: u64) -> Result<*mut c_void, i32> 
         .map(|s| s as *mut c_void)
         .ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
 }
+
+/// Every driver API name with the version that introduced it
+/// (`driver_api_names.txt`), in the file's order.
+fn api_names() -> &'static [(&'static str, i32)] {
+    static NAMES: OnceLock<Vec<(&'static str, i32)>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        include_str!("driver_api_names.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| {
+                let (name, version) = l.split_once(' ')?;
+                Some((name, version.trim().parse().ok()?))
+            })
+            .collect()
+    })
+}
+
+/// The stand-in for a driver API name without an implementation.
+fn unsimulated(name: &str, version: i32) -> Result<*mut c_void, i32> {
+    let index = api_names()
+        .iter()
+        .position(|&(n, _)| n == name)
+        .ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)?;
+    if version < api_names()[index].1 {
+        return Err(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    }
+    UNSIMULATED
+        .get(index)
+        .map(|&f| f as *mut c_void)
+        .ok_or(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
+}
+
+type StandIn = unsafe extern "C" fn() -> crate::status::CUresult;
+
+/// Called through the stand-in for the `I`th name of
+/// `driver_api_names.txt`.
+unsafe extern "C" fn unsimulated_call<const I: usize>() -> crate::status::CUresult {
+    crate::exports::guard(|| {
+        let name = api_names().get(I).map_or("?", |n| n.0);
+        crate::export_table::log_once(format!(
+            "unsimulated driver call: {name}; returning CUDA_ERROR_NOT_SUPPORTED"
+        ));
+        Err(crate::status::CUDA_ERROR_NOT_SUPPORTED)
+    })
+}
+
+macro_rules! stand_ins {
+    ($($hi:literal)*) => {
+        [$(
+            stand_ins!(@row $hi 0), stand_ins!(@row $hi 1), stand_ins!(@row $hi 2), stand_ins!(@row $hi 3),
+            stand_ins!(@row $hi 4), stand_ins!(@row $hi 5), stand_ins!(@row $hi 6), stand_ins!(@row $hi 7),
+            stand_ins!(@row $hi 8), stand_ins!(@row $hi 9), stand_ins!(@row $hi 10), stand_ins!(@row $hi 11),
+            stand_ins!(@row $hi 12), stand_ins!(@row $hi 13), stand_ins!(@row $hi 14), stand_ins!(@row $hi 15),
+        )*]
+    };
+    (@row $hi:literal $lo:literal) => {
+        unsimulated_call::<{ $hi * 16 + $lo }> as StandIn
+    };
+}
+
+/// One stand-in per line of `driver_api_names.txt` (room for 768).
+static UNSIMULATED: [StandIn; 768] = stand_ins!(
+    0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23
+    24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47
+);
 
 /// Every base name known to `cuGetProcAddress`.
 pub fn names() -> impl Iterator<Item = &'static str> {
@@ -905,6 +988,19 @@ mod tests {
             lookup("cuNoSuchThing", 12000, 0).unwrap_err(),
             CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
         );
+    }
+
+    #[test]
+    fn unimplemented_api_names_resolve_to_stand_ins() {
+        let a = sym("cuGLInit", 12000, 0);
+        let b = sym("cuLinkCreate", 12000, 0);
+        assert_ne!(a, b);
+        assert_eq!(a, sym("cuGLInit", 2000, 0));
+        assert_eq!(
+            lookup("cuLibraryEnumerateKernels", 12030, 0).unwrap_err(),
+            CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+        );
+        assert!(api_names().len() <= UNSIMULATED.len());
     }
 
     #[test]

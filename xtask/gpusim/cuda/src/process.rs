@@ -136,12 +136,28 @@ impl Process {
 
 /// This thread's current context, if any.
 pub fn current_context() -> Option<u64> {
-    CONTEXT_STACK.with(|s| s.borrow().last().copied())
+    // During thread (or process) exit the stack may be gone: no context.
+    CONTEXT_STACK
+        .try_with(|s| s.borrow().last().copied())
+        .ok()
+        .flatten()
 }
 
 /// Runs `f` on this thread's context stack.
+/// Runs `f` on this thread's context stack (on an empty one once the
+/// thread's stack is destroyed: exit handlers, such as the CUDA runtime's,
+/// still release their contexts then).
 pub fn with_stack<R>(f: impl FnOnce(&mut Vec<u64>) -> R) -> R {
-    CONTEXT_STACK.with(|s| f(&mut s.borrow_mut()))
+    let mut f = Some(f);
+    let done = CONTEXT_STACK
+        .try_with(|s| f.take().map(|f| f(&mut s.borrow_mut())))
+        .ok()
+        .flatten();
+    match (done, f) {
+        (Some(r), _) => r,
+        (None, Some(f)) => f(&mut Vec::new()),
+        (None, None) => unreachable!("the closure ran or is still here"),
+    }
 }
 
 /// A stream's position on its channel.

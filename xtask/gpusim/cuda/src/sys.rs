@@ -76,3 +76,10 @@ pub fn looks_up_itself(name: &std::ffi::CStr) -> Option<bool> {
     let me = looks_up_itself as *const libc::c_void;
     Some(object_base(f) == object_base(me))
 }
+
+/// The calling thread's `pthread_t`, cut to its low 32 bits (as the CUDA
+/// runtime's integrity check hashes it).
+pub fn thread_id_word() -> u32 {
+    // SAFETY: pthread_self has no preconditions.
+    (unsafe { libc::pthread_self() }) as u32
+}

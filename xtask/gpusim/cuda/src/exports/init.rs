@@ -60,15 +60,6 @@ cu_export! {
         }
     }
 
-    /// Private export tables of the real driver are not simulated.
-    fn cuGetExportTable(table: *mut *const c_void, id: *const CUuuid) {
-        let _ = id;
-        // SAFETY: the caller's contract: `table` is NULL or points to a
-        // writable `*const c_void`; `out_opt` skips NULL.
-        unsafe { out_opt(table, std::ptr::null()) };
-        Err(CUDA_ERROR_NOT_SUPPORTED)
-    }
-
     fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
         // SAFETY: the caller's contract: `symbol` is NULL or a NUL-terminated
         // string that outlives the call; `cstr` rejects NULL.

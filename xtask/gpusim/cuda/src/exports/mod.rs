@@ -16,6 +16,7 @@ pub mod ptr;
 mod array;
 mod context;
 mod device;
+mod export_table;
 mod graph;
 mod init;
 mod launch;
@@ -27,6 +28,7 @@ mod vmm;
 pub use array::*;
 pub use context::*;
 pub use device::*;
+pub use export_table::*;
 pub use graph::*;
 pub use init::*;
 pub use launch::*;
@@ -48,6 +50,25 @@ pub fn guard(f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
     }
 }
 
+/// [`guard`] for entry point `name`: with `GPUSIM_TRACE=1` in the
+/// environment, each call's name and result go to stderr.
+pub fn traced(name: &'static str, f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
+    let code = guard(f);
+    if trace_enabled() {
+        let text = crate::status::name(code)
+            .map(|n| String::from_utf8_lossy(&n[..n.len() - 1]).into_owned())
+            .unwrap_or_else(|| code.to_string());
+        eprintln!("gpusim-trace: {name} -> {text}");
+    }
+    code
+}
+
+/// Whether `GPUSIM_TRACE=1` (read once).
+pub fn trace_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("GPUSIM_TRACE").is_some_and(|v| v == "1"))
+}
+
 /// Defines exported driver API functions. The body is a block returning
 /// `Result<(), CUresult>`, run under [`guard`]. It is not wrapped in
 /// `unsafe`: each unsafe operation in it (a pointer helper from [`ptr`], a
@@ -60,7 +81,7 @@ macro_rules! cu_export {
             #[cfg_attr(not(test), unsafe(no_mangle))]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::status::CUresult {
-                $crate::exports::guard(move || $body)
+                $crate::exports::traced(stringify!($name), move || $body)
             }
         )*
     };

@@ -58,6 +58,15 @@ cu_export! {
         unsafe { out(m, v) }
     }
 
+    /// `CU_MODULE_EAGER_LOADING` (1) when `CUDA_MODULE_LOADING=EAGER`, else
+    /// `CU_MODULE_LAZY_LOADING` (2), the driver's default since CUDA 12.2.
+    fn cuModuleGetLoadingMode(mode: *mut c_int) {
+        let eager = std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v == "EAGER");
+        // SAFETY: the caller's contract: `mode` is NULL or points to a
+        // writable CUmoduleLoadingMode (an int); `out` rejects NULL.
+        unsafe { out(mode, if eager { 1 } else { 2 }) }
+    }
+
     fn cuModuleUnload(m: Handle) {
         let p = process::get()?;
         module::unload(p, h(m))
