@@ -323,3 +323,38 @@ unsafe extern "C" fn context_check(
 unsafe extern "C" fn context_check_flags() -> u32 {
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_of(id: &str) -> Result<*const usize, CUresult> {
+        let known = et::TABLES
+            .iter()
+            .find(|t| et::uuid_text(&t.uuid) == id)
+            .map(|t| t.uuid)
+            .unwrap_or([0xee; 16]);
+        let mut t: *const c_void = std::ptr::null();
+        // SAFETY: both pointers are valid for the call.
+        let code = unsafe { cuGetExportTable(&mut t, &CUuuid { bytes: known }) };
+        if code == CUDA_SUCCESS {
+            Ok(t.cast())
+        } else {
+            Err(code)
+        }
+    }
+
+    #[test]
+    fn tables_have_their_size_and_unknown_slots_say_so() {
+        let t = table_of("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9").unwrap();
+        // SAFETY: the cudart interface table has 13 words.
+        let (size, slot3) = unsafe { (*t, *t.add(3)) };
+        assert_eq!(size, 13 * 8);
+        // SAFETY: every slot without a simulated function is `unknown`,
+        // which takes no arguments.
+        let f: unsafe extern "C" fn() -> CUresult = unsafe { std::mem::transmute(slot3) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { f() }, CUDA_ERROR_NOT_SUPPORTED);
+        assert_eq!(table_of("unknown"), Err(CUDA_ERROR_NOT_FOUND));
+    }
+}
