@@ -8,11 +8,12 @@
 //! steady state (4 s to the end) by the simulator's own record, the error,
 //! the settling time (the first time after which the use, averaged over 3
 //! periods, stays within 2 pp of the share), the jitter of the launch
-//! rate in the steady state (standard deviation over mean), and the most
-//! the watchdog's compute-overage rule saw it above its cap over the
-//! whole run, from its first period ("over": the largest mean of NVML's
-//! share over a window less the caps in force a period earlier,
-//! `watchdog::compute`; the margin must stay above it). The simulator's
+//! rate in the steady state (standard deviation over mean), and the
+//! largest excess the watchdog's compute-overage rule reckoned for it
+//! over the whole run, from its first period ("excess": ms of GPU time
+//! above the caps in force a period earlier plus the margin, less the
+//! credit, `watchdog::compute`; a compute overage is an excess above the
+//! tolerance, which must stay above it). The simulator's
 //! timeline runs on wall-clock time, so a loaded machine (load average
 //! printed) shows as noise.
 //!
@@ -54,8 +55,8 @@ fn workload(i: usize, secs: f64) -> String {
     }
 }
 
-/// The most container `i`'s windowed share was above its lagged caps,
-/// as the watchdog's compute-overage rule reckons it, over the run (pp).
+/// The largest excess (ms) the watchdog's compute-overage rule reckoned
+/// for container `i` over the run.
 fn over_cap(run: &Run, i: usize) -> f64 {
     use tessera_agent::watchdog::compute::{Compute, ComputeMemory};
     let mut m = ComputeMemory::default();
@@ -68,7 +69,7 @@ fn over_cap(run: &Run, i: usize) -> f64 {
                 measured: p.used[i],
                 cap: p.cap.get(i).copied(),
             };
-            m.record(0, at, c).map(|(used, cap)| used - cap)
+            m.record(0, at, c).map(|(excess, _)| excess)
         })
         .fold(f64::NEG_INFINITY, f64::max)
 }
@@ -148,7 +149,7 @@ fn main() {
     ];
     println!(
         "{:<16} {:>3} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}",
-        "case", "#", "target", "share", "got", "error", "settle", "jitter", "over"
+        "case", "#", "target", "share", "got", "error", "settle", "jitter", "excess"
     );
     let mut worst_error: f64 = 0.0;
     let mut worst_settle: f64 = 0.0;
@@ -179,7 +180,7 @@ fn main() {
             let got = run.oracle[0][i];
             let settle = settled(&run, i, want, 2.0);
             println!(
-                "{:<16} {:>3} {:>7.1} {:>7.1} {:>7.1} {:>+7.1} {:>8} {:>7.1}% {:>+7.1}",
+                "{:<16} {:>3} {:>7.1} {:>7.1} {:>7.1} {:>+7.1} {:>8} {:>7.1}% {:>+7.0}",
                 case.name,
                 i,
                 t,
@@ -202,7 +203,7 @@ fn main() {
         );
     }
     println!(
-        "tessera: worst steady-state error {worst_error:.1} pp, worst settling {worst_settle:.1} s, most over the cap by the watchdog's rule {worst_over:+.1} pp (margin {} pp)",
-        tessera_agent::watchdog::compute::MARGIN_PP
+        "tessera: worst steady-state error {worst_error:.1} pp, worst settling {worst_settle:.1} s, largest excess by the watchdog's rule {worst_over:+.0} ms (tolerance {} ms)",
+        tessera_agent::watchdog::compute::TOLERANCE_MS
     );
 }

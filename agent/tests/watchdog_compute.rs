@@ -53,6 +53,25 @@ const SECONDS: u32 = 8;
 /// lets, for the run.
 const KERNEL: [&str; 3] = ["spin", "100", "1024"];
 
+/// Who shares the GPU: the escape's container (its target and mode) and
+/// the honest neighbour's target (hard).
+#[derive(Clone, Copy, Debug)]
+struct Sharing {
+    target: u32,
+    mode: &'static str,
+    neighbour: u32,
+    /// What the escape's container may take beside the neighbour (its
+    /// target when hard; its allocation when elastic).
+    share: u32,
+}
+
+const HARD: Sharing = Sharing {
+    target: CAP,
+    mode: "hard",
+    neighbour: NEIGHBOUR,
+    share: CAP,
+};
+
 /// One scenario at a time: each is judged by wall-clock shares.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -66,6 +85,7 @@ enum Escape {
 /// Each second's share of the GPU (whole percent, the simulator's record),
 /// and the watchdog's actions on the escape's container at the end.
 struct Shares {
+    sharing: Sharing,
     escape: Vec<u32>,
     neighbour: Vec<u32>,
     actions: Vec<(String, String)>,
@@ -134,6 +154,15 @@ fn reset_bucket(usage: PathBuf, stop: &AtomicBool) {
 }
 
 fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> {
+    scenario_sharing(name, escape, with_neighbour, HARD)
+}
+
+fn scenario_sharing(
+    name: &str,
+    escape: Escape,
+    with_neighbour: bool,
+    sharing: Sharing,
+) -> Option<Shares> {
     if let Some(why) = skip_reason() {
         println!("skipped: {why}");
         return None;
@@ -145,7 +174,14 @@ fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> 
     let gpu = uuid(&node, 0);
     let cg = TestCgroup::new(name);
     let cgroup = cg.dir.to_str().unwrap().to_owned();
-    let dir = add_container(&root, name, &gpu, 1000, CAP, &["--cgroup", &cgroup]);
+    let dir = add_container(
+        &root,
+        name,
+        &gpu,
+        1000,
+        sharing.target,
+        &["--cgroup", &cgroup, "--mode", sharing.mode],
+    );
     let honest_cg = TestCgroup::new(&format!("{name}-n"));
     let honest_cgroup = honest_cg.dir.to_str().unwrap().to_owned();
     let honest_dir = add_container(
@@ -153,7 +189,7 @@ fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> 
         &format!("{name}-n"),
         &gpu,
         1000,
-        NEIGHBOUR,
+        sharing.neighbour,
         &["--cgroup", &honest_cgroup],
     );
     let pins = Pins::new(name);
@@ -208,6 +244,7 @@ fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> 
             None
         });
         let mut shares = Shares {
+            sharing,
             escape: Vec::new(),
             neighbour: Vec::new(),
             actions: Vec::new(),
@@ -283,7 +320,8 @@ fn scenario(name: &str, escape: Escape, with_neighbour: bool) -> Option<Shares> 
 /// cap plus the margin in every second; its mean from then is within
 /// the margin of its cap; the neighbour gets its share.
 fn judge(s: &Shares) {
-    let cap = f64::from(CAP);
+    let cap = f64::from(s.sharing.share);
+    let neighbour = s.sharing.neighbour;
     let later = &s.escape[1..];
     for (i, &x) in later.iter().enumerate() {
         assert!(
@@ -308,14 +346,14 @@ fn judge(s: &Shares) {
     if !later.is_empty() {
         let mean = later.iter().map(|&x| f64::from(x)).sum::<f64>() / later.len() as f64;
         assert!(
-            mean + 2.0 >= f64::from(NEIGHBOUR),
-            "neighbour's mean {mean} < {NEIGHBOUR}: {:?}",
+            mean + 2.0 >= f64::from(neighbour),
+            "neighbour's mean {mean} < {neighbour}: {:?}",
             s.neighbour
         );
         for (i, &x) in later.iter().enumerate() {
             assert!(
-                x + 10 >= NEIGHBOUR,
-                "second {}: neighbour {x} % < {NEIGHBOUR}: {:?}",
+                x + 10 >= neighbour,
+                "second {}: neighbour {x} % < {neighbour}: {:?}",
                 i + 2,
                 s.neighbour
             );
@@ -348,6 +386,39 @@ fn a_private_copy_of_the_driver_is_unseen_by_the_interposer_and_held_to_its_cap(
             judge(&s);
         }
     }
+}
+
+/// An elastic container is held to its allocation: at target 20 beside a
+/// hard 70, the split gives it 20 and lends it the 10 nobody claims. On
+/// a GPU committed to the full, the throttled escape's bursts (a slice
+/// and the queue it refilled) cost the neighbour some of its share: it is
+/// judged on its mean within 10 pp (the README's threat table says how
+/// much; `kill` leaves it all of it).
+#[test]
+fn an_elastic_escape_is_held_to_its_allocation() {
+    let sharing = Sharing {
+        target: CAP,
+        mode: "elastic",
+        neighbour: 70,
+        share: 30,
+    };
+    let Some(s) = scenario_sharing("elastic", Escape::NoPreload, true, sharing) else {
+        return;
+    };
+    assert!(s.acted("compute_overage", "throttle"), "{:?}", s.actions);
+    let cap = f64::from(sharing.share);
+    let later = &s.escape[1..];
+    for &x in later {
+        assert!(f64::from(x) <= cap + MARGIN_PP + 1.0, "{:?}", s.escape);
+    }
+    let mean = |x: &[u32]| x.iter().map(|&v| f64::from(v)).sum::<f64>() / x.len() as f64;
+    assert!(mean(later) <= cap + MARGIN_PP, "{:?}", s.escape);
+    let n = mean(&s.neighbour[1..]);
+    assert!(
+        n + 8.0 >= f64::from(sharing.neighbour),
+        "{n}: {:?}",
+        s.neighbour
+    );
 }
 
 #[test]

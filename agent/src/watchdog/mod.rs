@@ -503,7 +503,7 @@ mod tests {
     /// One period in which pid 10 (registered in slot 0, which accounts
     /// nothing) holds `bytes` on the GPU.
     fn period(w: &mut Watchdog, m: &Metadata, p: &Effective, bytes: u64) -> EnforcementView {
-        period_with(w, m, p, bytes, Compute::default())
+        period_with(w, m, p, bytes, Compute::default(), Instant::now())
     }
 
     /// The same, with the GPU's share and cap `compute`.
@@ -513,6 +513,7 @@ mod tests {
         p: &Effective,
         bytes: u64,
         compute: Compute,
+        now: Instant,
     ) -> EnforcementView {
         let procs = [ProcessView {
             host_pid: Some(10),
@@ -529,7 +530,7 @@ mod tests {
             control_epoch: 2,
             launch_rates: &[UNLIMITED],
             launch_bursts: &[0],
-            now: Instant::now(),
+            now,
             nvml: &nvml,
             ebpf_bypass: &[],
             context_allowance: 1000 * MIB,
@@ -585,22 +586,25 @@ mod tests {
         };
         let mut w = Watchdog::new(WatchdogSettings::default());
         let p = policy(Action::Kill);
-        for _ in 0..20 {
-            let v = period_with(&mut w, &m, &p, 0, honest);
+        let t0 = Instant::now();
+        let at = |k: u32| t0 + crate::control::PERIOD * k;
+        for k in 0..20 {
+            let v = period_with(&mut w, &m, &p, 0, honest, at(k));
             assert!(v.actions.is_empty(), "{v:?}");
         }
-        // Found once the window's mean is over (3 periods) and confirmed
-        // (2 periods); without a cgroup the throttle can only alert.
+        // Found once its excess spent its credit and passed the
+        // tolerance, and confirmed (2 periods); without a cgroup the
+        // throttle can only alert.
         let mut seen = Vec::new();
-        for _ in 0..6 {
+        for k in 20..30 {
             seen.push(count(
-                &period_with(&mut w, &m, &p, 0, over),
+                &period_with(&mut w, &m, &p, 0, over, at(k)),
                 Reason::ComputeOverage,
                 Action::Alert,
             ));
         }
         assert!(seen.contains(&1), "{seen:?}");
-        let v = period_with(&mut w, &m, &p, 0, over);
+        let v = period_with(&mut w, &m, &p, 0, over, at(30));
         let last = v.last_event.unwrap();
         assert!(
             last.contains("throttle failed") && last.contains("no cgroup"),
