@@ -5,9 +5,10 @@
 //! Judged by the simulator's record (the memory it holds for the process,
 //! its launch log, its timeline), not only by CuPy's answers.
 //!
-//! The Python environment is made once, by pip, in `target/pyenv-cuda`
-//! (a virtual environment, remade when the pinned versions change); where
-//! it cannot be made (no Python, no PyPI) the tests are skipped.
+//! The Python environments are made once, by pip, in `target/pyenv-cuda`
+//! (CUDA 12) and `target/pyenv-cuda13` (CUDA 13): virtual environments,
+//! remade when the pinned versions change; where they cannot be made (no
+//! Python, no PyPI) the tests are skipped.
 
 use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::{Path, PathBuf};
@@ -19,22 +20,42 @@ use tessera_testkit::sim::{Gpu, Node, NodeSpec, artifact, workspace};
 
 const MIB: u64 = 1 << 20;
 
-/// What the environment holds (pip requirement specifiers).
-const REQUIREMENTS: &[&str] = &[
-    "cupy-cuda12x==14.2.0",
-    "nvidia-cuda-runtime-cu12==12.9.79",
-    "nvidia-cuda-nvrtc-cu12==12.9.86",
-];
-
-/// The environment's Python, made on first use (see the module docs).
-fn python() -> Result<PathBuf, String> {
-    static ENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    ENV.get_or_init(make_env).clone()
+/// A Python environment: its folder under `target/` and what pip puts in it.
+struct Env {
+    dir: &'static str,
+    requirements: &'static [&'static str],
 }
 
-fn make_env() -> Result<PathBuf, String> {
-    let dir = workspace().join("target/pyenv-cuda");
-    let stamp = REQUIREMENTS.join("\n");
+/// CuPy for CUDA 12 with NVIDIA's 12.9 runtime and NVRTC.
+const CUDA12: Env = Env {
+    dir: "pyenv-cuda",
+    requirements: &[
+        "cupy-cuda12x==14.2.0",
+        "nvidia-cuda-runtime-cu12==12.9.79",
+        "nvidia-cuda-nvrtc-cu12==12.9.86",
+    ],
+};
+
+/// CuPy for CUDA 13 with NVIDIA's 13.5 runtime and NVRTC.
+const CUDA13: Env = Env {
+    dir: "pyenv-cuda13",
+    requirements: &[
+        "cupy-cuda13x==14.2.0",
+        "nvidia-cuda-runtime==13.5.37",
+        "nvidia-cuda-nvrtc==13.5.37",
+    ],
+};
+
+/// The environment's Python, made on first use (see the module docs).
+fn python(env: &'static Env) -> Result<PathBuf, String> {
+    static MADE: [OnceLock<Result<PathBuf, String>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let slot = if std::ptr::eq(env, &CUDA12) { 0 } else { 1 };
+    MADE[slot].get_or_init(|| make_env(env)).clone()
+}
+
+fn make_env(env: &Env) -> Result<PathBuf, String> {
+    let dir = workspace().join("target").join(env.dir);
+    let stamp = env.requirements.join("\n");
     let python = dir.join("bin/python");
     if std::fs::read_to_string(dir.join("tessera-stamp"))
         .ok()
@@ -46,26 +67,26 @@ fn make_env() -> Result<PathBuf, String> {
     }
     // Made beside its place and renamed into it, so that a run stopped
     // half-way leaves nothing that looks finished.
-    let tmp = workspace().join(format!("target/pyenv-cuda.tmp-{}", std::process::id()));
+    let tmp = workspace().join(format!("target/{}.tmp-{}", env.dir, std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     run(Command::new("python3").args(["-m", "venv"]).arg(&tmp))
         .map_err(|e| format!("no Python virtual environment for CuPy: {e}"))?;
     let started = std::time::Instant::now();
-    run(Command::new(tmp.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(REQUIREMENTS))
-    .map_err(|e| format!("pip could not install CuPy and NVIDIA's runtime wheels: {e}"))?;
+    let installed = run(Command::new(tmp.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet"])
+        .arg("--disable-pip-version-check")
+        .args(env.requirements));
+    if let Err(e) = installed {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(format!(
+            "pip could not install CuPy and NVIDIA's runtime wheels: {e}"
+        ));
+    }
     eprintln!(
         "made {} in {:.0?} (pip: {})",
         dir.display(),
         started.elapsed(),
-        REQUIREMENTS.join(", ")
+        env.requirements.join(", ")
     );
     std::fs::write(tmp.join("tessera-stamp"), &stamp).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(&dir);
@@ -196,7 +217,7 @@ fn u(v: &serde_json::Value, key: &str) -> u64 {
 
 #[test]
 fn cupy_starts_and_its_memory_is_the_simulators() {
-    let python = or_skip!(python());
+    let python = or_skip!(python(&CUDA12));
     let node = NodeSpec::small_with(Gpu::sim(8192)).build();
     let mut s = Steps::start(node.command(&python), &node, "basics");
 
@@ -230,7 +251,7 @@ fn cupy_starts_and_its_memory_is_the_simulators() {
 
 #[test]
 fn cupy_kernels_streams_pools_and_graphs_run_on_the_timeline() {
-    let python = or_skip!(python());
+    let python = or_skip!(python(&CUDA12));
     // The kernel CuPy names `tessera_slow` takes 50 ms of GPU time.
     let node = NodeSpec::small_with(Gpu::sim(8192))
         .fixed_kernel("tessera_slow", 50_000_000)
@@ -264,7 +285,7 @@ fn cupy_kernels_streams_pools_and_graphs_run_on_the_timeline() {
 
 #[test]
 fn cupy_under_tessera_stops_at_the_containers_limit() {
-    let python = or_skip!(python());
+    let python = or_skip!(python(&CUDA12));
     const UUID: &str = "GPU-7e55e4a0-0000-4000-8000-000000000025";
     let node = NodeSpec::small_with(Gpu::sim(8192).uuid(UUID)).build();
     let region = node.dir.path().join("region");
@@ -312,4 +333,50 @@ fn cupy_under_tessera_stops_at_the_containers_limit() {
     );
     assert!(u(&v, "chunks") >= 10, "{v}");
     s.finish();
+}
+
+#[test]
+fn cupy_for_cuda_13_runs_on_a_cuda_13_node() {
+    let python = or_skip!(python(&CUDA13));
+    let node = NodeSpec::small_with(Gpu::sim(8192))
+        .cuda_version(13050)
+        .fixed_kernel("tessera_slow", 50_000_000)
+        .build();
+    let mut s = Steps::start(node.command(&python), &node, "basics");
+    let v = s.at("started");
+    assert_eq!(u(&v, "total"), 8192 * MIB, "{v}");
+    let context = held(&node, s.pid());
+    assert_eq!(context, 300 * MIB);
+    s.go_on();
+    s.at("allocated");
+    assert!(held(&node, s.pid()) >= context + 256 * MIB);
+    s.go_on();
+    s.at("freed");
+    assert_eq!(held(&node, s.pid()), context);
+    s.finish();
+
+    let mut s = Steps::start(node.command(&python), &node, "kernels");
+    s.at("async");
+    s.go_on();
+    let v = s.at("done");
+    let slow_ms = v["slow_ms"].as_f64().expect("slow_ms");
+    assert!((49.0..1000.0).contains(&slow_ms), "{v}");
+    s.finish();
+}
+
+#[test]
+fn cuda_13_runtime_refuses_a_cuda_12_driver() {
+    let python = or_skip!(python(&CUDA13));
+    // The default node's driver speaks CUDA 12.8: NVIDIA's 13.x runtime
+    // refuses it, as it refuses a real 12.x driver.
+    let node = NodeSpec::small_with(Gpu::sim(8192)).build();
+    let mut s = Steps::start(node.command(&python), &node, "basics");
+    let line = s.lines.next().and_then(Result::ok);
+    let status = s.child.wait().expect("wait");
+    assert!(!status.success() && line.is_none(), "{line:?}");
+    assert!(
+        s.stderr().contains("cudaErrorInsufficientDriver"),
+        "{}",
+        s.stderr()
+    );
 }

@@ -412,6 +412,19 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                 vec![D(2000, Some(f!(cuLaunchGridAsync)))],
             ),
             (
+                "cuKernelGetAttribute",
+                vec![D(12000, Some(f!(cuKernelGetAttribute)))],
+            ),
+            ("cuKernelGetName", vec![D(12030, Some(f!(cuKernelGetName)))]),
+            (
+                "cuKernelSetAttribute",
+                vec![D(12000, Some(f!(cuKernelSetAttribute)))],
+            ),
+            (
+                "cuKernelSetCacheConfig",
+                vec![D(12000, Some(f!(cuKernelSetCacheConfig)))],
+            ),
+            (
                 "cuKernelGetFunction",
                 vec![D(12000, Some(f!(cuKernelGetFunction)))],
             ),

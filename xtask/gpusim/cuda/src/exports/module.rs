@@ -176,4 +176,34 @@ cu_export! {
         // `*const c_char`; `out` rejects NULL.
         unsafe { out(name, v) }
     }
+
+    fn cuKernelGetAttribute(value: *mut c_int, attr: c_int, kernel: Handle, dev: CUdevice) {
+        let p = process::get()?;
+        p.device(dev)?;
+        let v = module::attribute(p, h(kernel), attr)?;
+        // SAFETY: the caller's contract: `value` is NULL or points to a
+        // writable `c_int`; `out` rejects NULL.
+        unsafe { out(value, v) }
+    }
+
+    fn cuKernelSetAttribute(attr: c_int, value: c_int, kernel: Handle, dev: CUdevice) {
+        let p = process::get()?;
+        p.device(dev)?;
+        module::set_attribute(p, h(kernel), attr, value)
+    }
+
+    fn cuKernelSetCacheConfig(kernel: Handle, config: c_int, dev: CUdevice) {
+        let p = process::get()?;
+        p.device(dev)?;
+        module::attribute(p, h(kernel), 0)?;
+        if (0..=3).contains(&config) { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) }
+    }
+
+    fn cuKernelGetName(name: *mut *const c_char, kernel: Handle) {
+        let p = process::get()?;
+        let v = module::name_ptr(p, h(kernel))?;
+        // SAFETY: the caller's contract: `name` is NULL or points to a writable
+        // `*const c_char`; `out` rejects NULL.
+        unsafe { out(name, v) }
+    }
 }
