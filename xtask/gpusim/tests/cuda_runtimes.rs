@@ -221,12 +221,16 @@ fn cupy_starts_and_its_memory_is_the_simulators() {
     let node = NodeSpec::small_with(Gpu::sim(8192)).build();
     let mut s = Steps::start(node.command(&python), &node, "basics");
 
-    let v = s.at("started");
+    let v = s.at("counted");
     assert_eq!(u(&v, "count"), 1, "{v}");
     assert_eq!(v["name"], "Tessera Sim GPU", "{v}");
     assert_eq!(u(&v, "total_global"), 8192 * MIB, "{v}");
     assert_eq!(u(&v, "sms"), 100, "{v}");
     assert_eq!(v["cc"], serde_json::json!([9, 0]), "{v}");
+    assert_eq!(held(&node, s.pid()), 0, "counting devices makes no context");
+    s.go_on();
+
+    let v = s.at("started");
     assert_eq!(u(&v, "total"), 8192 * MIB, "{v}");
     // cudart made the primary context: the node holds its overhead.
     let context = held(&node, s.pid());
@@ -343,6 +347,9 @@ fn cupy_for_cuda_13_runs_on_a_cuda_13_node() {
         .fixed_kernel("tessera_slow", 50_000_000)
         .build();
     let mut s = Steps::start(node.command(&python), &node, "basics");
+    s.at("counted");
+    assert_eq!(held(&node, s.pid()), 0, "counting devices makes no context");
+    s.go_on();
     let v = s.at("started");
     assert_eq!(u(&v, "total"), 8192 * MIB, "{v}");
     let context = held(&node, s.pid());

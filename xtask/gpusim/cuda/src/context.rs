@@ -40,12 +40,33 @@ fn new_context(
     primary: bool,
 ) -> Result<u64, CUresult> {
     let att = attach(p, device)?;
-    Ok(inner.contexts.insert(Context {
+    let ctx = Context {
         att,
         flags,
         primary,
         default_stream: StreamState::default(),
-    }))
+    };
+    if !primary {
+        return Ok(inner.contexts.insert(ctx));
+    }
+    let h = primary_handle(inner, device);
+    if let Err(e) = inner.contexts.fill(h, ctx) {
+        let _ = p.sim.detach(&att);
+        return Err(e);
+    }
+    Ok(h)
+}
+
+/// The primary context's handle on `device` (reserved on first use).
+fn primary_handle(inner: &mut Inner, device: usize) -> u64 {
+    match inner.primary[device].handle {
+        Some(h) => h,
+        None => {
+            let h = inner.contexts.reserve();
+            inner.primary[device].handle = Some(h);
+            h
+        }
+    }
 }
 
 /// Frees everything that belongs to context `h` and gives back its claim
@@ -106,7 +127,11 @@ fn teardown(p: &Process, inner: &mut Inner, h: u64) -> Result<(), CUresult> {
     for s in streams {
         let _ = inner.streams.remove(s);
     }
-    let _ = inner.contexts.remove(h);
+    if inner.contexts.get(h)?.primary {
+        let _ = inner.contexts.vacate(h);
+    } else {
+        let _ = inner.contexts.remove(h);
+    }
     process::with_stack(|s| s.retain(|&c| c != h));
     match p.sim.detach(&att) {
         Ok(true) => p.driver.unregister_gpu(p.sim.uuid_bytes(att.gpu)),
@@ -179,21 +204,12 @@ pub fn primary_retain(p: &Process, dev: i32) -> Result<u64, CUresult> {
     Ok(h)
 }
 
-/// The primary context of `dev`, activated if it is not, without taking
-/// a reference (the CUDA runtime's private "primary context" call): a
-/// later retain and release pair then ends it.
-pub fn primary_peek(p: &Process, dev: i32) -> Result<u64, CUresult> {
+/// The primary context of `dev`, whether active or not (the CUDA
+/// runtime's private "primary context" call, made while it counts the
+/// devices): its handle, which names a context once it is retained.
+pub fn primary_handle_of(p: &Process, dev: i32) -> Result<u64, CUresult> {
     let device = p.device(dev)?;
-    let mut inner = p.lock();
-    let prim = inner.primary[device];
-    match prim.ctx {
-        Some(h) => Ok(h),
-        None => {
-            let h = new_context(p, &mut inner, device, prim.flags, true)?;
-            inner.primary[device].ctx = Some(h);
-            Ok(h)
-        }
-    }
+    Ok(primary_handle(&mut p.lock(), device))
 }
 
 /// `cuDevicePrimaryCtxRelease`.
@@ -252,6 +268,21 @@ pub fn primary_set_flags(p: &Process, dev: i32, flags: u32) -> Result<(), CUresu
 /// "no context").
 pub fn check(p: &Process, h: u64) -> Result<(), CUresult> {
     p.lock()
+        .contexts
+        .get_or(h, CUDA_ERROR_INVALID_CONTEXT)
+        .map(|_| ())
+}
+
+/// Checks that `h` may be made current: a live context, or a primary
+/// context's handle while the primary context is inactive (the CUDA
+/// runtime makes it current before it retains it; calls that need it then
+/// fail until it is retained).
+pub fn check_current(p: &Process, h: u64) -> Result<(), CUresult> {
+    let inner = p.lock();
+    if inner.primary.iter().any(|prim| prim.handle == Some(h)) {
+        return Ok(());
+    }
+    inner
         .contexts
         .get_or(h, CUDA_ERROR_INVALID_CONTEXT)
         .map(|_| ())

@@ -108,6 +108,40 @@ impl<T> Registry<T> {
         }
     }
 
+    /// A handle for an object to come ([`Registry::fill`]): until then,
+    /// and after [`Registry::vacate`], it names nothing; its slot is never
+    /// given to another object.
+    pub fn reserve(&mut self) -> u64 {
+        self.slots.push((0, None));
+        self.encode(self.slots.len() - 1, 0)
+    }
+
+    /// Stores `value` under reserved handle `h` (empty).
+    pub fn fill(&mut self, h: u64, value: T) -> Result<(), CUresult> {
+        let index = (h & MASK24)
+            .checked_sub(1)
+            .filter(|_| h >> (INDEX_BITS + GEN_BITS) == self.kind as u64)
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)? as usize;
+        let generation = self.slots.get(index).map(|(g, _)| *g);
+        if generation.map(|g| self.encode(index, g)) != Some(h) {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        match &mut self.slots[index].1 {
+            slot @ None => {
+                *slot = Some(value);
+                Ok(())
+            }
+            Some(_) => Err(CUDA_ERROR_INVALID_HANDLE),
+        }
+    }
+
+    /// Takes the object out of reserved handle `h`, keeping the handle for
+    /// the next [`Registry::fill`].
+    pub fn vacate(&mut self, h: u64) -> Result<T, CUresult> {
+        let i = self.decode(h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        self.slots[i].1.take().ok_or(CUDA_ERROR_INVALID_HANDLE)
+    }
+
     /// The object behind `h`.
     pub fn get(&self, h: u64) -> Result<&T, CUresult> {
         self.get_or(h, CUDA_ERROR_INVALID_HANDLE)
@@ -166,6 +200,22 @@ mod tests {
         assert!(a.get(0).is_err());
         assert!(a.get(u64::MAX).is_err());
         assert_eq!(a.iter().count(), 1);
+    }
+
+    #[test]
+    fn reserved_handles_stay_put() {
+        let mut a: Registry<u32> = Registry::new(Kind::Context);
+        let r = a.reserve();
+        assert!(a.get(r).is_err(), "nothing there yet");
+        a.fill(r, 1).unwrap();
+        assert_eq!(*a.get(r).unwrap(), 1);
+        assert!(a.fill(r, 2).is_err(), "already full");
+        assert_eq!(a.vacate(r).unwrap(), 1);
+        assert!(a.get(r).is_err());
+        let other = a.insert(3);
+        assert_ne!(other, r, "a reserved slot is not reused");
+        a.fill(r, 4).unwrap();
+        assert_eq!(*a.get(r).unwrap(), 4);
     }
 
     #[test]

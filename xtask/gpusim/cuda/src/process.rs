@@ -189,6 +189,9 @@ pub struct Context {
 /// A primary context's bookkeeping per device.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Primary {
+    /// Its handle, the same for the process's life (reserved on first
+    /// use; it names a context only while active).
+    pub handle: Option<u64>,
     /// The context while active.
     pub ctx: Option<u64>,
     /// Retain count.

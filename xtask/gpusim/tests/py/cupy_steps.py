@@ -24,18 +24,18 @@ def step(step_name, **values):
 
 
 def basics():
+    # Counting devices and reading their properties makes no context.
     props = runtime.getDeviceProperties(0)
-    free, total = runtime.memGetInfo()
     step(
-        "started",
+        "counted",
         count=runtime.getDeviceCount(),
         name=props["name"].decode(),
         total_global=props["totalGlobalMem"],
         sms=props["multiProcessorCount"],
         cc=[props["major"], props["minor"]],
-        free=free,
-        total=total,
     )
+    free, total = runtime.memGetInfo()
+    step("started", free=free, total=total)
     a = cupy.zeros(256 * MIB, dtype=cupy.uint8)
     free, _ = runtime.memGetInfo()
     step("allocated", ptr=a.data.ptr, free=free)

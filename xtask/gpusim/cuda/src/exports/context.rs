@@ -44,7 +44,7 @@ cu_export! {
 
     fn cuCtxPushCurrent_v2(ctx: Handle) {
         let p = process::get()?;
-        context::check(p, h(ctx))?;
+        context::check_current(p, h(ctx))?;
         process::with_stack(|s| s.push(h(ctx)));
         Ok(())
     }
@@ -61,7 +61,7 @@ cu_export! {
     fn cuCtxSetCurrent(ctx: Handle) {
         let p = process::get()?;
         if h(ctx) != 0 {
-            context::check(p, h(ctx))?;
+            context::check_current(p, h(ctx))?;
         }
         process::with_stack(|s| {
             s.pop();

@@ -154,12 +154,13 @@ unsafe extern "C" fn module_from_fatbin_header(
     })
 }
 
-/// The primary context of `dev`, made active without taking a reference
-/// (the runtime retains it through the driver API when it uses it).
+/// The primary context of `dev`, active or not, without taking a
+/// reference (the runtime retains it through the driver API when it uses
+/// it; counting devices costs no context).
 unsafe extern "C" fn primary_context(ctx: *mut Handle, dev: CUdevice) -> CUresult {
     super::traced("primary_context", || {
         let p = process::get()?;
-        let c = crate::context::primary_peek(p, dev)?;
+        let c = crate::context::primary_handle_of(p, dev)?;
         // SAFETY: the runtime's contract: `ctx` is NULL or points to a
         // writable CUcontext; `out` rejects NULL.
         unsafe { out(ctx, hp(c)) }
