@@ -11,7 +11,7 @@
 //!
 //! | table (UUID, memory order) | slots | what the simulator does |
 //! |---|---|---|
-//! | cudart interface `6bd5fb6c-…` | 13 | 1, 6, 8: load a fat binary as a module; 2: the device's primary context; 7: nothing; 12: "load the compilers", success |
+//! | cudart interface `6bd5fb6c-…` | 13 | 1, 6, 8: load a fat binary as a module; 2: the device's primary context, not activated; 7: nothing; 12: "load the compilers", success |
 //! | tools TLS `42d85a81-…` | 4 | size only |
 //! | tools runtime callback hooks `a094798c-…` | 7 | 2, 6: a zeroed buffer of the runtime's own and its size |
 //! | context-local storage `c693336e-…` | 4 | 0 put, 1 delete, 2 get (a value per context and key) |
@@ -25,9 +25,9 @@
 //! was called (`gpusim: unsimulated export table slot …`) and returns
 //! `CUDA_ERROR_NOT_SUPPORTED`, so the next gap names itself instead of
 //! jumping through garbage. An unknown table is refused with
-//! `CUDA_ERROR_INVALID_VALUE` and named once on stderr; so is
-//! `f8cff951-…`, which the runtime asks for first and which, answered,
-//! would make it skip its ordinary start (it copes with the refusal).
+//! `CUDA_ERROR_NOT_FOUND` and named once on stderr; so, without the line,
+//! is `f8cff951-…`, which the runtime asks for first and which, answered,
+//! would make it take a start of its own (refused, it starts as usual).
 //!
 //! The integrity check: the runtime passes its version and the time, and
 //! compares the answer with what it computes itself. The answer is an
@@ -167,8 +167,8 @@ pub const TABLES: [Known; 9] = [
 /// The largest table.
 pub const MAX_SLOTS: usize = 32;
 
-/// Tables the runtime asks for that are refused on purpose, with why (no
-/// line on stderr for these).
+/// Tables the runtime asks for that are refused on purpose (no line on
+/// stderr for these).
 pub fn refused_quietly(id: &Uuid) -> bool {
     // Answered, the runtime takes a start-up path of its own instead of the
     // ordinary one; refused, it goes on as usual.
