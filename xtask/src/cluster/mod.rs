@@ -16,7 +16,8 @@
 //!   finds the cluster running and changes nothing.
 //! - `down` stops what `up` started, by the pids it recorded (checked
 //!   against their start times, so a reused pid is never signalled),
-//!   kills the pods' processes (the `kubepods` cgroups) and the runc
+//!   kills the pods' processes (the `kubepods` cgroups; only when the
+//!   state file shows that this cluster's kubelet made them) and the runc
 //!   shims of this cluster (by their executable), unmounts what the
 //!   cluster mounted, deletes its bridge, restores the kernel tunables
 //!   that the kubelet and the CNI bridge change, and removes
@@ -509,7 +510,10 @@ pub fn status(layout: &Layout) -> Result<bool> {
 
 fn down(layout: &Layout) -> Result<()> {
     let state = State::load(&layout.state_file())?;
-    if state.is_none() {
+    // Without a record of this cluster, the `kubepods` cgroups may be
+    // another kubelet's: they are left alone.
+    let recorded = state.is_some();
+    if !recorded {
         eprintln!(
             "no state file ({}): nothing recorded to stop; removing what is left",
             layout.state_file().display()
@@ -530,7 +534,9 @@ fn down(layout: &Layout) -> Result<()> {
             p.stop(&mut problems);
         }
     }
-    host::kill_pods(&mut problems);
+    if recorded {
+        host::kill_pods(&mut problems);
+    }
     if let Some(p) = state.process(Component::Containerd) {
         p.stop(&mut problems);
     }
@@ -540,9 +546,13 @@ fn down(layout: &Layout) -> Result<()> {
             p.stop(&mut problems);
         }
     }
-    host::remove_pod_cgroups(&mut problems);
+    if recorded {
+        host::remove_pod_cgroups(&mut problems);
+    }
     host::unmount_under(&layout.run(), &mut problems);
-    if state.bridge_created || host::link_exists(BRIDGE) {
+    // Only the bridge this cluster made: another checkout's cluster uses
+    // the same name.
+    if state.bridge_created && host::link_exists(BRIDGE) {
         host::delete_link(BRIDGE, &mut problems);
     }
     host::restore_tunables(&state.tunables, &mut problems);
