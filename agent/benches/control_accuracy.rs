@@ -9,10 +9,11 @@
 //! the settling time (the first time after which the use, averaged over 3
 //! periods, stays within 2 pp of the share), the jitter of the launch
 //! rate in the steady state (standard deviation over mean), and the
-//! largest excess the watchdog's compute-overage rule reckoned for it
-//! over the whole run, from its first period ("excess": ms of GPU time
-//! above the caps in force a period earlier plus the margin, less the
-//! credit, `watchdog::compute`; a compute overage is an excess above the
+//! largest excess the watchdog's compute-overage rule could reckon for it
+//! over the whole run, from its first period, without the credit it
+//! earns ("excess": ms of GPU time above the caps in force a period
+//! earlier plus the margin, over any stretch of periods,
+//! `watchdog::compute`; a compute overage is an excess above the
 //! tolerance, which must stay above it). The simulator's
 //! timeline runs on wall-clock time, so a loaded machine (load average
 //! printed) shows as noise.
@@ -55,23 +56,27 @@ fn workload(i: usize, secs: f64) -> String {
     }
 }
 
-/// The largest excess (ms) the watchdog's compute-overage rule reckoned
-/// for container `i` over the run.
+/// The largest excess (ms) the watchdog's compute-overage rule could
+/// reckon for container `i` over the run, had it no credit: the most GPU
+/// time above the caps in force a period earlier plus the margin, over
+/// any stretch of periods (the rule's credit only lowers it).
 fn over_cap(run: &Run, i: usize) -> f64 {
-    use tessera_agent::watchdog::compute::{Compute, ComputeMemory};
-    let mut m = ComputeMemory::default();
-    let t0 = std::time::Instant::now();
-    run.periods
-        .iter()
-        .filter_map(|p| {
-            let at = t0 + std::time::Duration::from_secs_f64(p.t.max(0.0));
-            let c = Compute {
-                measured: p.used[i],
-                cap: p.cap.get(i).copied(),
-            };
-            m.record(0, at, c).map(|(excess, _)| excess)
-        })
-        .fold(f64::NEG_INFINITY, f64::max)
+    use tessera_agent::watchdog::compute::MARGIN_PP;
+    let (mut best, mut here) = (f64::NEG_INFINITY, 0.0_f64);
+    let mut last: Option<(f64, f64)> = None;
+    for p in &run.periods {
+        let cap = p.cap.get(i).copied();
+        if let (Some(m), Some((t, lagged))) = (p.used[i], last) {
+            let ms = ((p.t - t) * 1000.0).clamp(0.0, 1000.0);
+            let x = (m - lagged - MARGIN_PP) / 100.0 * ms;
+            here = x.max(here + x);
+            best = best.max(here);
+        }
+        if let Some(c) = cap {
+            last = Some((p.t, c));
+        }
+    }
+    best
 }
 
 /// The first time after which the 3-period mean of container `i` stays
