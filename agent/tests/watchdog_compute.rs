@@ -392,7 +392,7 @@ fn a_private_copy_of_the_driver_is_unseen_by_the_interposer_and_held_to_its_cap(
 /// hard 70, the split gives it 20 and lends it the 10 nobody claims. On
 /// a GPU committed to the full, the throttled escape's bursts (a slice
 /// and the queue it refilled) cost the neighbour some of its share: it is
-/// judged on its mean within 10 pp (the README's threat table says how
+/// judged on its mean within 12 pp, where it would get about 50 unthrottled (the README's threat table says how
 /// much; `kill` leaves it all of it).
 #[test]
 fn an_elastic_escape_is_held_to_its_allocation() {
@@ -415,7 +415,7 @@ fn an_elastic_escape_is_held_to_its_allocation() {
     assert!(mean(later) <= cap + MARGIN_PP, "{:?}", s.escape);
     let n = mean(&s.neighbour[1..]);
     assert!(
-        n + 8.0 >= f64::from(sharing.neighbour),
+        n + 12.0 >= f64::from(sharing.neighbour),
         "{n}: {:?}",
         s.neighbour
     );
