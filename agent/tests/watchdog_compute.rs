@@ -392,8 +392,9 @@ fn a_private_copy_of_the_driver_is_unseen_by_the_interposer_and_held_to_its_cap(
 /// hard 70, the split gives it 20 and lends it the 10 nobody claims. On
 /// a GPU committed to the full, the throttled escape's bursts (a slice
 /// and the queue it refilled) cost the neighbour some of its share: it is
-/// judged on its mean within 12 pp, where it would get about 50 unthrottled (the README's threat table says how
-/// much; `kill` leaves it all of it).
+/// judged on its mean within 12 pp, where it would get about 50
+/// unthrottled (the README's threat table says how much; `kill` leaves it
+/// all of it).
 #[test]
 fn an_elastic_escape_is_held_to_its_allocation() {
     let sharing = Sharing {
