@@ -571,7 +571,10 @@ fn down(layout: &Layout) -> Result<()> {
     if !left.is_empty() {
         problems.push(format!("still running: {}", left.join(", ")));
     }
-    if problems.is_empty() {
+    if problems.is_empty() && !recorded {
+        eprintln!("the cluster is down: nothing was recorded, nothing is left");
+        Ok(())
+    } else if problems.is_empty() {
         eprintln!(
             "the cluster is down: no process of it is left, tunables restored; build cache and logs kept in {}",
             layout.root.display()
