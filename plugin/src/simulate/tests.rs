@@ -251,50 +251,6 @@ fn the_bound_is_reported_per_seed_and_never_beaten() {
     }
 }
 
-/// On the shared openb traces, where present: a cluster of every 25th node
-/// and every pod list, each policy's run at or above its seed's bound.
-#[test]
-fn no_policy_beats_the_bound_on_the_shared_traces() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/openb");
-    let Ok(all) = read_nodes(&dir.join("openb_node_list_gpu_node.csv")) else {
-        eprintln!("skipped: no openb trace at {}", dir.display());
-        return;
-    };
-    let mut nodes = String::from("sn,cpu_milli,memory_mib,gpu,model\n");
-    for n in all.iter().step_by(25) {
-        nodes += &format!(
-            "{},{},{},{},{}\n",
-            n.name,
-            n.cpu_milli.unwrap().capacity,
-            n.memory_mib.unwrap().capacity,
-            n.gpus.len(),
-            n.gpus.first().map_or("", |g| &*g.model)
-        );
-    }
-    let nodes = file("openb-nodes.csv", &nodes);
-    for name in ["default", "gpuspec20", "multigpu20"] {
-        let pods = dir.join(format!("openb_pod_list_{name}.csv"));
-        let outcome = simulate(&Options {
-            nodes: nodes.clone(),
-            pods,
-            policies: Policy::ALL.to_vec(),
-            seeds: vec![1],
-            latency_pods: 0,
-            bound: true,
-        })
-        .unwrap();
-        let bound = outcome.bound.unwrap().runs[0].1;
-        for report in &outcome.policies {
-            let u = report.runs[0].unallocated_gpus();
-            assert!(
-                u >= bound,
-                "{name}: {} left {u} < bound {bound}",
-                report.policy.name()
-            );
-        }
-    }
-}
-
 /// The derived trace: the asked share of all tasks carries a rule, each
 /// drawn from the source's rules for tasks of the same shape; the same
 /// seed gives the same list; it reads back as written.
