@@ -46,8 +46,9 @@ use tessera_region::MAX_GPUS;
 use super::compute::{MARGIN_PP, WINDOW};
 
 /// Least credit a container may build up below its cap (ms of one GPU):
-/// the margin over the window; and at least two periods' allowance, so
-/// that the period frozen after each slice is made up by the next.
+/// the margin over the window. (A step allows two periods' allowance
+/// where that is more, so that the period frozen after each slice is made
+/// up by the next.)
 pub const BURST_MS: f64 = MARGIN_PP / 100.0 * WINDOW.as_millis() as f64;
 /// The shortest thaw.
 pub const MIN_SLICE: Duration = Duration::from_millis(5);
@@ -65,7 +66,8 @@ pub const MARK: &str = "trusted.tessera.throttle";
 /// What to do for the next period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Owes a period's allowance or more: frozen throughout.
+    /// Frozen throughout: it owes a period's allowance or more, or it had a
+    /// slice the period before.
     Freeze,
     /// Thawed for the slice given (then frozen until the next period), or
     /// for the whole period.
