@@ -277,17 +277,7 @@ fn scenario_sharing(
     let v = agent.view();
     let c = Agent::container(&v, name).unwrap();
     let mut shares = shares;
-    shares.actions = c["enforcement"]["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["reason"].as_str().unwrap().to_owned(),
-                a["action"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    shares.actions = watchdog_support::actions_of(c);
     assert!(t.alive(), "throttled, not killed: {c:#}");
     assert!(!shares.acted("compute_overage", "kill"), "{c:#}");
     if escape == Escape::DriverCopy {

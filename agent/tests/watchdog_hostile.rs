@@ -110,17 +110,7 @@ fn assert_killed_within(t: &mut Tenant, over: Instant, s: &Setup) {
 }
 
 fn actions(v: &serde_json::Value, id: &str) -> Vec<(String, String)> {
-    Agent::container(v, id).unwrap()["enforcement"]["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["reason"].as_str().unwrap().to_owned(),
-                a["action"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
+    watchdog_support::actions_of(Agent::container(v, id).unwrap())
 }
 
 #[test]

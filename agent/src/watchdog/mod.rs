@@ -158,11 +158,12 @@ impl Watchdog {
         policy: &Effective,
         facts: &Facts<'_>,
     ) -> EnforcementView {
+        // (Only a new agent can find a cgroup a stopped throttle left
+        // frozen: looked at on its first check of the container.)
+        let first = !self.watches.contains_key(id);
         let watch = self.watches.entry(id.clone()).or_default();
         let names = Names(id, facts.meta);
-        if watch.throttle.is_none()
-            && let Some(dir) = cgroup
-        {
+        if first && let Some(dir) = cgroup {
             thaw_orphan(dir, &names);
         }
         let findings = detect::findings(facts, &mut watch.memory);
@@ -343,8 +344,8 @@ fn apply(
     }
 }
 
-/// Thaws cgroup `dir` if a throttle froze it and none runs for it now (a
-/// previous agent's, stopped mid-throttle).
+/// Thaws cgroup `dir` if a throttle froze it (a previous agent's, stopped
+/// mid-throttle; this one has not checked the container before).
 fn thaw_orphan(dir: &Path, names: &Names<'_>) {
     if !throttle::marked(dir) {
         return;

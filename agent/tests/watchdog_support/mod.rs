@@ -202,6 +202,22 @@ impl Drop for Tenant {
     }
 }
 
+/// The watchdog's actions on a container as its view shows them:
+/// (reason, action) pairs.
+pub fn actions_of(container: &serde_json::Value) -> Vec<(String, String)> {
+    container["enforcement"]["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["reason"].as_str().unwrap().to_owned(),
+                a["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// Whether `status` is a death by SIGKILL.
 pub fn killed(status: ExitStatus) -> bool {
     status.signal() == Some(libc::SIGKILL)

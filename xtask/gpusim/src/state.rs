@@ -548,6 +548,18 @@ pub fn boot_id() -> [u8; 36] {
 mod tests {
     use super::*;
 
+    /// A state file of the default node in a temporary folder (kept while
+    /// the folder is).
+    fn fresh_state() -> (tempfile::TempDir, State) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let state = State::open(&cfg).unwrap();
+        (dir, state)
+    }
+
     fn node_file(dir: &Path, name: &str, cuda_version: i32) -> PathBuf {
         let path = dir.join(name);
         let text = format!(
@@ -561,12 +573,7 @@ mod tests {
     /// neighbour is thawed again) instead of failing.
     #[test]
     fn a_driver_call_waits_for_a_holder_that_goes_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            node_path: None,
-            state_path: dir.path().join("state"),
-        };
-        let state = State::open(&cfg).unwrap();
+        let (_dir, state) = fresh_state();
         let pid = sys::stopped_child(|| std::mem::forget(state.lock(0).unwrap()));
         let resume = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(800));
@@ -619,12 +626,7 @@ mod tests {
     /// and at once the next time while it stays stopped.
     #[test]
     fn a_stopped_holder_is_given_up_on_instead_of_waited_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            node_path: None,
-            state_path: dir.path().join("state"),
-        };
-        let state = State::open(&cfg).unwrap();
+        let (_dir, state) = fresh_state();
         let pid = sys::stopped_child(|| std::mem::forget(state.lock(0).unwrap()));
         let monitor = || sys::with_patience(sys::Patience::Monitor, || state.lock(0).err());
         let start = std::time::Instant::now();
@@ -660,12 +662,7 @@ mod tests {
 
     #[test]
     fn a_lock_left_unrecoverable_says_how_to_get_out() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            node_path: None,
-            state_path: dir.path().join("state"),
-        };
-        let state = State::open(&cfg).unwrap();
+        let (_dir, state) = fresh_state();
         // One holder dies; the next releases the lock without repairing it.
         let died = sys::in_child(|| std::mem::forget(state.lock(0).unwrap()));
         assert_eq!(died, 0);
