@@ -3,7 +3,12 @@
 
 use std::path::PathBuf;
 
-const PROTOS: [&str; 2] = ["deviceplugin_v1beta1.proto", "podresources_v1.proto"];
+const PROTOS: [&str; 4] = [
+    "deviceplugin_v1beta1.proto",
+    "podresources_v1.proto",
+    "dra_v1.proto",
+    "pluginregistration_v1.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");

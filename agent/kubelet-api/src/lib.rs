@@ -4,7 +4,12 @@
 //!   `Registration` on [`deviceplugin::KUBELET_SOCKET`], a plugin serves
 //!   `DevicePlugin` on its own socket in the same directory);
 //! - [`podresources::v1`]: the PodResources API (kubelet serves
-//!   `PodResourcesLister` on [`podresources::KUBELET_SOCKET`]).
+//!   `PodResourcesLister` on [`podresources::KUBELET_SOCKET`]);
+//! - [`pluginregistration::v1`]: the plugin watcher's API (a plugin
+//!   serves `Registration` on a socket in
+//!   [`pluginregistration::REGISTRY_PATH`]);
+//! - [`dra::v1`]: the Dynamic Resource Allocation plugin API (a driver
+//!   serves `DRAPlugin` on the socket it registers).
 //!
 //! The `.proto` files in `proto/` were written from the published field
 //! tables; the generated code comes from `tonic-prost-build` at build time
@@ -62,4 +67,28 @@ pub mod podresources {
     pub const POD_RESOURCES_PATH: &str = "/var/lib/kubelet/pod-resources/";
     /// Kubelet's PodResources socket.
     pub const KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+}
+
+pub mod pluginregistration {
+    //! Plugin registration API v1 (kubelet's plugin watcher) and its
+    //! constants.
+
+    generated!(v1, "pluginregistration");
+
+    /// The directory kubelet watches for registration sockets.
+    pub const REGISTRY_PATH: &str = "/var/lib/kubelet/plugins_registry/";
+    /// `PluginInfo.type` of a DRA driver.
+    pub const DRA_PLUGIN: &str = "DRAPlugin";
+}
+
+pub mod dra {
+    //! Dynamic Resource Allocation plugin API v1 and its constants.
+
+    generated!(v1, "k8s.io.kubelet.pkg.apis.dra.v1");
+
+    /// The entry of `PluginInfo.supported_versions` for this API.
+    pub const SERVICE_V1: &str = "v1.DRAPlugin";
+    /// Kubelet's directory for DRA drivers' own sockets and state
+    /// (`<PLUGINS_PATH><driver>/`).
+    pub const PLUGINS_PATH: &str = "/var/lib/kubelet/plugins/";
 }

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 
 use prost::Message;
 use tessera_kubelet_api::deviceplugin::v1beta1 as dp;
+use tessera_kubelet_api::dra::v1 as dra;
+use tessera_kubelet_api::pluginregistration::v1 as reg;
 use tessera_kubelet_api::podresources::v1 as pr;
 
 fn enc(m: &impl Message) -> Vec<u8> {
@@ -216,11 +218,93 @@ fn grpc_service_names_carry_the_kubelet_packages() {
         "v1.PodResourcesLister"
     );
     assert_eq!(
+        reg::registration_server::SERVICE_NAME,
+        "pluginregistration.Registration"
+    );
+    assert_eq!(
+        dra::dra_plugin_server::SERVICE_NAME,
+        "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
+    );
+    assert_eq!(
         tessera_kubelet_api::deviceplugin::KUBELET_SOCKET,
         format!(
             "{}{}",
             tessera_kubelet_api::deviceplugin::DEVICE_PLUGIN_PATH,
             tessera_kubelet_api::deviceplugin::KUBELET_SOCKET_NAME
         )
+    );
+}
+
+#[test]
+fn plugin_info_and_registration_status_fields() {
+    let m = reg::PluginInfo {
+        r#type: "DRAPlugin".into(),
+        name: "g".into(),
+        endpoint: "/s".into(),
+        supported_versions: vec!["v1.DRAPlugin".into()],
+    };
+    let mut want = vec![0x0a, 9];
+    want.extend(b"DRAPlugin");
+    want.extend([0x12, 1, b'g', 0x1a, 2, b'/', b's', 0x22, 12]);
+    want.extend(b"v1.DRAPlugin");
+    assert_eq!(enc(&m), want);
+    let status = reg::RegistrationStatus {
+        plugin_registered: true,
+        error: "e".into(),
+    };
+    assert_eq!(enc(&status), [0x08, 1, 0x12, 1, b'e']);
+}
+
+#[test]
+fn dra_prepare_request_and_response_fields() {
+    let req = dra::NodePrepareResourcesRequest {
+        claims: vec![dra::Claim {
+            namespace: "n".into(),
+            uid: "u".into(),
+            name: "c".into(),
+        }],
+    };
+    // claims (1) { namespace (1), uid (2), name (3) }
+    assert_eq!(
+        enc(&req),
+        [0x0a, 9, 0x0a, 1, b'n', 0x12, 1, b'u', 0x1a, 1, b'c']
+    );
+    let resp = dra::NodePrepareResourcesResponse {
+        claims: [(
+            "u".to_owned(),
+            dra::NodePrepareResourceResponse {
+                devices: vec![dra::Device {
+                    request_names: vec!["r".into()],
+                    pool_name: "p".into(),
+                    device_name: "d".into(),
+                    cdi_device_ids: vec!["x".into()],
+                }],
+                error: "e".into(),
+            },
+        )]
+        .into(),
+    };
+    // device: request_names (1), pool_name (2), device_name (3), cdi (4)
+    let device = [0x0a, 1, b'r', 0x12, 1, b'p', 0x1a, 1, b'd', 0x22, 1, b'x'];
+    // value: devices (1), error (2)
+    let mut value = vec![0x0a, device.len() as u8];
+    value.extend(device);
+    value.extend([0x12, 1, b'e']);
+    // map entry: key (1), value (2)
+    let mut entry = vec![0x0a, 1, b'u', 0x12, value.len() as u8];
+    entry.extend(value);
+    let mut want = vec![0x0a, entry.len() as u8];
+    want.extend(entry);
+    assert_eq!(enc(&resp), want);
+    let unprepare = dra::NodeUnprepareResourcesResponse {
+        claims: [(
+            "u".to_owned(),
+            dra::NodeUnprepareResourceResponse { error: "e".into() },
+        )]
+        .into(),
+    };
+    assert_eq!(
+        enc(&unprepare),
+        [0x0a, 8, 0x0a, 1, b'u', 0x12, 3, 0x0a, 1, b'e']
     );
 }
