@@ -23,6 +23,8 @@
 //!   scheduler) and [`kubelet`] (the device plugin: registration, health,
 //!   `Allocate`, PodResources and the collection of departed pods'
 //!   directories);
+//! - [`dra`]: the DRA driver `gpu.tessera.dev` (the node's ResourceSlice;
+//!   claims prepared as the device plugin's answer, in CDI);
 //! - [`config`]: the daemon's settings (file, flags, environment);
 //! - [`daemon`]: `tessera-agent run`, the control loop with its HTTP
 //!   endpoint;
@@ -37,6 +39,7 @@ pub mod config;
 pub mod containers;
 pub use tessera_control as control;
 pub mod daemon;
+pub mod dra;
 pub mod ebpf;
 pub mod error_chain;
 pub use tessera_gpu as gpu;

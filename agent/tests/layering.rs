@@ -26,6 +26,8 @@ const FLOORS: &[&[&str]] = &[
     &["view"],
     // Users of the view and the containers, independent of each other.
     &["watchdog", "metrics", "telemetry", "kubelet"],
+    // The DRA driver: the device plugin's answer, as CDI, for claims.
+    &["dra"],
     // The daemon's settings, made of the settings of those below.
     &["config"],
     // `tessera-agent run`.

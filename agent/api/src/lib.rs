@@ -19,6 +19,9 @@
 //! - [`assignment`]: the scheduler's per-container GPU assignment
 //!   (`tessera.dev/assignment`) and the agent's allocation progress
 //!   (`tessera.dev/allocated`);
+//! - [`dra`]: the DRA driver's vocabulary (driver and device names,
+//!   attributes, consumable capacities) and the reading of a claim's
+//!   consumed capacity;
 //! - [`uuid`]: GPU UUIDs as NVML prints them.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -26,6 +29,7 @@
 pub mod annotations;
 pub mod assignment;
 pub mod crd;
+pub mod dra;
 pub mod gpunode;
 pub mod quantity;
 pub mod resources;
