@@ -2,4 +2,5 @@
 //! ([`slice`]) and, in later modules, the kubelet plugin that prepares
 //! claims. The vocabulary is [`tessera_api::dra`]'s.
 
+pub mod cdi;
 pub mod slice;

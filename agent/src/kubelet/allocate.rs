@@ -2,10 +2,11 @@
 //! mounts and which device nodes and environment it gives (step 4 of
 //! "The path of a GPU pod" in ARCHITECTURE.md).
 //!
-//! [`gpus_response`] is the one place that decides the answer once the
-//! region directory exists ([`super::allocator`] calls it with the GPUs
-//! of the pod's assignment); [`container_response`] is the same for the
-//! GPUs named by vGPU IDs.
+//! [`gpus_edits`] is the one place that decides what a GPU container gets
+//! once its region directory exists, as [`Edits`]: [`gpus_response`] turns
+//! them into the answer ([`super::allocator`] calls it with the GPUs of
+//! the pod's assignment; [`container_response`] is the same for the GPUs
+//! named by vGPU IDs), and the DRA driver into a claim's CDI spec.
 //!
 //! Invariants:
 //! - limits never travel in the environment: the only variable is
@@ -119,25 +120,61 @@ pub fn container_response(
     gpus_response(&indices, gpus, minors, paths, region_dir)
 }
 
-/// The answer for a container given the GPUs `chosen` (indices into
+/// What a GPU container gets, whoever hands it over: the device plugin's
+/// `Allocate` answer ([`Edits::response`]) or a DRA claim's CDI spec
+/// (`crate::dra::cdi`). Host paths are absolute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edits {
+    /// Environment: only `NVIDIA_VISIBLE_DEVICES` (never a limit).
+    pub env: Vec<(String, String)>,
+    /// Bind mounts, in order.
+    pub mounts: Vec<Bind>,
+    /// Device nodes (read and write, never mknod).
+    pub devices: Vec<DeviceNode>,
+}
+
+/// A bind mount of [`Edits`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bind {
+    /// On the host.
+    pub host: PathBuf,
+    /// In the container.
+    pub container: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// A device node of [`Edits`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// On the host.
+    pub host: PathBuf,
+    /// In the container.
+    pub container: String,
+}
+
+/// The edits for a container given the GPUs `chosen` (indices into
 /// `gpus`, distinct, in the container's order), with its region files in
 /// `region_dir` on the host. `minors[i]` is the `/dev/nvidia<N>` minor of
 /// `gpus[i]`.
-pub fn gpus_response(
+pub fn gpus_edits(
     chosen: &[usize],
     gpus: &[InventoryGpu],
     minors: &[Option<u32>],
     paths: &HostPaths,
     region_dir: &Path,
-) -> Result<dp::ContainerAllocateResponse, AllocateError> {
+) -> Result<Edits, AllocateError> {
     if chosen.is_empty() {
         return Err(AllocateError::Empty);
     }
-    let mut devices: Vec<dp::DeviceSpec> = Vec::new();
+    let mut devices = Vec::new();
     for name in SHARED_DEVICES {
         let host = paths.dev_dir.join(name);
         if host.exists() {
-            devices.push(device(&host, &format!("/dev/{name}")));
+            devices.push(DeviceNode {
+                host,
+                container: format!("/dev/{name}"),
+            });
         }
     }
     for i in chosen {
@@ -149,42 +186,81 @@ pub fn gpus_response(
                 uuid: gpus[*i].uuid.clone(),
             })?;
         let name = format!("nvidia{minor}");
-        devices.push(device(&paths.dev_dir.join(&name), &format!("/dev/{name}")));
+        devices.push(DeviceNode {
+            host: paths.dev_dir.join(&name),
+            container: format!("/dev/{name}"),
+        });
     }
     let visible: Vec<&str> = chosen.iter().map(|i| gpus[*i].uuid.as_str()).collect();
-    let mount = |host: PathBuf, container: String, read_only| dp::Mount {
-        container_path: container,
-        host_path: host.to_string_lossy().into_owned(),
+    let bind = |host: PathBuf, container: String, read_only| Bind {
+        host,
+        container,
         read_only,
     };
-    Ok(dp::ContainerAllocateResponse {
-        envs: [("NVIDIA_VISIBLE_DEVICES".to_owned(), visible.join(","))].into(),
+    Ok(Edits {
+        env: vec![("NVIDIA_VISIBLE_DEVICES".to_owned(), visible.join(","))],
         mounts: vec![
-            mount(
+            bind(
                 paths.library_dir.clone(),
                 CONTAINER_LIBRARY_DIR.into(),
                 true,
             ),
-            mount(
+            bind(
                 paths.library_dir.join(LD_SO_PRELOAD_FILE),
                 CONTAINER_LD_SO_PRELOAD.into(),
                 true,
             ),
-            mount(
+            bind(
                 region_dir.join(CONTROL_FILE),
                 format!("{CONTAINER_REGION_DIR}/{CONTROL_FILE}"),
                 true,
             ),
-            mount(
+            bind(
                 region_dir.join(USAGE_FILE),
                 format!("{CONTAINER_REGION_DIR}/{USAGE_FILE}"),
                 false,
             ),
         ],
         devices,
-        annotations: Default::default(),
-        cdi_devices: vec![],
     })
+}
+
+impl Edits {
+    /// As the device plugin's answer for one container.
+    pub fn response(self) -> dp::ContainerAllocateResponse {
+        dp::ContainerAllocateResponse {
+            envs: self.env.into_iter().collect(),
+            mounts: self
+                .mounts
+                .into_iter()
+                .map(|m| dp::Mount {
+                    container_path: m.container,
+                    host_path: m.host.to_string_lossy().into_owned(),
+                    read_only: m.read_only,
+                })
+                .collect(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| device(&d.host, &d.container))
+                .collect(),
+            annotations: Default::default(),
+            cdi_devices: vec![],
+        }
+    }
+}
+
+/// The answer for a container given the GPUs `chosen` (indices into
+/// `gpus`, distinct, in the container's order), with its region files in
+/// `region_dir` on the host: [`gpus_edits`] as the device plugin's answer.
+pub fn gpus_response(
+    chosen: &[usize],
+    gpus: &[InventoryGpu],
+    minors: &[Option<u32>],
+    paths: &HostPaths,
+    region_dir: &Path,
+) -> Result<dp::ContainerAllocateResponse, AllocateError> {
+    gpus_edits(chosen, gpus, minors, paths, region_dir).map(Edits::response)
 }
 
 fn device(host: &Path, container: &str) -> dp::DeviceSpec {
