@@ -5,6 +5,15 @@
 //! process of the cluster, no bridge, no `kubepods` cgroup, and every
 //! kernel tunable the kubelet and the CNI bridge change as it was.
 //!
+//! The node's GPUs are the simulator's: a pod whose environment has
+//! `NVIDIA_VISIBLE_DEVICES` runs the unmodified C workload (linked with
+//! `-lcuda`, no rpath; its image holds the program and glibc, no CUDA
+//! library) to Succeeded, and the simulator's shared state, read here on
+//! the host, shows its memory while it runs and its launches after, under
+//! the pid the kernel gives the pod's process; a pod without the variable
+//! gets no libcuda (the loader refuses to start its program). `down`
+//! removes the stand-in device nodes that `up` made.
+//!
 //! Skipped (with the reason) without root or without a Go toolchain, and
 //! when a cluster of this checkout is already up (the test would take it
 //! down).
@@ -27,6 +36,17 @@ const TUNABLES: [&str; 7] = [
 ];
 const PROBE_IMAGE: &str = "tessera.local/probe:v1";
 const BRIDGE: &str = "tessera0";
+/// The GPU test's image: the C workload and the C library it needs.
+const WORKLOAD_IMAGE: &str = "tessera.local/cuda-workload:test";
+/// The device nodes `up` makes for the default node (four GPUs).
+const DEVICE_NODES: [&str; 6] = [
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia0",
+    "/dev/nvidia1",
+    "/dev/nvidia2",
+    "/dev/nvidia3",
+];
 
 fn cluster_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cluster")
@@ -142,6 +162,11 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
         return;
     }
     let before = tunables();
+    let nodes_before: Vec<&str> = DEVICE_NODES
+        .iter()
+        .copied()
+        .filter(|p| Path::new(p).exists())
+        .collect();
 
     let up = xtask(&["cluster", "up"]);
     let result = std::panic::catch_unwind(|| {
@@ -200,6 +225,8 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
         );
         assert!(logs.contains("probe: done"), "{logs}");
         let _ = std::fs::remove_file(&file);
+
+        gpu_pods();
     });
 
     let down = xtask(&["cluster", "down"]);
@@ -216,6 +243,231 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
     assert!(!Path::new("/sys/class/net").join(BRIDGE).exists());
     assert!(!cluster_dir().join("run").exists());
     assert!(!cluster_dir().join("kubeconfig").exists());
+    let nodes_after: Vec<&str> = DEVICE_NODES
+        .iter()
+        .copied()
+        .filter(|p| Path::new(p).exists())
+        .collect();
+    assert_eq!(nodes_after, nodes_before, "down left device nodes");
     let status = xtask(&["cluster", "status"]);
     assert!(String::from_utf8_lossy(&status.stdout).contains("the cluster is down"));
+}
+
+/// The shared libraries (and the loader) that `program` needs, as `ldd`
+/// finds them here, but libcuda.
+fn shared_libraries(program: &Path) -> Vec<PathBuf> {
+    let out = Command::new("ldd").arg(program).output().unwrap();
+    assert!(out.status.success(), "ldd {}", program.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.contains("libcuda"))
+        .filter_map(|l| {
+            let path = l.split("=>").last()?.split_whitespace().next()?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Builds the workload image (the C workload linked with `-lcuda`, no
+/// rpath; glibc and what the simulator's libcuda needs of it, at this
+/// machine's paths) and imports it into the cluster's containerd.
+fn workload_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("workload");
+    let sim = tessera_testkit::sim::sim_dir();
+    tessera_testkit::sim::cc(&[
+        tessera_testkit::sim::workspace()
+            .join("xtask/gpusim/tests/c/workload.c")
+            .to_str()
+            .unwrap(),
+        "-o",
+        workload.to_str().unwrap(),
+        &format!("-L{}", sim.display()),
+        "-lcuda",
+    ]);
+    let mut libs = shared_libraries(&workload);
+    libs.extend(shared_libraries(&sim.join("libcuda.so.1")));
+    libs.sort();
+    libs.dedup();
+    let archive = dir.path().join("workload.tar");
+    let mut cmd = Command::new(cluster_dir().join("bin/oci-image"));
+    cmd.args([
+        "--name",
+        WORKLOAD_IMAGE,
+        "--entrypoint",
+        "/workload",
+        "--out",
+    ])
+    .arg(&archive)
+    .arg("--add")
+    .arg(format!("{}=/workload", workload.display()));
+    for lib in &libs {
+        cmd.arg("--add")
+            .arg(format!("{}={}", lib.display(), lib.display()));
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "oci-image: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(cluster_dir().join("bin/ctr"))
+        .arg("--address")
+        .arg(cluster_dir().join("run/containerd/containerd.sock"))
+        .args(["--namespace", "k8s.io", "images", "import"])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ctr images import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A pod of the workload image, with `env` and the workload's `args`.
+fn workload_pod(name: &str, env: &[(&str, &str)], args: &[&str]) {
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Never",
+            // The simulator records a process under the pid it has in its
+            // own pid namespace, which a reader on the host (this test,
+            // the agent) takes for another, dead, process: with the host's
+            // pid namespace the record and the kernel agree.
+            "hostPID": true,
+            "containers": [{
+                "name": "workload",
+                "image": WORKLOAD_IMAGE,
+                "imagePullPolicy": "Never",
+                "env": env.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect::<Vec<_>>(),
+                "args": args,
+            }],
+        },
+    });
+    let file = cluster_dir().join(format!("{name}-pod.json"));
+    std::fs::write(&file, pod.to_string()).unwrap();
+    let created = kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+}
+
+/// The pid (on the host) of the process of pod `name` whose command line
+/// starts with `program`, polled until the pod ends or `within` passes.
+fn pod_process(name: &str, program: &str, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    // cgroupfs driver: kubepods/<qos>/pod<uid>/<container>.
+    let needle = format!("pod{}", pod_uid(name));
+    while Instant::now() < deadline {
+        let phase = kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"]);
+        if matches!(
+            String::from_utf8_lossy(&phase.stdout).trim(),
+            "Succeeded" | "Failed"
+        ) {
+            return None;
+        }
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if cgroup.contains(&needle) && cmdline.starts_with(program.as_bytes()) {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+fn pod_uid(name: &str) -> String {
+    let out = kubectl(&["get", "pod", name, "-o", "jsonpath={.metadata.uid}"]);
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The simulated GPUs in pods: one asking for GPU 0 runs the workload on
+/// it; one asking for none gets no libcuda.
+fn gpu_pods() {
+    workload_image();
+    let state = cluster_dir().join("run/gpusim/state");
+    assert!(state.is_file(), "no simulator state {}", state.display());
+
+    workload_pod(
+        "cuda",
+        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        &[
+            "dev", "0", "alloc", "256", "launch", "spin", "1", "32", "50", "sync", "sleep", "8000",
+        ],
+    );
+    let pid = pod_process("cuda", "/workload", Duration::from_secs(60)).unwrap_or_else(|| {
+        let logs = kubectl(&["logs", "cuda"]);
+        panic!(
+            "no process of pod cuda runs /workload; its log:\n{}",
+            String::from_utf8_lossy(&logs.stdout)
+        )
+    });
+    let sim = gpusim::Sim::open(&gpusim::state::Config {
+        node_path: None,
+        state_path: state.clone(),
+    })
+    .unwrap();
+    assert_eq!(sim.gpu_count(), 4, "the default node has four GPUs");
+    // Its memory while it runs: the 256 MiB and the context's overhead.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        seen = sim.processes(0).unwrap();
+        if seen.iter().any(|p| p.pid == pid && p.bytes >= 256 << 20) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        seen.iter().any(|p| p.pid == pid && p.bytes >= 256 << 20),
+        "GPU 0 shows no 256 MiB of pid {pid}: {seen:?}"
+    );
+    for gpu in 1..4 {
+        let others = sim.processes(gpu).unwrap();
+        assert!(
+            others.iter().all(|p| p.pid != pid),
+            "pid {pid} on GPU {gpu}: {others:?}"
+        );
+    }
+    let phase = wait_pod_done("cuda", Duration::from_secs(60));
+    let describe = kubectl(&["describe", "pod", "cuda"]);
+    let logs = String::from_utf8_lossy(&kubectl(&["logs", "cuda"]).stdout).into_owned();
+    assert_eq!(
+        phase,
+        "Succeeded",
+        "{logs}\n{}",
+        String::from_utf8_lossy(&describe.stdout)
+    );
+    assert!(
+        logs.contains("launch 50") && logs.contains("sync ok"),
+        "{logs}"
+    );
+    // Its launches after it exits.
+    let launches = sim.launches(0).unwrap();
+    let mine: Vec<_> = launches.iter().filter(|l| l.pid == pid).collect();
+    assert!(
+        mine.len() == 1 && mine[0].kernels == 50 && !mine[0].active,
+        "GPU 0's launch record for pid {pid}: {launches:?}"
+    );
+    assert!(sim.processes(0).unwrap().iter().all(|p| p.pid != pid));
+
+    workload_pod("no-gpu", &[], &["dev", "0"]);
+    let phase = wait_pod_done("no-gpu", Duration::from_secs(60));
+    let logs = String::from_utf8_lossy(&kubectl(&["logs", "no-gpu"]).stdout).into_owned();
+    assert_eq!(phase, "Failed", "{logs}");
+    assert!(
+        logs.contains("libcuda.so.1: cannot open shared object file"),
+        "{logs}"
+    );
 }

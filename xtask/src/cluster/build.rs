@@ -103,6 +103,7 @@ fn modules(layout: &Layout) -> Result<Vec<Module>> {
                         "./cmd/probe",
                         "./cmd/oci-image",
                         "./cmd/cluster-pki",
+                        "./cmd/gpusim-container-runtime",
                     ],
                     // Static programs; no btrfs or devmapper snapshotters
                     // (cgo and their C headers), as containerd's own
@@ -143,6 +144,7 @@ fn modules(layout: &Layout) -> Result<Vec<Module>> {
                 "probe",
                 "oci-image",
                 "cluster-pki",
+                "gpusim-container-runtime",
             ]
             .iter()
             .map(|name| bin.join(name))

@@ -115,7 +115,10 @@ pub fn write_all(layout: &Layout, cgroups: &CgroupLayout) -> Result<()> {
 /// `run/containerd`, CRI with runc from this build, the CNI bridge, the
 /// pause image named, `restrict_oom_score_adj` (root here may lack
 /// CAP_SYS_RESOURCE, which lowering a score needs), network namespaces
-/// under the state folder, CDI specs from `run/cdi`, NRI off.
+/// under the state folder, CDI specs from `run/cdi`, NRI off. Two
+/// runtime handlers: `runc`, and `nvidia`, the default (as NVIDIA's GPU
+/// operator makes its runtime), the simulated node's GPU runtime that
+/// wraps the same runc ([`super::gpu`]).
 pub fn containerd(layout: &Layout) -> String {
     let dir = layout.containerd_dir();
     format!(
@@ -147,8 +150,22 @@ temp = \"{temp}\"
   netns_mounts_under_state_dir = true
   cdi_spec_dirs = [\"{cdi}\"]
 
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = \"{gpu_handler}\"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = \"io.containerd.runc.v2\"
+
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
   BinaryName = \"{runc}\"
+  Root = \"{runc_root}\"
+  SystemdCgroup = false
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{gpu_handler}]
+  runtime_type = \"io.containerd.runc.v2\"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{gpu_handler}.options]
+  BinaryName = \"{gpu_runtime}\"
   Root = \"{runc_root}\"
   SystemdCgroup = false
 
@@ -168,6 +185,8 @@ temp = \"{temp}\"
         pause = PAUSE_IMAGE,
         cdi = p(&layout.run().join("cdi")),
         runc = p(&layout.bin().join("runc")),
+        gpu_handler = super::gpu::RUNTIME_HANDLER,
+        gpu_runtime = p(&layout.gpu_runtime()),
         runc_root = p(&dir.join("runc")),
         cni_bin = p(&layout.cni_bin()),
         cni_conf = p(&layout.cni_conf_dir()),
@@ -356,6 +375,11 @@ mod tests {
         let text = containerd(&layout());
         assert!(text.contains(&format!("sandbox = \"{PAUSE_IMAGE}\"")));
         assert!(text.contains("restrict_oom_score_adj = true"));
+        assert!(text.contains("default_runtime_name = \"nvidia\""));
+        assert!(text.contains(&format!(
+            "BinaryName = \"{}\"",
+            layout().gpu_runtime().display()
+        )));
         for line in text.lines().filter(|l| l.contains("= \"/")) {
             assert!(line.contains("\"/w/target/cluster/"), "{line}");
         }

@@ -30,9 +30,20 @@
 //! kubelet on the node's own pod network bridge ([`NODE_IP`]), which is
 //! also the node's address (the kubelet refuses a loopback node IP).
 //! There is no kube-proxy: services have no data path yet.
+//!
+//! The node's GPUs are the simulator's ([`gpu`]): `up` makes stand-in
+//! device nodes (`/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia<i>`),
+//! one shared simulator state, and configures containerd's default runtime
+//! (handler and RuntimeClass `nvidia`) as the simulated node's counterpart
+//! of NVIDIA's container runtime: a container whose environment has
+//! `NVIDIA_VISIBLE_DEVICES` gets the simulator's `libcuda.so.1` and
+//! `libnvidia-ml.so.1`, its state and the device nodes, so an unmodified
+//! CUDA program runs on the simulated GPUs. `down` removes the device
+//! nodes it made.
 
 mod build;
 mod config;
+pub mod gpu;
 mod host;
 mod state;
 
@@ -99,12 +110,21 @@ pub struct UpArgs {
     /// Seconds to wait for each component, and for the node, to be ready.
     #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// The simulated GPUs: a gpusim node description (TOML); its `[ioctl]`
+    /// stand-ins give the device nodes' numbers. Default: the demo's four
+    /// H100s.
+    #[arg(long, value_name = "FILE")]
+    pub node: Option<PathBuf>,
 }
 
 pub fn run(args: &Args) -> Result<()> {
     let layout = Layout::new();
     match &args.action {
-        Action::Up(up_args) => up(&layout, Duration::from_secs(up_args.timeout)),
+        Action::Up(up_args) => up(
+            &layout,
+            Duration::from_secs(up_args.timeout),
+            up_args.node.as_deref(),
+        ),
         Action::Down => down(&layout),
         Action::Status => status(&layout).map(|_| ()),
     }
@@ -215,9 +235,12 @@ pub fn unsupported_reason() -> Option<String> {
     None
 }
 
-fn up(layout: &Layout, timeout: Duration) -> Result<()> {
+fn up(layout: &Layout, timeout: Duration, node_file: Option<&Path>) -> Result<()> {
     if let Some(reason) = unsupported_reason() {
         bail!("cannot start the cluster: {reason}");
+    }
+    if let Some(missing) = gpu::missing_libraries() {
+        bail!("cannot start the cluster: {missing}");
     }
     if let Some(state) = State::load(&layout.state_file())? {
         let dead: Vec<&Process> = state.processes.iter().filter(|p| !p.alive()).collect();
@@ -237,6 +260,7 @@ fn up(layout: &Layout, timeout: Duration) -> Result<()> {
             layout.logs().display()
         );
     }
+    let sim_node = gpu::sim_node(node_file)?;
     let cgroups = host::CgroupLayout::detect()?;
     eprintln!("cgroups: {cgroups}");
     host::check_ports_free(&[
@@ -288,6 +312,16 @@ fn up(layout: &Layout, timeout: Duration) -> Result<()> {
     .context("cannot write the cluster's keys and certificates")?;
     state.bridge_created = host::create_bridge(BRIDGE, NODE_IP, POD_PREFIX)?;
     state.save(&layout.state_file())?;
+    let made = gpu::make_devices(&sim_node.stand_ins, &mut state.created_paths);
+    state.save(&layout.state_file())?;
+    made?;
+    gpu::write_files(layout, &sim_node)?;
+    eprintln!(
+        "gpus: {} simulated ({}), state {}",
+        sim_node.description.gpu.len(),
+        node_file.map_or_else(|| "the demo's node".to_owned(), |f| f.display().to_string()),
+        layout.gpusim_state().display()
+    );
     config::write_all(layout, &cgroups)?;
 
     let start = |state: &mut State, component: Component| -> Result<()> {
@@ -306,6 +340,11 @@ fn up(layout: &Layout, timeout: Duration) -> Result<()> {
     build::import_images(layout)?;
     start(&mut state, Component::Etcd)?;
     start(&mut state, Component::ApiServer)?;
+    let class = layout.gpusim_dir().join("runtimeclass.json");
+    std::fs::write(&class, gpu::runtime_class())
+        .with_context(|| format!("cannot write {}", class.display()))?;
+    sh::output(layout.kubectl().arg("apply").arg("-f").arg(&class))
+        .context("cannot create the RuntimeClass of GPU containers")?;
     start(&mut state, Component::ControllerManager)?;
     start(&mut state, Component::Scheduler)?;
     start(&mut state, Component::Kubelet)?;
@@ -497,6 +536,12 @@ pub fn status(layout: &Layout) -> Result<bool> {
     };
     all_well &= node == "Ready";
     println!("node {NODE_NAME}: {node}");
+    println!(
+        "gpus: simulated, node description {}, state {}, runtime handler and RuntimeClass {}",
+        layout.gpusim_node().display(),
+        layout.gpusim_state().display(),
+        gpu::RUNTIME_HANDLER
+    );
     if !state.complete {
         println!("the last `up` did not finish: `cargo xtask cluster down` cleans up");
     }
@@ -604,7 +649,14 @@ mod tests {
     fn the_actions_parse_and_bad_ones_are_refused() {
         assert!(matches!(
             Cli::try_parse_from(["cluster", "up", "--timeout", "30"]).map(|c| c.action),
-            Ok(Action::Up(UpArgs { timeout: 30 }))
+            Ok(Action::Up(UpArgs {
+                timeout: 30,
+                node: None
+            }))
+        ));
+        assert!(matches!(
+            Cli::try_parse_from(["cluster", "up", "--node", "n.toml"]).map(|c| c.action),
+            Ok(Action::Up(UpArgs { node: Some(n), .. })) if n == Path::new("n.toml")
         ));
         assert!(matches!(
             Cli::try_parse_from(["cluster", "down"]).map(|c| c.action),
