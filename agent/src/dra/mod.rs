@@ -1,6 +1,16 @@
-//! Tessera as a DRA driver (`gpu.tessera.dev`): the node's ResourceSlice
-//! ([`slice`]) and, in later modules, the kubelet plugin that prepares
-//! claims. The vocabulary is [`tessera_api::dra`]'s.
+//! Tessera as a DRA driver (`gpu.tessera.dev`), in the vocabulary of
+//! [`tessera_api::dra`]:
+//!
+//! - [`slice`]: the node's ResourceSlice, one shared device per GPU with
+//!   consumable `memory` and `cores`;
+//! - [`prepare`]: a claim's allocation on this node turned into its region
+//!   directory (the limits its containers share) and
+//! - [`cdi`]: its CDI spec, the device plugin's answer in the form the
+//!   container runtime applies.
+//!
+//! Not yet here: the kubelet plugin's gRPC services and registration, and
+//! the daemon task that publishes the slice.
 
 pub mod cdi;
+pub mod prepare;
 pub mod slice;
