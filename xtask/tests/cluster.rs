@@ -398,6 +398,22 @@ fn gpu_pods() {
     workload_image();
     let state = cluster_dir().join("run/gpusim/state");
     assert!(state.is_file(), "no simulator state {}", state.display());
+    // The CDI path names the same GPUs (its edits are checked with
+    // containerd's CDI library in the runtime's Go tests).
+    let cdi: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cluster_dir().join("run/cdi/nvidia.com-gpu.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cdi["kind"], "nvidia.com/gpu");
+    let names: Vec<&str> = cdi["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    for name in ["0", "3", "all", "GPU-5e1a0000-0000-4000-8000-000051510000"] {
+        assert!(names.contains(&name), "CDI devices {names:?}");
+    }
 
     workload_pod(
         "cuda",

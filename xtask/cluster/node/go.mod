@@ -15,7 +15,11 @@ tool (
 	github.com/opencontainers/runc
 )
 
-require github.com/opencontainers/runtime-spec v1.3.0
+require (
+	github.com/opencontainers/runtime-spec v1.3.0
+	tags.cncf.io/container-device-interface v1.1.1
+	tags.cncf.io/container-device-interface/specs-go v1.1.1
+)
 
 require (
 	cyphar.com/go-pathrs v0.2.6 // indirect
@@ -169,6 +173,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/knftables v0.0.22 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-	tags.cncf.io/container-device-interface v1.1.1 // indirect
-	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )

@@ -12,7 +12,10 @@
 //!   `libnvidia-ml.so.1` (from the artifacts of `cargo xtask build`);
 //! - `runtime/`, the OCI runtime containerd runs as its `nvidia` handler
 //!   (the default one, as NVIDIA's GPU operator configures it): a link to
-//!   the `gpusim-container-runtime` program and its `config.json`.
+//!   the `gpusim-container-runtime` program and its `config.json`;
+//! - and `run/cdi/nvidia.com-gpu.json`, the same edits as a CDI spec
+//!   (`nvidia.com/gpu=0`, `=<uuid>`, `=all`), for device plugins that
+//!   answer with CDI names and for DRA.
 //!
 //! The device nodes are made on the host, in `/dev`, as character devices
 //! with the numbers of the devices that the input description's `[ioctl]`
@@ -28,6 +31,7 @@
 use std::fs;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use gpusim::NodeDescription;
@@ -35,7 +39,7 @@ use serde_json::json;
 
 use super::Layout;
 use crate::files::replace_symlink;
-use crate::sh::workspace_root;
+use crate::sh::{self, workspace_root};
 
 /// The runtime handler (and RuntimeClass) of GPU containers, as NVIDIA's.
 pub const RUNTIME_HANDLER: &str = "nvidia";
@@ -107,6 +111,11 @@ impl Layout {
     }
     fn gpu_runtime_config(&self) -> PathBuf {
         self.gpusim_dir().join("runtime/config.json")
+    }
+    /// The CDI spec of the simulated GPUs (kind `nvidia.com/gpu`), in the
+    /// folder containerd reads CDI specs from.
+    pub fn cdi_spec(&self) -> PathBuf {
+        self.run().join("cdi/nvidia.com-gpu.json")
     }
     /// One line per container the runtime gave GPUs.
     pub fn gpu_runtime_log(&self) -> PathBuf {
@@ -358,6 +367,15 @@ pub fn write_files(layout: &Layout, node: &SimNode) -> Result<()> {
         &serde_json::to_string_pretty(&config)?,
     )?;
     replace_symlink(layout.bin().join(RUNTIME_PROGRAM), &layout.gpu_runtime())?;
+    sh::run(
+        Command::new(layout.bin().join(RUNTIME_PROGRAM))
+            .arg("cdi")
+            .arg("--config")
+            .arg(layout.gpu_runtime_config())
+            .arg("--output")
+            .arg(layout.cdi_spec()),
+    )
+    .context("cannot write the CDI spec of the simulated GPUs")?;
     Ok(())
 }
 

@@ -23,6 +23,11 @@
 // Its configuration is a JSON file beside the name it was started by
 // (containerd starts it through a link under the cluster's run folder:
 // config.json in that folder), or the file GPUSIM_RUNTIME_CONFIG names.
+//
+// `gpusim-container-runtime cdi --config FILE --output FILE` writes the
+// same edits as a CDI spec (kind nvidia.com/gpu, devices by index, by
+// UUID and "all"), the path that device plugins (cdi_devices) and DRA
+// drivers take instead of the environment variable.
 package main
 
 import (
@@ -109,6 +114,9 @@ func loadConfig(path string) (*Config, error) {
 }
 
 func run(args []string) error {
+	if len(args) > 1 && args[1] == "cdi" {
+		return generateCDI(args[2:])
+	}
 	cfg, err := loadConfig(configPath(args[0]))
 	if err != nil {
 		return err

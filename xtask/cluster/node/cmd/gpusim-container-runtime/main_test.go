@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
 func TestCreateBundleIsFoundAfterRuncsGlobalFlags(t *testing.T) {
@@ -129,5 +130,58 @@ func TestTheLibraryFolderIsOneTheImageHas(t *testing.T) {
 	}
 	if got := chooseLibDir(root); got != "/lib/x86_64-linux-gnu" {
 		t.Errorf("debian-like image: %s", got)
+	}
+}
+
+func TestTheCDISpecIsOneContainerdAccepts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := &Config{
+		Runc: "/bin/true", Libraries: []string{"/lib/cuda/libcuda.so.1"},
+		State: "/s/state", Node: "/s/node.toml",
+		Control: "/dev/null", UVM: "/dev/zero",
+		GPUs: []GPU{{UUID: "GPU-5e1a0000-0000-4000-8000-000051510000", Device: "/dev/full"}, {UUID: "GPU-5e1a0000-0000-4000-8000-000051510001", Device: "/dev/random"}},
+	}
+	data, _ := json.Marshal(cfg)
+	configFile := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(configFile, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	specDir := filepath.Join(dir, "cdi")
+	if err := run([]string{"gpusim-container-runtime", "cdi", "--config", configFile, "--output", filepath.Join(specDir, "nvidia.com-gpu.json")}); err != nil {
+		t.Fatal(err)
+	}
+	// containerd's own CDI library reads and applies it.
+	cache, err := cdilib.NewCache(cdilib.WithSpecDirs(specDir), cdilib.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("spec errors: %v", errs)
+	}
+	want := []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=GPU-5e1a0000-0000-4000-8000-000051510000", "nvidia.com/gpu=GPU-5e1a0000-0000-4000-8000-000051510001", "nvidia.com/gpu=all"}
+	if got := cache.ListDevices(); !slices.Equal(got, want) {
+		t.Errorf("devices %v", got)
+	}
+	spec := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
+	if _, err := cache.InjectDevices(spec, "nvidia.com/gpu=GPU-5e1a0000-0000-4000-8000-000051510001"); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, d := range spec.Linux.Devices {
+		paths = append(paths, d.Path)
+	}
+	slices.Sort(paths)
+	if !slices.Equal(paths, []string{"/dev/null", "/dev/random", "/dev/zero"}) {
+		t.Errorf("devices %v", paths)
+	}
+	var mounts []string
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, m.Destination)
+	}
+	if !slices.Contains(mounts, "/usr/lib/x86_64-linux-gnu/libcuda.so.1") || !slices.Contains(mounts, stateInContainer) {
+		t.Errorf("mounts %v", mounts)
+	}
+	if !slices.Contains(spec.Process.Env, "GPUSIM_STATE="+stateInContainer) {
+		t.Errorf("env %v", spec.Process.Env)
 	}
 }
