@@ -6,11 +6,14 @@
 //! - [`prepare`]: a claim's allocation on this node turned into its region
 //!   directory (the limits its containers share) and
 //! - [`cdi`]: its CDI spec, the device plugin's answer in the form the
-//!   container runtime applies.
+//!   container runtime applies;
+//! - [`plugin`]: the kubelet plugin (registration and the `v1.DRAPlugin`
+//!   service) answering with [`prepare`].
 //!
-//! Not yet here: the kubelet plugin's gRPC services and registration, and
-//! the daemon task that publishes the slice.
+//! Not yet here: the daemon task that runs the plugin and publishes the
+//! slice.
 
 pub mod cdi;
+pub mod plugin;
 pub mod prepare;
 pub mod slice;
