@@ -325,19 +325,16 @@ fn workload_image() {
     );
 }
 
-/// A pod of the workload image, with `env` and the workload's `args`.
-fn workload_pod(name: &str, env: &[(&str, &str)], args: &[&str]) {
+/// A pod of the workload image, with `env` and the workload's `args`; in
+/// the host's pid namespace with `host_pid`.
+fn workload_pod(name: &str, host_pid: bool, env: &[(&str, &str)], args: &[&str]) {
     let pod = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "restartPolicy": "Never",
-            // The simulator records a process under the pid it has in its
-            // own pid namespace, which a reader on the host (this test,
-            // the agent) takes for another, dead, process: with the host's
-            // pid namespace the record and the kernel agree.
-            "hostPID": true,
+            "hostPID": host_pid,
             "containers": [{
                 "name": "workload",
                 "image": WORKLOAD_IMAGE,
@@ -415,8 +412,13 @@ fn gpu_pods() {
         assert!(names.contains(&name), "CDI devices {names:?}");
     }
 
+    // The simulator records a process under the pid it has in its own pid
+    // namespace, which a reader on the host (this test, the agent) takes
+    // for another, dead, process (and reaps its channel): in the host's
+    // pid namespace the record and the kernel agree while it runs.
     workload_pod(
         "cuda",
+        true,
         &[("NVIDIA_VISIBLE_DEVICES", "0")],
         &[
             "dev", "0", "alloc", "256", "launch", "spin", "1", "32", "50", "sync", "sleep", "8000",
@@ -478,7 +480,32 @@ fn gpu_pods() {
     );
     assert!(sim.processes(0).unwrap().iter().all(|p| p.pid != pid));
 
-    workload_pod("no-gpu", &[], &["dev", "0"]);
+    // An ordinary pod (its own pid namespace) naming its GPU by UUID: the
+    // record is read only after it ends.
+    let uuid = "GPU-5e1a0000-0000-4000-8000-000051510002";
+    workload_pod(
+        "cuda-by-uuid",
+        false,
+        &[("NVIDIA_VISIBLE_DEVICES", uuid)],
+        &["dev", "2", "launch", "spin", "1", "32", "20", "sync"],
+    );
+    let phase = wait_pod_done("cuda-by-uuid", Duration::from_secs(60));
+    let logs = String::from_utf8_lossy(&kubectl(&["logs", "cuda-by-uuid"]).stdout).into_owned();
+    assert_eq!(phase, "Succeeded", "{logs}");
+    let launches = sim.launches(2).unwrap();
+    assert!(
+        launches.iter().any(|l| l.kernels == 20 && !l.active),
+        "GPU 2's launch record: {launches:?}"
+    );
+    let runtime_log =
+        std::fs::read_to_string(cluster_dir().join("logs/gpusim-container-runtime.log")).unwrap();
+    assert!(
+        runtime_log.contains(&format!("NVIDIA_VISIBLE_DEVICES={uuid}: "))
+            && runtime_log.contains("gpus [2]"),
+        "{runtime_log}"
+    );
+
+    workload_pod("no-gpu", false, &[], &["dev", "0"]);
     let phase = wait_pod_done("no-gpu", Duration::from_secs(60));
     let logs = String::from_utf8_lossy(&kubectl(&["logs", "no-gpu"]).stdout).into_owned();
     assert_eq!(phase, "Failed", "{logs}");

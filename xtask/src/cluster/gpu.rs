@@ -323,6 +323,14 @@ pub fn write_files(layout: &Layout, node: &SimNode) -> Result<()> {
         fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
     };
     write(&layout.gpusim_node(), &node.toml)?;
+    // The runtime's log starts afresh with each cluster, as the others.
+    match fs::remove_file(layout.gpu_runtime_log()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e)
+                .with_context(|| format!("cannot remove {}", layout.gpu_runtime_log().display()));
+        }
+        _ => {}
+    }
     let sources = sim_libraries();
     let mut libraries = Vec::new();
     for name in LIBRARIES {
