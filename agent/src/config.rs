@@ -52,6 +52,13 @@
 //! gc_grace_s = 120
 //! gc_settle_s = 60
 //! gc_confirm_s = 60
+//! # The DRA driver gpu.tessera.dev (kubelet plugin and ResourceSlice):
+//! # see [`DraFile`]. It uses [kubelet]'s preload_dir and the node name.
+//! [dra]
+//! enabled = false
+//! registry_dir = "/var/lib/kubelet/plugins_registry"
+//! plugins_dir = "/var/lib/kubelet/plugins"
+//! cdi_dir = "/var/run/cdi"
 //! # The node's GpuNode status for the scheduler (with the device plugin):
 //! # written at most once per interval and only on change, and at least
 //! # once per heartbeat.
@@ -114,6 +121,41 @@ pub struct ConfigFile {
     pub telemetry: Option<crate::telemetry::TelemetryFile>,
     /// See [`Config::kubelet`].
     pub kubelet: Option<KubeletFile>,
+    /// See [`Config::dra`].
+    pub dra: Option<DraFile>,
+}
+
+/// The `[dra]` section as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraFile {
+    /// Run the DRA driver `gpu.tessera.dev` inside `tessera-agent run`
+    /// (default false): the kubelet plugin and the node's ResourceSlice.
+    pub enabled: Option<bool>,
+    /// Kubelet's plugin registry (where the registration socket goes).
+    pub registry_dir: Option<PathBuf>,
+    /// Kubelet's plugin directory (the driver's socket goes in
+    /// `<plugins_dir>/gpu.tessera.dev/`).
+    pub plugins_dir: Option<PathBuf>,
+    /// Where prepared claims' CDI specs go (a directory the container
+    /// runtime reads CDI specs from).
+    pub cdi_dir: Option<PathBuf>,
+}
+
+/// The CDI spec directory unless configured otherwise.
+pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
+
+/// The `[dra]` section, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraSettings {
+    /// Whether `run` serves the DRA driver.
+    pub enabled: bool,
+    /// Kubelet's plugin registry.
+    pub registry_dir: PathBuf,
+    /// Kubelet's plugin directory.
+    pub plugins_dir: PathBuf,
+    /// Where CDI specs go.
+    pub cdi_dir: PathBuf,
 }
 
 /// The `[kubelet]` section as written (the Helm chart renders these keys).
@@ -260,6 +302,8 @@ pub struct Config {
     pub telemetry: crate::telemetry::Settings,
     /// The device plugin (`[kubelet]`).
     pub kubelet: KubeletSettings,
+    /// The DRA driver (`[dra]`).
+    pub dra: DraSettings,
 }
 
 /// Why the settings were refused.
@@ -385,8 +429,10 @@ impl Config {
             args.preload_version.clone(),
         )
         .map_err(field)?;
+        let dra = dra_settings(file.dra.unwrap_or_default(), &kubelet).map_err(field)?;
         Ok(Self {
             kubelet,
+            dra,
             root: paths.root,
             period: Duration::from_millis(period_ms),
             listen,
@@ -570,6 +616,49 @@ fn log_filter(args: &ConfigArgs, file: &ConfigFile) -> Result<String, FieldError
     Ok(log)
 }
 
+/// An absolute path setting (`default` when absent).
+fn absolute(field: &'static str, p: Option<PathBuf>, default: &str) -> Result<PathBuf, FieldError> {
+    let p = p.unwrap_or_else(|| default.into());
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err((
+            field,
+            false,
+            format!("{} is relative; accepted: an absolute path", p.display()),
+        ))
+    }
+}
+
+/// Checks the `[dra]` section against the checked `[kubelet]` one (the
+/// node name and the preload directory are shared).
+fn dra_settings(file: DraFile, kubelet: &KubeletSettings) -> Result<DraSettings, FieldError> {
+    let enabled = file.enabled.unwrap_or(false);
+    if enabled && kubelet.node_name.is_none() {
+        return Err((
+            "dra.enabled",
+            false,
+            format!(
+                "is true but {NODE_NAME_ENV} is not set; the DRA driver needs this node's name (the Helm chart sets {NODE_NAME_ENV} from spec.nodeName)"
+            ),
+        ));
+    }
+    Ok(DraSettings {
+        enabled,
+        registry_dir: absolute(
+            "dra.registry_dir",
+            file.registry_dir,
+            tessera_kubelet_api::pluginregistration::REGISTRY_PATH,
+        )?,
+        plugins_dir: absolute(
+            "dra.plugins_dir",
+            file.plugins_dir,
+            tessera_kubelet_api::dra::PLUGINS_PATH,
+        )?,
+        cdi_dir: absolute("dra.cdi_dir", file.cdi_dir, DEFAULT_CDI_DIR)?,
+    })
+}
+
 /// Checks the `[kubelet]` section; an error is (field, from the
 /// environment, problem).
 fn kubelet_settings(
@@ -579,18 +668,7 @@ fn kubelet_settings(
 ) -> Result<KubeletSettings, FieldError> {
     let d = crate::kubelet::KubeletConfig::default();
     let enabled = file.enabled.unwrap_or(false);
-    let abs = |field: &'static str, p: Option<PathBuf>, default: &str| {
-        let p = p.unwrap_or_else(|| default.into());
-        if p.is_absolute() {
-            Ok(p)
-        } else {
-            Err((
-                field,
-                false,
-                format!("{} is relative; accepted: an absolute path", p.display()),
-            ))
-        }
-    };
+    let abs = absolute;
     let device_plugin = crate::kubelet::KubeletConfig {
         plugin_dir: abs(
             "kubelet.plugin_dir",
@@ -687,6 +765,40 @@ fn kubelet_settings(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dra_section_is_read_and_checked() {
+        let named = ConfigArgs {
+            node_name: Some("gpu-7".into()),
+            ..ConfigArgs::default()
+        };
+        let d = merge("", &ConfigArgs::default()).unwrap().dra;
+        assert!(!d.enabled);
+        assert_eq!(
+            d.registry_dir,
+            PathBuf::from("/var/lib/kubelet/plugins_registry/")
+        );
+        assert_eq!(d.cdi_dir, PathBuf::from("/var/run/cdi"));
+        let d = merge("[dra]\nenabled = true\ncdi_dir = \"/etc/cdi\"\n", &named)
+            .unwrap()
+            .dra;
+        assert!(d.enabled);
+        assert_eq!(d.cdi_dir, PathBuf::from("/etc/cdi"));
+        let e = merge("[dra]\nenabled = true\n", &ConfigArgs::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("field dra.enabled: is true but NODE_NAME is not set"),
+            "{e}"
+        );
+        let e = merge("[dra]\nplugins_dir = \"plugins\"\n", &named).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("field dra.plugins_dir: plugins is relative"),
+            "{e}"
+        );
+        let e = merge("[dra]\ncdi = \"/x\"\n", &named).unwrap_err();
+        assert!(e.to_string().contains("unknown field `cdi`"), "{e}");
+    }
 
     #[test]
     fn the_garbage_collection_keys_are_read_and_checked() {

@@ -12,10 +12,13 @@
 //! With `[kubelet] enabled = true` the device plugin ([`device_plugin`]) runs
 //! beside the loop, on the same runtime and stop signal: it removes its
 //! socket on the way out, and `/readyz` fails while it is not registered
-//! with kubelet. The loop, the device plugin and the telemetry writer
-//! share one NVML ([`nvml`]): one handle, one retry policy.
+//! with kubelet. With `[dra] enabled = true` the DRA driver ([`dra`])
+//! runs the same way (its plugin and the node's ResourceSlice). The loop,
+//! the device plugin, the DRA driver and the telemetry writer share one
+//! NVML ([`nvml`]): one handle, one retry policy.
 
 pub mod device_plugin;
+pub mod dra;
 pub mod ebpf;
 pub mod http;
 pub mod nvml;
@@ -58,7 +61,7 @@ pub enum DaemonError {
     Signal(#[source] std::io::Error),
     /// The Kubernetes API client could not be set up.
     #[error(
-        "cannot reach the Kubernetes API for the device plugin (in-cluster service account or kubeconfig)"
+        "cannot reach the Kubernetes API for the device plugin or the DRA driver (in-cluster service account or kubeconfig)"
     )]
     Kube(#[source] kube::Error),
     /// The garbage collection's settings are out of range (checked at
@@ -117,28 +120,44 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
         metrics.clone(),
         stopped(stop_rx.clone()),
     ));
-    let (device_plugin, telemetry) = if config.kubelet.enabled {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(DaemonError::Kube)?;
-        status.require_device_plugin();
-        let device_plugin = tokio::spawn(device_plugin::run(
-            config.clone(),
-            agent.nvml(),
-            client.clone(),
-            status.clone(),
-            stopped(stop_rx.clone()),
-        ));
-        let telemetry = tokio::spawn(telemetry::run(
+    let client = if config.kubelet.enabled || config.dra.enabled {
+        Some(
+            kube::Client::try_default()
+                .await
+                .map_err(DaemonError::Kube)?,
+        )
+    } else {
+        None
+    };
+    let (device_plugin, telemetry) = match &client {
+        Some(client) if config.kubelet.enabled => {
+            status.require_device_plugin();
+            let device_plugin = tokio::spawn(device_plugin::run(
+                config.clone(),
+                agent.nvml(),
+                client.clone(),
+                status.clone(),
+                stopped(stop_rx.clone()),
+            ));
+            let telemetry = tokio::spawn(telemetry::run(
+                config.clone(),
+                agent.nvml(),
+                client.clone(),
+                status.clone(),
+                stop_rx.clone(),
+            ));
+            (Some(device_plugin), Some(telemetry))
+        }
+        _ => (None, None),
+    };
+    let dra = match client {
+        Some(client) if config.dra.enabled => Some(tokio::spawn(dra::run(
             config.clone(),
             agent.nvml(),
             client,
-            status.clone(),
             stop_rx.clone(),
-        ));
-        (Some(device_plugin), Some(telemetry))
-    } else {
-        (None, None)
+        ))),
+        _ => None,
     };
     // Region directories of departed pods go once kubelet's PodResources
     // shows them gone (never a running container's: containers::gc).
@@ -174,6 +193,13 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
             .is_err()
     {
         tracing::error!("the device plugin did not stop within 5 s; exiting anyway");
+    }
+    if let Some(d) = dra
+        && tokio::time::timeout(Duration::from_secs(5), d)
+            .await
+            .is_err()
+    {
+        tracing::error!("the DRA driver did not stop within 5 s; exiting anyway");
     }
     if let Some(t) = telemetry
         && tokio::time::timeout(Duration::from_secs(5), t)

@@ -1,0 +1,203 @@
+//! The DRA driver inside `tessera-agent run` (`[dra] enabled = true`):
+//! once the daemon's NVML answers, the kubelet plugin
+//! ([`crate::dra::plugin`]) serves until the daemon stops, and the node's
+//! ResourceSlice ([`crate::dra::slice`]) is applied and kept current: the
+//! inventory is read again every [`RESLICE`], and a change (a GPU lost or
+//! back) is applied with the pool's generation raised, so the scheduler
+//! drops the older slice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::api::{Api, Patch, PatchParams};
+use tokio::sync::watch;
+
+use super::device_plugin::DEV_DIR;
+use super::nvml::SharedNvml;
+use crate::config::Config;
+use crate::containers::Store;
+use crate::dra::plugin::{ApiClaims, DraPlugin, Sockets, serve};
+use crate::dra::prepare::Preparer;
+use crate::dra::slice::{NodeRef, pcie_root, resource_slice, slice_name};
+use crate::gpu::{Inventory, NvmlBackend};
+use crate::kubelet::allocate::HostPaths;
+
+/// How often the inventory is read again for the slice.
+pub const RESLICE: Duration = Duration::from_secs(10);
+/// The field manager of the slice's server-side apply.
+const MANAGER: &str = "tessera-agent";
+
+/// Runs the driver until `stop` turns true.
+pub async fn run(
+    config: Config,
+    nvml: Arc<SharedNvml>,
+    client: kube::Client,
+    stop: watch::Receiver<bool>,
+) {
+    let Some(node) = config.kubelet.node_name.clone() else {
+        // Config::merge refuses `[dra] enabled` without a node name.
+        tracing::error!("the DRA driver has no node name; not started");
+        return;
+    };
+    let mut seen = stop.clone();
+    let Some(backend) = nvml
+        .wait_for("DRA driver", |n| Ok(n.clone()), async move {
+            let _ = seen.wait_for(|s| *s).await;
+        })
+        .await
+    else {
+        return;
+    };
+    let inventory = match read_inventory(&backend).await {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::error!(error = %e, "the DRA driver cannot read the GPUs; not started");
+            return;
+        }
+    };
+    let minors = inventory
+        .gpus
+        .iter()
+        .map(|g| backend.minor_number(g.index).ok())
+        .collect();
+    let k = &config.kubelet;
+    let preparer = Preparer {
+        node: node.clone(),
+        store: Store::new(config.root.clone()),
+        paths: HostPaths {
+            library_dir: k.preload_dir.join(&k.preload_version),
+            dev_dir: DEV_DIR.into(),
+        },
+        cdi_dir: config.dra.cdi_dir.clone(),
+        gpus: inventory.gpus.clone(),
+        minors,
+    };
+    let plugin = DraPlugin {
+        preparer: Arc::new(preparer),
+        claims: Arc::new(ApiClaims(client.clone())),
+        serial: Arc::default(),
+    };
+    let sockets = Sockets {
+        registry_dir: config.dra.registry_dir.clone(),
+        plugins_dir: config.dra.plugins_dir.clone(),
+    };
+    let slices = tokio::spawn(publish(client, node, backend, inventory, stop.clone()));
+    let (registered, _) = watch::channel(false);
+    let mut rx = stop;
+    let stopped = async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    if let Err(e) = serve(&sockets, plugin, registered, stopped).await {
+        tracing::error!(error = %crate::error_chain::with_causes(&e), "the DRA plugin stopped");
+    }
+    let _ = slices.await;
+}
+
+async fn read_inventory(backend: &Arc<NvmlBackend>) -> Result<Inventory, String> {
+    let b = Arc::clone(backend);
+    tokio::task::spawn_blocking(move || Inventory::collect(&*b))
+        .await
+        .map_err(|e| format!("the inventory task failed: {e}"))?
+        .map_err(|e| crate::error_chain::with_causes(&e))
+}
+
+/// Applies the slice, then again whenever the inventory changes.
+async fn publish(
+    client: kube::Client,
+    node: String,
+    backend: Arc<NvmlBackend>,
+    mut inventory: Inventory,
+    mut stop: watch::Receiver<bool>,
+) {
+    let roots: BTreeMap<String, String> = inventory
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            Some((
+                g.pci_bus_id.clone(),
+                pcie_root(std::path::Path::new("/sys"), &g.pci_bus_id)?,
+            ))
+        })
+        .collect();
+    let mut applied: Option<Inventory> = None;
+    loop {
+        if applied.as_ref() != Some(&inventory) {
+            match apply(&client, &node, &inventory, &roots).await {
+                Ok(generation) => {
+                    tracing::info!(node = %node, generation, devices = inventory.gpus.len(), "ResourceSlice applied");
+                    applied = Some(inventory.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %e, "cannot apply the ResourceSlice; retrying")
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(RESLICE) => {}
+        }
+        match read_inventory(&backend).await {
+            Ok(i) => inventory = i,
+            Err(e) => tracing::warn!(error = %e, "cannot read the GPUs for the ResourceSlice"),
+        }
+    }
+}
+
+/// Applies `node`'s slice for `inventory`: the generation is kept when
+/// the devices are the ones published, raised otherwise.
+async fn apply(
+    client: &kube::Client,
+    node: &str,
+    inventory: &Inventory,
+    roots: &BTreeMap<String, String>,
+) -> Result<i64, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let uid = nodes
+        .get(node)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read node {node}: {}",
+                crate::error_chain::with_causes(&e)
+            )
+        })?
+        .metadata
+        .uid
+        .ok_or_else(|| format!("node {node} has no UID"))?;
+    let owner = NodeRef {
+        name: node.to_owned(),
+        uid,
+    };
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let name = slice_name(node);
+    let current = slices.get_opt(&name).await.map_err(|e| {
+        format!(
+            "cannot read ResourceSlice {name}: {}",
+            crate::error_chain::with_causes(&e)
+        )
+    })?;
+    let mut wanted = resource_slice(&owner, inventory, roots, 0);
+    let generation = match current {
+        Some(c) if c.spec.devices == wanted.spec.devices => c.spec.pool.generation,
+        Some(c) => c.spec.pool.generation + 1,
+        None => 1,
+    };
+    wanted.spec.pool.generation = generation;
+    slices
+        .patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&wanted),
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot apply ResourceSlice {name}: {}",
+                crate::error_chain::with_causes(&e)
+            )
+        })?;
+    Ok(generation)
+}
