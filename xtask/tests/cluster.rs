@@ -481,7 +481,9 @@ fn gpu_pods() {
     assert!(sim.processes(0).unwrap().iter().all(|p| p.pid != pid));
 
     // An ordinary pod (its own pid namespace) naming its GPU by UUID: the
-    // record is read only after it ends.
+    // record is read only after it ends. The simulator numbers every GPU
+    // of the node in every process (a real driver shows a container its
+    // visible GPUs only, from 0), so the workload asks for device 2.
     let uuid = "GPU-5e1a0000-0000-4000-8000-000051510002";
     workload_pod(
         "cuda-by-uuid",
