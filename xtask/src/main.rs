@@ -7,6 +7,7 @@
 //! - `demo`   runs workloads on a simulated GPU node
 //! - `bench`  prints the benchmark figures quoted in the README
 //! - `gpu-bundle` builds a folder to run on a real NVIDIA GPU with PyTorch
+//! - `images` writes the container images as OCI archives
 
 mod artifacts;
 mod bench;
@@ -17,6 +18,7 @@ mod demo;
 mod ebpf;
 mod files;
 mod headers;
+mod images;
 mod private_mounts;
 mod setup;
 mod sh;
@@ -69,6 +71,15 @@ enum Command {
     /// them as root with everything under target/cluster/ (kubeconfig,
     /// logs/). `down` stops only what `up` started.
     Cluster(cluster::Args),
+    /// Write the container images as OCI archives into target/images/.
+    ///
+    /// tessera-agent and tessera-scheduler (from the release build), the
+    /// upstream kube-scheduler the chart runs beside the extender (built
+    /// from xtask/cluster/kube), and the simulator's CUDA workload; named
+    /// as the chart's defaults name them. No Docker daemon or registry is
+    /// needed; push the archives with e.g. `skopeo copy oci-archive:...`.
+    /// `--import` imports them into the cluster of `cargo xtask cluster`.
+    Images(images::Args),
     /// Run a command in a private mount namespace without bpffs, tracefs
     /// and debugfs (as root; `test` runs `cargo test` so).
     #[command(name = private_mounts::SUBCOMMAND, hide = true)]
@@ -85,6 +96,7 @@ fn main() -> Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::GpuBundle(args) => bundle::run(&args),
         Command::Cluster(args) => cluster::run(&args),
+        Command::Images(args) => images::run(&args),
         Command::InPrivateMounts(args) => private_mounts::run(&args),
     }
 }

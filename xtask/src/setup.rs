@@ -56,7 +56,9 @@ const COMPONENTS: [(&str, &str); 3] = [
 /// checks its components' health with it. libseccomp-dev and pkg-config
 /// build the cluster's runc with seccomp (containerd gives every pod
 /// sandbox a seccomp profile, which a runc without it refuses).
-const PACKAGES: [&str; 7] = [
+/// busybox-static is the shell and file tools of the agent image
+/// (`cargo xtask images`), for the chart's preload init step.
+const PACKAGES: [&str; 8] = [
     "strace",
     "gcc",
     "libc6-dev",
@@ -64,6 +66,7 @@ const PACKAGES: [&str; 7] = [
     "curl",
     "libseccomp-dev",
     "pkg-config",
+    "busybox-static",
 ];
 /// Environment variable naming the toolchain of the eBPF build (a nightly,
 /// or `stable` for the fallback); setup, build and test all read it.
