@@ -151,7 +151,11 @@ pub fn build(args: &Args) -> Result<Vec<Image>> {
     fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
 
     let artifacts = match &args.artifacts {
-        Some(dir) => Artifacts { dir: dir.clone() },
+        Some(dir) => Artifacts {
+            dir: dir
+                .canonicalize()
+                .with_context(|| format!("no artifacts at {}", dir.display()))?,
+        },
         None => build::run(
             &build::Args {
                 release: true,
