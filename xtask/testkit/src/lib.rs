@@ -10,6 +10,8 @@
 //! - [`poll`]: waiting for a condition, and GET from a local HTTP
 //!   endpoint (also the demo's reader of the agent's view);
 //! - [`programs`]: finding a program on `PATH`;
+//! - [`python`]: Python environments under `target/` (CuPy, pynvml,
+//!   PyTorch) made by pip on first use, and step-wise scripts;
 //! - [`promtool`]: `promtool check metrics`, the judge of `/metrics` texts;
 //! - [`helm`] (feature `helm`): the Helm chart rendered and packaged
 //!   through the Helm SDK, its objects checked against the Kubernetes
@@ -34,6 +36,7 @@ pub mod helm;
 pub mod poll;
 pub mod programs;
 pub mod promtool;
+pub mod python;
 pub mod sim;
 
 /// Returns from the calling test, printing `skipped: <why>`, when `$why`

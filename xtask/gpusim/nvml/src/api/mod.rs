@@ -18,6 +18,7 @@
 
 mod device;
 mod events;
+mod modes;
 mod system;
 mod topology;
 mod usage;
