@@ -622,4 +622,39 @@ fn images_hold_what_the_chart_and_the_node_need() {
         .collect();
     assert!(meminfo[0] + (64 << 20) <= meminfo[1], "{text}");
     assert_eq!(lines[3..], ["freed 1"], "{text}");
+    // The preload library of the agent image loads in the workload image
+    // (what it links is there) when /etc/ld.so.preload names it, as in a
+    // Tessera container; with no control region it refuses the GPU.
+    fs::create_dir_all(workload.root.join("etc")).unwrap();
+    fs::create_dir_all(workload.root.join("usr/local/tessera")).unwrap();
+    fs::write(
+        workload.root.join("usr/local/tessera/libtessera.so"),
+        &preload,
+    )
+    .unwrap();
+    fs::write(
+        workload.root.join("etc/ld.so.preload"),
+        "/usr/local/tessera/libtessera.so\n",
+    )
+    .unwrap();
+    let preloaded = workload.chroot(
+        None,
+        &[
+            ("LD_LIBRARY_PATH", "/run/driver"),
+            ("GPUSIM_STATE", "/tmp/gpusim.state"),
+        ],
+        &["/usr/local/bin/workload", "dev", "0"],
+    );
+    let errors = String::from_utf8_lossy(&preloaded.stderr);
+    assert!(
+        !errors.contains("cannot be preloaded"),
+        "{}",
+        show("preloaded", &preloaded)
+    );
+    assert!(
+        String::from_utf8_lossy(&preloaded.stdout).contains("error init CUDA_ERROR_NOT_PERMITTED")
+            && errors.contains("/run/tessera/control"),
+        "{}",
+        show("workload under the preload", &preloaded)
+    );
 }
