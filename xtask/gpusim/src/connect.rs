@@ -26,10 +26,12 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Opens the node named by the environment and its stand-in devices,
-    /// and issues `NV_ESC_CHECK_VERSION_STR`.
+    /// Opens the node named by the environment, as this process sees it
+    /// (the GPUs whose stand-in device nodes it can open, see
+    /// [`Sim::visible_only`]), and its stand-in devices, and issues
+    /// `NV_ESC_CHECK_VERSION_STR`.
     pub fn from_env() -> Result<Self, ConnectError> {
-        let sim = Sim::from_env().map_err(ConnectError::Sim)?;
+        let sim = Sim::from_env().map_err(ConnectError::Sim)?.visible_only();
         let driver = Driver::open(sim.node()).map_err(ConnectError::Driver)?;
         driver.check_version();
         Ok(Self { sim, driver })

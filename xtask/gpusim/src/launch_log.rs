@@ -3,7 +3,7 @@
 //! [`LAUNCH_LOG_MS`] ms, so tests judge launch limits by what the
 //! simulated GPU was given, not by the limiter's own counters.
 
-use crate::layout::{LAUNCH_LOG_MS, LaunchLog};
+use crate::layout::{LAUNCH_LOG_MS, LaunchLog, Owner};
 
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -38,10 +38,9 @@ impl Launches {
     }
 }
 
-/// Forgets everything: the log is `pid`'s from now on.
-pub fn clear(log: &mut LaunchLog, pid: i32) {
-    log.pid = pid;
-    log._pad = 0;
+/// Forgets everything: the log is `owner`'s from now on.
+pub fn clear(log: &mut LaunchLog, owner: Owner) {
+    log.owner = owner;
     log.kernels = 0;
     log.warps = 0;
     log.last_ms = 0;
@@ -68,7 +67,8 @@ pub fn record(log: &mut LaunchLog, now_ns: u64, warps: u64) {
 }
 
 /// The log as [`Launches`]; `active`: its process still holds the
-/// channel.
+/// channel. Its pid is the one the process had in its own pid namespace
+/// (the reader translates it, see `Sim::launches`).
 pub fn read(log: &LaunchLog, active: bool) -> Launches {
     let first = log.last_ms.saturating_sub(LAUNCH_LOG_MS as u64 - 1);
     let per_ms = if log.kernels == 0 {
@@ -80,7 +80,7 @@ pub fn read(log: &LaunchLog, active: bool) -> Launches {
             .collect()
     };
     Launches {
-        pid: log.pid,
+        pid: log.owner.pid,
         active,
         kernels: log.kernels,
         warps: log.warps,
@@ -101,7 +101,13 @@ mod tests {
     #[test]
     fn counts_and_buckets_by_millisecond() {
         let mut l = log();
-        clear(&mut l, 9);
+        clear(
+            &mut l,
+            Owner {
+                pid: 9,
+                ..Owner::default()
+            },
+        );
         let t = 5_000 * NS_PER_MS;
         record(&mut l, t, 3);
         record(&mut l, t + 10, 2);

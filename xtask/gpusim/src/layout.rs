@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GPUSIMST"`.
 pub const STATE_MAGIC: [u8; 8] = *b"GPUSIMST";
 /// Layout version of the state file.
-pub const STATE_VERSION: u32 = 5;
+pub const STATE_VERSION: u32 = 6;
 /// GPUs a node may have.
 pub const MAX_GPUS: usize = 16;
 /// Processes that may hold a context on one GPU at a time.
@@ -123,21 +123,39 @@ pub struct MarkerDone {
     pub time_ns: u64,
 }
 
+/// The process a channel or launch log belongs to, as it saw itself, so
+/// that a reader in any pid namespace can tell which process it is (see
+/// `pidns.rs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// Its pid in its own pid namespace (`getpid`).
+    pub pid: i32,
+    /// The inode of that pid namespace (`/proc/self/ns/pid`; 0: unknown,
+    /// read as the reader's own).
+    pub pid_ns: u32,
+    /// Its start time (clock ticks after boot), to tell pid reuse apart.
+    pub start_time: u64,
+    /// Its pid in the initial pid namespace once known (0: not yet): set
+    /// at attach by a process in that namespace, else by the first reader
+    /// there that finds it running, so the host can still name it after
+    /// it exits.
+    pub init_pid: i32,
+    /// Reserved (0).
+    pub _reserved: u32,
+}
+
 /// A process's presence on one GPU: its memory and its launch queue.
 #[repr(C)]
 pub struct Channel {
     /// 1 while owned by a process.
     pub active: u32,
-    /// Owner pid.
-    pub pid: i32,
-    /// Owner start time (clock ticks after boot), to tell pid reuse apart.
-    pub start_time: u64,
-    /// Random per attach: lets the owner notice a reassignment.
-    pub token: u64,
     /// Contexts the owner holds on this GPU.
     pub contexts: u32,
-    /// Reserved.
-    pub _reserved: u32,
+    /// The owner.
+    pub owner: Owner,
+    /// Random per attach: lets the owner notice a reassignment.
+    pub token: u64,
     /// Device memory held, including context overhead (bytes).
     pub mem_bytes: u64,
     /// Items ever enqueued.
@@ -168,9 +186,7 @@ pub struct LaunchLog {
     /// (and the log is cleared for it), kept after it exits and its
     /// channel is freed, so its record stays readable until another
     /// process claims the channel.
-    pub pid: i32,
-    /// Padding (0).
-    pub _pad: u32,
+    pub owner: Owner,
     /// Kernels queued.
     pub kernels: u64,
     /// Their warps (blocks × ceil(threads per block / 32)).
@@ -271,7 +287,8 @@ mod tests {
         assert_eq!(size_of::<MarkerDone>(), 16);
         assert_eq!(size_of::<Bucket>(), 16 + 4 * MAX_CHANNELS);
         assert_eq!(size_of::<RawLock>(), 64);
-        assert_eq!(size_of::<LaunchLog>(), 32 + 4 * LAUNCH_LOG_MS);
+        assert_eq!(size_of::<Owner>(), 24);
+        assert_eq!(size_of::<LaunchLog>(), 48 + 4 * LAUNCH_LOG_MS);
         assert_eq!(gpu_offset() % STATE_ALIGN, 0);
         assert_eq!(size_of::<GpuShared>() % STATE_ALIGN, 0);
         // A node of 16 GPUs stays a few tens of MiB (sparse).

@@ -13,6 +13,7 @@
 //! - [`ioctl`] / [`nvrm`]: real NVIDIA ioctls on stand-in devices;
 //! - [`pci`]: PCI bus ids as CUDA and NVML parse and print them;
 //! - [`liveness`]: whether channel owners still run (pidfds, `/proc`);
+//! - [`pidns`]: recorded pids as a reader in any pid namespace sees them;
 //! - [`sim`]: the operations a process performs (attach, allocate, submit,
 //!   wait, query);
 //! - [`connect`]: what `cuInit` and `nvmlInit` open.
@@ -27,6 +28,7 @@ pub mod liveness;
 pub mod node;
 pub mod nvrm;
 pub mod pci;
+pub mod pidns;
 pub mod procfs;
 pub mod sim;
 pub mod state;

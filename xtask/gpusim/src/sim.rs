@@ -15,13 +15,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::layout::{GpuInner, ItemKind, MAX_CHANNELS, XID_LOG, XidRecord};
+use crate::layout::{GpuInner, ItemKind, MAX_CHANNELS, Owner, XID_LOG, XidRecord};
 use crate::liveness::Liveness;
 use crate::node::{NodeDescription, uuid_bytes};
 use crate::pci::PciAddress;
+use crate::pidns::{self, PidView, Seen};
 use crate::state::{Config, GpuGuard, State, StateError};
+use crate::sys;
 use crate::timeline::{self, Params};
-use crate::{procfs, sys};
 
 /// Dead processes are looked for at least this often (ns) by any operation
 /// on a GPU, so their queued work stops taking time slices; queries and
@@ -132,15 +133,30 @@ pub struct MemoryInfo {
 }
 
 /// One process's handle on the simulated node.
+///
+/// GPUs are numbered as the process sees them: all of the node's, in
+/// node order ([`Sim::open`], the host's view), or only those whose
+/// stand-in device node it can open ([`Sim::visible_only`], what
+/// `cuInit` and `nvmlInit` use), numbered from 0 in node order, as a real
+/// driver enumerates a container's GPUs. Every `gpu` argument and result
+/// is such an ordinal; the state file keeps node indices
+/// ([`Sim::node_index`] translates). Pids are the reader's own (see
+/// `pidns.rs`).
 pub struct Sim {
     state: State,
     params: Params,
     window_ns: u64,
-    pid: i32,
-    start_time: u64,
+    /// This process as it records itself.
+    me: Owner,
+    /// The node as this process sees it: its visible GPUs only.
+    view: NodeDescription,
+    /// Node index of each visible GPU, by ordinal.
+    node_index: Vec<usize>,
     pci: Vec<PciAddress>,
     /// Pidfds of the channel owners this process has asked about.
     liveness: Liveness,
+    /// Recorded pids as this process's pid namespace shows them.
+    pids: PidView,
 }
 
 static TOKENS: AtomicU64 = AtomicU64::new(1);
@@ -160,23 +176,65 @@ impl Sim {
             queue_depth: s.queue_depth,
         };
         let window_ns = s.utilization_window_ms * 1_000_000;
+        let all: Vec<usize> = (0..state.gpu_count()).collect();
+        let view = view_of(state.node(), &all);
         let pci = (0..state.gpu_count())
             .map(|i| state.node().pci_address(i))
             .collect();
         Ok(Self {
             pci,
+            view,
+            node_index: all,
             state,
             params,
             window_ns,
-            pid: sys::getpid(),
-            start_time: procfs::self_start_time(),
+            me: pidns::me(),
             liveness: Liveness::new(),
+            pids: PidView::new(),
         })
     }
 
-    /// The node description.
+    /// This handle restricted to the GPUs whose stand-in device node
+    /// (`ioctl.gpu_devices`) this process can open, numbered from 0 in
+    /// node order; a GPU without a stand-in is always visible. UUIDs, PCI
+    /// bus ids and NVLink peers stay the GPUs' own.
+    pub fn visible_only(mut self) -> Self {
+        let node = self.state.node();
+        let visible: Vec<usize> = (0..self.state.gpu_count())
+            .filter(|&i| {
+                node.ioctl
+                    .gpu_devices
+                    .get(i)
+                    .is_none_or(|p| sys::open_device(p).is_ok())
+            })
+            .collect();
+        self.view = view_of(node, &visible);
+        self.pci = (0..visible.len())
+            .map(|i| self.view.pci_address(i))
+            .collect();
+        self.node_index = visible;
+        self
+    }
+
+    /// The node description as this process sees it (its visible GPUs).
     pub fn node(&self) -> &NodeDescription {
-        self.state.node()
+        &self.view
+    }
+
+    /// The node index (the state file's, `/dev/nvidia<index>`'s) of GPU
+    /// `gpu` as this process numbers it. Panics if `gpu` is out of range.
+    pub fn node_index(&self, gpu: usize) -> usize {
+        self.node_index[gpu]
+    }
+
+    /// The ordinal this process gives node GPU `index`, if it sees it.
+    pub fn ordinal_of(&self, index: usize) -> Option<usize> {
+        self.node_index.iter().position(|&i| i == index)
+    }
+
+    /// This process's pid namespace view.
+    pub fn pid_view(&self) -> &PidView {
+        &self.pids
     }
 
     /// The state file.
@@ -184,9 +242,9 @@ impl Sim {
         &self.state
     }
 
-    /// Number of GPUs.
+    /// Number of GPUs this process sees.
     pub fn gpu_count(&self) -> usize {
-        self.state.gpu_count()
+        self.node_index.len()
     }
 
     /// Rounds a device allocation up to the allocation granularity.
@@ -200,10 +258,10 @@ impl Sim {
         self.node().cost.context_overhead_mib << 20
     }
 
-    /// Checks a GPU index.
-    fn check_gpu(&self, gpu: usize) -> Result<(), SimError> {
-        if gpu < self.gpu_count() {
-            Ok(())
+    /// Checks a GPU ordinal; returns its node index.
+    fn check_gpu(&self, gpu: usize) -> Result<usize, SimError> {
+        if let Some(&index) = self.node_index.get(gpu) {
+            Ok(index)
         } else {
             Err(SimError::InvalidDevice {
                 gpu,
@@ -221,8 +279,8 @@ impl Sim {
     /// of memory and processes) or when [`REAP_INTERVAL_NS`] has passed, then
     /// brings its timeline up to now.
     fn lock_reaping(&self, gpu: usize, force: bool) -> Result<GpuGuard<'_>, SimError> {
-        self.check_gpu(gpu)?;
-        let mut g = self.state.lock(gpu)?;
+        let index = self.check_gpu(gpu)?;
+        let mut g = self.state.lock(index)?;
         let now = sys::monotonic_ns();
         // The last holder died inside its update: put the GPU back in
         // shape, and release the dead holder's channel now rather than at
@@ -232,7 +290,7 @@ impl Sim {
         }
         // Dead processes' queues must not keep taking time slices.
         if force || g.recovered || now.saturating_sub(g.last_reap_ns) >= REAP_INTERVAL_NS {
-            self.reap(&mut g, gpu);
+            self.reap(&mut g, index);
         }
         timeline::advance(&mut g, now, self.params);
         Ok(g)
@@ -279,7 +337,7 @@ impl Sim {
         if bytes <= self.memory(g, gpu).free {
             return Ok(());
         }
-        self.reap(g, gpu);
+        self.reap(g, self.node_index[gpu]);
         let free = self.memory(g, gpu).free;
         if bytes <= free {
             Ok(())
@@ -292,17 +350,45 @@ impl Sim {
         }
     }
 
-    /// Releases the channels of `gpu` (locked as `g`) whose processes have
-    /// exited.
-    fn reap(&self, g: &mut GpuGuard<'_>, gpu: usize) {
+    /// Releases the channels of node GPU `index` (locked as `g`) whose
+    /// processes have exited, as far as this process can tell: one it
+    /// cannot see (another container's) is left alone. A reader in the
+    /// initial pid namespace notes the host pid of each process it finds.
+    fn reap(&self, g: &mut GpuGuard<'_>, index: usize) {
         g.last_reap_ns = sys::monotonic_ns();
-        let mut pass = self.liveness.pass(gpu);
+        let mut pass = self.liveness.pass(index);
         let inner: &mut GpuInner = g;
         for c in 0..MAX_CHANNELS {
-            let ch = &inner.channels[c];
-            if ch.active == 1 && !pass.alive(ch.pid, ch.start_time) {
+            let ch = &mut inner.channels[c];
+            if ch.active != 1 {
+                continue;
+            }
+            let owner = ch.owner;
+            let alive = match self.pids.see(&owner) {
+                Seen::Pid(p) => {
+                    let alive = pass.alive(p, owner.start_time);
+                    if alive && self.pids.is_initial() && owner.init_pid == 0 {
+                        ch.owner.init_pid = p;
+                        if ch.launches.owner == owner {
+                            ch.launches.owner.init_pid = p;
+                        }
+                    }
+                    alive
+                }
+                Seen::Gone => false,
+                Seen::Hidden => true,
+            };
+            if !alive {
                 timeline::clear_channel(inner, c);
             }
+        }
+    }
+
+    /// The pid this process gives `o`, if it can see it.
+    fn pid_of(&self, o: &Owner) -> Option<i32> {
+        match self.pids.see(o) {
+            Seen::Pid(p) => Some(p),
+            Seen::Gone | Seen::Hidden => None,
         }
     }
 
@@ -324,7 +410,10 @@ impl Sim {
         let mut g = self.lock_live(gpu)?;
         let mine = (0..MAX_CHANNELS).find(|&c| {
             let ch = &g.channels[c];
-            ch.active == 1 && ch.pid == self.pid && ch.start_time == self.start_time
+            ch.active == 1
+                && ch.owner.pid == self.me.pid
+                && ch.owner.pid_ns == self.me.pid_ns
+                && ch.owner.start_time == self.me.start_time
         });
         let (channel, first) = match mine {
             Some(c) => (c, false),
@@ -334,7 +423,7 @@ impl Sim {
                 let c = match free(&g) {
                     Some(c) => c,
                     None => {
-                        self.reap(&mut g, gpu);
+                        self.reap(&mut g, self.node_index[gpu]);
                         free(&g).ok_or(SimError::TooManyProcesses { gpu })?
                     }
                 };
@@ -344,13 +433,12 @@ impl Sim {
         self.make_room(&mut g, gpu, overhead)?;
         if first {
             timeline::clear_channel(&mut g, channel);
-            crate::launch_log::clear(&mut g.channels[channel].launches, self.pid);
-            let token = (sys::realtime_ns() ^ ((self.pid as u64) << 40))
+            crate::launch_log::clear(&mut g.channels[channel].launches, self.me);
+            let token = (sys::realtime_ns() ^ ((self.me.pid as u64) << 40))
                 .wrapping_add(TOKENS.fetch_add(1, Ordering::Relaxed))
                 | 1;
             let ch = &mut g.channels[channel];
-            ch.pid = self.pid;
-            ch.start_time = self.start_time;
+            ch.owner = self.me;
             ch.token = token;
             ch.active = 1;
         }
@@ -455,13 +543,20 @@ impl Sim {
     }
 
     /// The kernels each process launched on `gpu` (processes that detached
-    /// are listed until their channel is claimed again).
+    /// are listed until their channel is claimed again), each under its pid
+    /// in this process's pid namespace, or pid 0 where this process cannot
+    /// name it (another container's, or one that exited before a reader in
+    /// the initial namespace found it).
     pub fn launches(&self, gpu: usize) -> Result<Vec<crate::launch_log::Launches>, SimError> {
         let g = self.lock(gpu)?;
         Ok(g.channels
             .iter()
             .filter(|c| c.launches.kernels != 0)
-            .map(|c| crate::launch_log::read(&c.launches, c.active == 1))
+            .map(|c| {
+                let mut l = crate::launch_log::read(&c.launches, c.active == 1);
+                l.pid = self.pid_of(&c.launches.owner).unwrap_or(0);
+                l
+            })
             .collect())
     }
 
@@ -562,26 +657,32 @@ impl Sim {
         let t0 = now.saturating_sub(window);
         Ok((0..MAX_CHANNELS)
             .filter(|&c| g.channels[c].active == 1)
-            .map(|c| {
+            .filter_map(|c| {
+                let pid = self.pid_of(&g.channels[c].owner)?;
                 let busy = timeline::channel_busy(&g, c, t0, now);
-                ProcessSample {
-                    pid: g.channels[c].pid,
+                Some(ProcessSample {
+                    pid,
                     sm_percent: ((busy * 100 + window / 2) / window).min(100) as u32,
                     timestamp_us: real_us,
-                }
+                })
             })
             .collect())
     }
 
-    /// Processes holding memory on `gpu`.
+    /// Processes holding memory on `gpu` that this process can see, under
+    /// their pids in its pid namespace: as NVIDIA's driver does, a process
+    /// another container runs is left out (its memory still counts in
+    /// [`memory_info`](Self::memory_info)).
     pub fn processes(&self, gpu: usize) -> Result<Vec<ProcessMemory>, SimError> {
         let g = self.lock_reaping(gpu, true)?;
         Ok(g.channels
             .iter()
             .filter(|c| c.active == 1)
-            .map(|c| ProcessMemory {
-                pid: c.pid,
-                bytes: c.mem_bytes,
+            .filter_map(|c| {
+                Some(ProcessMemory {
+                    pid: self.pid_of(&c.owner)?,
+                    bytes: c.mem_bytes,
+                })
             })
             .collect())
     }
@@ -589,8 +690,8 @@ impl Sim {
     /// Whether `gpu` is marked lost (an atomic read; the GPU's lock is not
     /// taken).
     pub fn is_lost(&self, gpu: usize) -> Result<bool, SimError> {
-        self.check_gpu(gpu)?;
-        Ok(self.state.gpu(gpu).lost.load(Ordering::Acquire) != 0)
+        let index = self.check_gpu(gpu)?;
+        Ok(self.state.gpu(index).lost.load(Ordering::Acquire) != 0)
     }
 
     /// Records an Xid on `gpu`; returns its sequence number.
@@ -626,12 +727,12 @@ impl Sim {
     /// ([`is_lost`](Self::is_lost)) and then reads the Xids finds the one
     /// that says why (NVML delivers it before reporting the GPU lost).
     pub fn set_lost(&self, gpu: usize, lost: bool) -> Result<(), SimError> {
-        self.check_gpu(gpu)?;
+        let index = self.check_gpu(gpu)?;
         if lost {
             self.inject_xid(gpu, XID_FALLEN_OFF_BUS)?;
         }
         self.state
-            .gpu(gpu)
+            .gpu(index)
             .lost
             .store(u32::from(lost), Ordering::Release);
         Ok(())
@@ -643,7 +744,10 @@ impl Sim {
         timeline::clear_all(&mut g);
         g.xids = [XidRecord::default(); XID_LOG];
         g.xid_next = 1;
-        self.state.gpu(gpu).lost.store(0, Ordering::Release);
+        self.state
+            .gpu(self.node_index[gpu])
+            .lost
+            .store(0, Ordering::Release);
         Ok(())
     }
 
@@ -662,6 +766,38 @@ impl Sim {
     pub fn uuid_bytes(&self, gpu: usize) -> [u8; 16] {
         uuid_bytes(&self.node().uuid(gpu)).unwrap_or([0; 16])
     }
+}
+
+/// `node` as a process seeing only its GPUs `visible` (node indices, in
+/// order) finds it: those GPUs, numbered from 0, with their own UUIDs, PCI
+/// bus ids and stand-in devices, and NVLink peers among them.
+fn view_of(node: &NodeDescription, visible: &[usize]) -> NodeDescription {
+    let mut view = node.clone();
+    if visible.len() == node.gpu.len() {
+        return view;
+    }
+    view.gpu = visible
+        .iter()
+        .map(|&i| {
+            let mut g = node.gpu[i].clone();
+            g.uuid = Some(node.uuid(i));
+            g.pci_bus_id = Some(node.pci_address(i).nvml());
+            g.nvlink_peers = g
+                .nvlink_peers
+                .iter()
+                .filter_map(|&p| visible.iter().position(|&v| v == p as usize))
+                .map(|p| p as u32)
+                .collect();
+            g
+        })
+        .collect();
+    // Stand-ins are listed for the first GPUs: the visible ones among
+    // them come first, in order.
+    view.ioctl.gpu_devices = visible
+        .iter()
+        .filter_map(|&i| node.ioctl.gpu_devices.get(i).cloned())
+        .collect();
+    view
 }
 
 /// Sleeps about `ns`.
@@ -705,8 +841,7 @@ mod tests {
             // into garbage, a slice owner out of range, and a reap that
             // seems to have just happened; then death with the lock held.
             let ch = &mut g.channels[5];
-            ch.pid = sys::getpid();
-            ch.start_time = procfs::self_start_time();
+            ch.owner = pidns::me();
             ch.mem_bytes = 1 << 30;
             ch.active = 1;
             g.channels[9].active = 7;

@@ -376,8 +376,7 @@ pub fn clear_all(g: &mut GpuInner) {
 fn clear_queue(g: &mut GpuInner, c: usize) {
     let ch = &mut g.channels[c];
     ch.active = 0;
-    ch.pid = 0;
-    ch.start_time = 0;
+    ch.owner = crate::layout::Owner::default();
     ch.token = 0;
     ch.contexts = 0;
     ch.mem_bytes = 0;

@@ -60,6 +60,14 @@ pub fn init() -> Result<&'static Process, CUresult> {
                 );
                 code
             })?;
+            // As a real driver: no GPU device node this process can open.
+            if sim.gpu_count() == 0 {
+                eprintln!(
+                    "gpusim: cuInit failed: none of the {} GPUs' device nodes can be opened",
+                    sim.state().gpu_count()
+                );
+                return Err(CUDA_ERROR_NO_DEVICE);
+            }
             crate::sys::at_fork_child(forked);
             let n = sim.gpu_count();
             Ok(Process {

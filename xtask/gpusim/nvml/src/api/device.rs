@@ -21,7 +21,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCount(device_count: *mut c_uint) -> Return
     unsafe { nvmlDeviceGetCount_v2(device_count) }
 }
 
-/// `nvmlDeviceGetCount_v2`: GPUs in the node description.
+/// `nvmlDeviceGetCount_v2`: the GPUs of the node description this process
+/// can open (see `gpusim::Sim::visible_only`).
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(device_count: *mut c_uint) -> Return {
     entry(|| {
@@ -143,16 +144,19 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     })
 }
 
-/// `nvmlDeviceGetMinorNumber`: the index (`/dev/nvidia<index>`).
+/// `nvmlDeviceGetMinorNumber`: the GPU's index on the node
+/// (`/dev/nvidia<index>`), which a process seeing only some GPUs numbers
+/// differently (`nvmlDeviceGetIndex`).
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     device: DeviceHandle,
     minor_number: *mut c_uint,
 ) -> Return {
     entry(|| {
-        let gpu = context()?.gpu(device)?;
+        let ctx = context()?;
+        let minor = ctx.sim.node_index(ctx.gpu(device)?);
         // SAFETY: NVML contract: NULL or valid for an unsigned int.
-        unsafe { ptr::put(minor_number, gpu as c_uint) }
+        unsafe { ptr::put(minor_number, minor as c_uint) }
     })
 }
 
