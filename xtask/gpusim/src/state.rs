@@ -72,7 +72,8 @@ pub enum StateError {
         /// The file.
         path: PathBuf,
     },
-    /// The file is not this user's own, or others may write it.
+    /// The file is not this user's own, or others may write it (and root
+    /// does not share it, see `root_shares`).
     #[error(
         "state file {path} is not safe to use: {problem}; remove it or point {ENV_STATE} elsewhere"
     )]
@@ -164,6 +165,18 @@ impl Config {
 /// `/dev/shm/gpusim-<uid>.state` (the effective uid).
 pub fn default_state_path() -> PathBuf {
     PathBuf::from(format!("/dev/shm/gpusim-{}.state", sys::euid()))
+}
+
+/// Whether a state file owned by `owner` at `path` is one that root shares
+/// with other users on purpose (a node's file handed to containers that
+/// run as other uids), usable by every user whatever its mode: root owns
+/// it and it was named explicitly (`GPUSIM_STATE`, not the per-user
+/// default). Only root can have given others write access to such a
+/// file; what a writer could do with it is confuse the simulated node
+/// (its description, its locks), not act as the processes using it (the
+/// stand-ins they open are opened as themselves).
+fn root_shares(owner: u32, path: &Path) -> bool {
+    owner == 0 && path != default_state_path()
 }
 
 /// The mapped state file.
@@ -298,19 +311,21 @@ impl State {
             source,
         })?;
         // Its node description names devices this process opens and
-        // ioctls, and its mutexes gate every call: only our own file will do.
+        // ioctls, and its mutexes gate every call: only our own file will
+        // do, or one root shares on purpose (see `root_shares`).
         let me = sys::euid();
         let (owner, mode) = (
             std::os::unix::fs::MetadataExt::uid(&meta),
             std::os::unix::fs::MetadataExt::mode(&meta),
         );
-        if owner != me {
+        let shared = root_shares(owner, path);
+        if owner != me && !shared {
             return Err(StateError::Unsafe {
                 path: path.to_path_buf(),
                 problem: format!("it belongs to uid {owner}, not to uid {me}"),
             });
         }
-        if mode & 0o022 != 0 {
+        if mode & 0o022 != 0 && !shared {
             return Err(StateError::Unsafe {
                 path: path.to_path_buf(),
                 problem: format!("its mode {:o} lets others write it", mode & 0o777),
@@ -558,6 +573,33 @@ mod tests {
         };
         let state = State::open(&cfg).unwrap();
         (dir, state)
+    }
+
+    /// A file others may write is refused, unless root owns it and it was
+    /// named explicitly (as a node's file handed to containers).
+    #[test]
+    fn a_shared_file_is_usable_only_when_root_shares_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, state) = fresh_state();
+        drop(state);
+        let path = dir.path().join("state");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: path.clone(),
+        };
+        let opened = State::open(&cfg);
+        if sys::euid() == 0 {
+            assert!(opened.is_ok(), "{:?}", opened.err());
+        } else {
+            assert!(
+                matches!(opened, Err(StateError::Unsafe { .. })),
+                "a user's own file others may write"
+            );
+        }
+        assert!(root_shares(0, &path));
+        assert!(!root_shares(1000, &path));
+        assert!(!root_shares(0, &default_state_path()));
     }
 
     fn node_file(dir: &Path, name: &str, cuda_version: i32) -> PathBuf {

@@ -282,3 +282,61 @@ fn a_process_sees_only_the_gpus_whose_device_nodes_it_can_open() {
     let minors: Vec<&str> = lines(&out, "gpu").iter().map(|g| g[2]).collect();
     assert_eq!(minors, ["0", "1", "2"], "{out}");
 }
+
+/// A container running as another uid than the node's: the state file is
+/// root's, handed to it by the runtime. With root's private mode the
+/// process cannot open it; once root shares it (mode 0666 at a path named
+/// by `GPUSIM_STATE`) the process runs, and the host's record has it.
+#[test]
+fn a_process_of_another_uid_uses_a_state_file_root_shares() {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: not root (the workload runs as another uid)");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        println!("skipped: setpriv (util-linux) is not installed");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let node = NodeSpec::small().build();
+    let host = node.sim();
+    let open = |p: &std::path::Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    open(node.dir.path(), 0o755);
+    let exe = node.dir.path().join("workload");
+    std::fs::copy(support::workload(Link::Direct), &exe).unwrap();
+    let run = || {
+        let mut c = node.command(std::path::Path::new("setpriv"));
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(&exe)
+            .args([
+                "dev", "0", "alloc", "64", "launch", "spin", "1", "32", "3", "sync",
+            ]);
+        let child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        (pid, child.wait_with_output().unwrap())
+    };
+    let (_, out) = run();
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("cannot open state file"),
+        "{out:?}"
+    );
+    open(&node.state, 0o666);
+    let (pid, out) = run();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(host.memory_info(0).unwrap().used, 0, "reaped at exit");
+    let launches = host.launches(0).unwrap();
+    assert!(
+        launches
+            .iter()
+            .any(|l| l.pid == pid && l.kernels == 3 && !l.active),
+        "{launches:?}"
+    );
+}
