@@ -190,9 +190,13 @@ pub struct IoctlDescription {
     /// Wrap every frontend escape in `NV_ESC_IOCTL_XFER_CMD`, as the driver
     /// stack does for large parameter blocks (exercises decoders).
     pub xfer: bool,
-    /// Stand-ins for `/dev/nvidia<i>`, by GPU index (optional). A process
-    /// opens GPU *i*'s entry when it first creates a context there, as the
-    /// real driver requires, so a device cgroup can deny it.
+    /// Stand-ins for `/dev/nvidia<i>`, by GPU index (optional). As with a
+    /// real driver, `cuInit` and `nvmlInit` enumerate only the GPUs whose
+    /// entry the process can open (a GPU without one is always there),
+    /// numbered from 0 in index order: a container given GPU 1 alone sees
+    /// it as device 0 (see `Sim::visible_only`). A process opens GPU *i*'s
+    /// entry again when it first creates a context there, so a device
+    /// cgroup can still deny it then.
     pub gpu_devices: Vec<PathBuf>,
 }
 
