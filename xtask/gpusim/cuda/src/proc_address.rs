@@ -470,6 +470,14 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
             ),
             ("cuLibraryUnload", vec![D(12000, Some(f!(cuLibraryUnload)))]),
             (
+                "cuLogsRegisterCallback",
+                vec![D(12090, Some(f!(cuLogsRegisterCallback)))],
+            ),
+            (
+                "cuLogsUnregisterCallback",
+                vec![D(12090, Some(f!(cuLogsUnregisterCallback)))],
+            ),
+            (
                 "cuMemAddressFree",
                 vec![D(10020, Some(f!(cuMemAddressFree)))],
             ),

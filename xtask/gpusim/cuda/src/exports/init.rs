@@ -9,6 +9,9 @@ use crate::proc_address;
 use crate::process;
 use crate::status::{self, *};
 
+/// Log callbacks registered so far (their handles are 1 to this).
+static LOG_CALLBACKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 cu_export! {
     fn cuInit(flags: u32) {
         if flags != 0 {
@@ -123,5 +126,32 @@ cu_export! {
             Some(yes) => unsafe { out(own, c_int::from(yes)) },
             None => Err(CUDA_ERROR_NOT_FOUND),
         }
+    }
+
+    /// `cuLogsRegisterCallback`: accepted; the simulated driver writes no
+    /// log entries, so the callback is never called. The handle is a
+    /// number of this process's, checked by `cuLogsUnregisterCallback`.
+    fn cuLogsRegisterCallback(
+        callback: *mut c_void,
+        user_data: *mut c_void,
+        handle: *mut *mut c_void,
+    ) {
+        let _ = user_data;
+        if callback.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let id = LOG_CALLBACKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        // SAFETY: the caller's contract: `handle` is NULL or points to a
+        // writable `CUlogsCallbackHandle`; `out` rejects NULL.
+        unsafe { out(handle, id as *mut c_void) }
+    }
+
+    /// `cuLogsUnregisterCallback`: a handle `cuLogsRegisterCallback` gave.
+    fn cuLogsUnregisterCallback(handle: *mut c_void) {
+        let id = handle as usize;
+        if id == 0 || id > LOG_CALLBACKS.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        Ok(())
     }
 }

@@ -10,16 +10,12 @@
 
 use std::ffi::{c_uint, c_ulonglong};
 
-use crate::abi::{DeviceHandle, Return};
+use crate::abi::{DeviceHandle, FEATURE_DISABLED as DISABLED, FEATURE_ENABLED as ENABLED, Return};
 use crate::error::NvmlError;
 use crate::guard::entry;
 use crate::library::context;
 use crate::{ptr, sensors};
 
-/// `NVML_FEATURE_ENABLED`.
-const ENABLED: c_uint = 1;
-/// `NVML_FEATURE_DISABLED`.
-const DISABLED: c_uint = 0;
 /// `NVML_COMPUTEMODE_DEFAULT`.
 const COMPUTE_MODE_DEFAULT: c_uint = 0;
 /// `NVML_PSTATE_0`.

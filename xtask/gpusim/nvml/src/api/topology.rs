@@ -135,3 +135,40 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
         unsafe { ptr::put(pci, info) }
     })
 }
+
+/// `NVML_NVLINK_DEVICE_TYPE_GPU`: what every simulated link reaches.
+const NVLINK_DEVICE_TYPE_GPU: c_uint = 0;
+
+/// `nvmlDeviceGetNvLinkRemoteDeviceType`: a GPU at the end of each
+/// active link (no NVSwitch is simulated); `NVML_ERROR_NOT_SUPPORTED` for
+/// an inactive one, as for its remote PCI information.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemoteDeviceType(
+    device: DeviceHandle,
+    link: c_uint,
+    device_type: *mut c_uint,
+) -> Return {
+    entry(|| {
+        let (_, peer) = link_peer(device, link)?;
+        peer.ok_or(NvmlError::NotSupported)?;
+        // SAFETY: NVML contract: NULL or valid for an nvmlIntNvLinkDeviceType_t.
+        unsafe { ptr::put(device_type, NVLINK_DEVICE_TYPE_GPU) }
+    })
+}
+
+/// `nvmlDeviceGetGpuFabricInfoV`: no NVLink fabric (NVSwitch and fabric
+/// manager) is simulated, so `NVML_ERROR_NOT_SUPPORTED`, as on a GPU
+/// outside one.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    device: DeviceHandle,
+    info: *mut std::ffi::c_void,
+) -> Return {
+    entry(|| {
+        context()?.gpu(device)?;
+        if info.is_null() {
+            return Err(NvmlError::InvalidArgument);
+        }
+        Err(NvmlError::NotSupported)
+    })
+}
