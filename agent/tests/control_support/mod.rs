@@ -83,6 +83,10 @@ pub struct Spec {
     /// region's counters meanwhile (`scribble.c`).
     #[serde(default)]
     pub hostile: bool,
+    /// A program and its arguments that the container runs instead of
+    /// the C workload (`ops` then unused), e.g. a CuPy script.
+    #[serde(default)]
+    pub command: Vec<String>,
 }
 
 impl Spec {
@@ -97,6 +101,7 @@ impl Spec {
             ops,
             start_s: 0.0,
             hostile: false,
+            command: Vec::new(),
         }
     }
 }
@@ -379,14 +384,24 @@ fn create_regions(
         .collect()
 }
 
-/// Starts container `l`'s workload (`program` under the preload `lib`),
+/// Starts container `l`'s workload (`program`, or its own command, under
+/// the preload `lib`),
 /// and for a hostile one the scribbler, until `seconds` have passed.
 fn start_workload(l: &mut Live, program: &Path, lib: &Path, seconds: f64) {
-    let mut c = Command::new(program);
+    let mut c = match l.spec.command.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest);
+            c
+        }
+        None => {
+            let mut c = Command::new(program);
+            c.args(["dev", "0"]).args(l.spec.ops.split_whitespace());
+            c
+        }
+    };
     c.env("LD_PRELOAD", lib)
         .env("TESSERA_REGION_DIR", &l.region)
-        .args(["dev", "0"])
-        .args(l.spec.ops.split_whitespace())
         .stdout(Stdio::null());
     l.child = Some(c.spawn().unwrap());
     if l.spec.hostile {
