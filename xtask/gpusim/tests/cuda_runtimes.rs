@@ -115,7 +115,32 @@ fn cupy_kernels_streams_pools_and_graphs_run_on_the_timeline() {
     // arange, multiply, sum, tessera_slow twice, tessera_raw, tessera_sum,
     // and the graph's multiply.
     assert!(mine.kernels >= 7, "{mine:?}");
+    s.go_on();
+
+    let v = at(&mut s, "forked");
+    assert_eq!(v["capturing"], serde_json::json!([false, false]), "{v}");
+    let before = kernels(&node, s.pid());
+    s.go_on();
+    let v = at(&mut s, "launched");
+    assert_eq!(
+        kernels(&node, s.pid()),
+        before + 2,
+        "the forked graph ran the kernels of both streams"
+    );
+    // cudaPointerGetAttributes: device memory on device 0.
+    assert_eq!(u(&v, "type"), 2, "{v}");
+    assert_eq!(u(&v, "device"), 0, "{v}");
     s.finish();
+}
+
+/// Kernels the launch log holds for `pid` on GPU 0.
+fn kernels(node: &Node, pid: i32) -> u64 {
+    node.sim()
+        .launches(0)
+        .expect("launch log")
+        .iter()
+        .find(|l| l.pid == pid)
+        .map_or(0, |l| l.kernels)
 }
 
 #[test]
@@ -199,6 +224,12 @@ fn cupy_for_cuda_13_runs_on_a_cuda_13_node() {
     let v = at(&mut s, "done");
     let slow_ms = v["slow_ms"].as_f64().expect("slow_ms");
     assert!((49.0..1000.0).contains(&slow_ms), "{v}");
+    s.go_on();
+    at(&mut s, "forked");
+    let before = kernels(&node, s.pid());
+    s.go_on();
+    at(&mut s, "launched");
+    assert_eq!(kernels(&node, s.pid()), before + 2);
     s.finish();
 }
 

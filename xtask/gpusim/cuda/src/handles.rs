@@ -5,42 +5,46 @@
 //! or garbage handle therefore yields `CUDA_ERROR_INVALID_HANDLE` (or the
 //! code the caller names) instead of undefined behaviour.
 //!
-//! Bit layout: `kind (16) | generation (24) | index + 1 (24)`.
+//! Bit layout: `kind (16) | generation (24) | index + 1 (24)`. The kinds
+//! leave the top bit clear, so a handle is positive as the signed integer
+//! (`intptr_t`) that bindings such as CuPy's hold it in, as a real
+//! driver's handles (user-space addresses) are: CuPy's own tests check
+//! `memPoolCreate(...) > 0`.
 
 use crate::status::{CUDA_ERROR_INVALID_HANDLE, CUresult};
 
-/// Object kinds, the top 16 bits of a handle.
+/// Object kinds, the top 16 bits of a handle (top bit clear).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Kind {
     /// `CUcontext`.
-    Context = 0xC7C1,
+    Context = 0x47C1,
     /// `CUmodule`.
-    Module = 0xC7C2,
+    Module = 0x47C2,
     /// `CUfunction`.
-    Function = 0xC7C3,
+    Function = 0x47C3,
     /// `CUstream`.
-    Stream = 0xC7C4,
+    Stream = 0x47C4,
     /// `CUevent`.
-    Event = 0xC7C5,
+    Event = 0x47C5,
     /// `CUgraph`.
-    Graph = 0xC7C6,
+    Graph = 0x47C6,
     /// `CUgraphNode`.
-    GraphNode = 0xC7C7,
+    GraphNode = 0x47C7,
     /// `CUgraphExec`.
-    GraphExec = 0xC7C8,
+    GraphExec = 0x47C8,
     /// `CUmemoryPool`.
-    Pool = 0xC7C9,
+    Pool = 0x47C9,
     /// `CUarray`.
-    Array = 0xC7CA,
+    Array = 0x47CA,
     /// `CUmipmappedArray`.
-    Mipmapped = 0xC7CB,
+    Mipmapped = 0x47CB,
     /// `CUmemGenericAllocationHandle`.
-    Physical = 0xC7CC,
+    Physical = 0x47CC,
     /// `CUlibrary`.
-    Library = 0xC7CD,
+    Library = 0x47CD,
     /// `CUkernel`.
-    Kernel = 0xC7CE,
+    Kernel = 0x47CE,
 }
 
 /// Objects of one kind.

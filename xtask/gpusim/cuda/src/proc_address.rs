@@ -778,6 +778,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                 vec![D(4000, Some(f!(cuPointerGetAttribute)))],
             ),
             (
+                "cuPointerGetAttributes",
+                vec![D(7000, Some(f!(cuPointerGetAttributes)))],
+            ),
+            (
                 "cuStreamAddCallback",
                 vec![
                     D(5000, Some(f!(cuStreamAddCallback))),

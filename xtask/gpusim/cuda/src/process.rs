@@ -180,6 +180,12 @@ pub struct StreamState {
     /// The capture was invalidated (an illegal call during it): it ends
     /// in `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, with no graph.
     pub capture_invalid: bool,
+    /// This stream began its capture (others joined it by waiting on an
+    /// event recorded in it).
+    pub capture_origin: bool,
+    /// This stream joined a capture and no stream of the capture has yet
+    /// waited on an event it recorded since.
+    pub capture_unjoined: bool,
 }
 
 /// A context.
@@ -230,6 +236,9 @@ pub struct Event {
     pub slot: Option<(Attachment, usize)>,
     /// Completion time once known (monotonic ns).
     pub time_ns: Option<u64>,
+    /// Recorded by a capture: the graph and the stream that recorded it
+    /// (a stream that waits on it joins that capture).
+    pub captured: Option<(u64, u64)>,
 }
 
 /// A loaded module (no code is executed; kernels are names with a cost).

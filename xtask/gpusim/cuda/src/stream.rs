@@ -138,11 +138,58 @@ pub fn query(p: &Process, stream: u64) -> Result<(), CUresult> {
 }
 
 /// `cuStreamWaitEvent`: work is already ordered on the channel; only the
-/// handles are checked.
+/// handles are checked. An event recorded in a capture forks the capture
+/// onto a stream that is not capturing (it joins the capture), and joins
+/// back the stream that recorded it when a stream of the same capture
+/// waits on it; one of another capture is `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`.
 pub fn wait_event(p: &Process, stream: u64, event: u64) -> Result<(), CUresult> {
     let mut inner = p.lock();
-    inner.events.get(event)?;
-    inner.stream_mut(stream).map(|_| ())
+    let captured = inner.events.get(event)?.captured;
+    let waiting = inner.stream_mut(stream)?.1.capture;
+    let Some((g, from)) = captured else {
+        return Ok(());
+    };
+    if !capturing(&inner, g) {
+        // That capture is over: an ordinary, completed point.
+        return Ok(());
+    }
+    match waiting {
+        None => {
+            let st = inner.stream_mut(stream)?.1;
+            st.capture = Some(g);
+            st.capture_tail = None;
+            st.capture_invalid = false;
+            st.capture_origin = false;
+            st.capture_unjoined = true;
+        }
+        Some(c) if c == g => {
+            if from != stream
+                && let Ok(s) = inner.streams.get_mut(from)
+            {
+                s.state.capture_unjoined = false;
+            }
+        }
+        Some(_) => return Err(CUDA_ERROR_STREAM_CAPTURE_ISOLATION),
+    }
+    Ok(())
+}
+
+/// Whether a stream still captures into graph `g`.
+fn capturing(inner: &Inner, g: u64) -> bool {
+    inner
+        .streams
+        .iter()
+        .any(|(_, s)| s.state.capture == Some(g))
+}
+
+/// The streams capturing into graph `g`.
+fn capture_members(inner: &Inner, g: u64) -> Vec<u64> {
+    inner
+        .streams
+        .iter()
+        .filter(|(_, s)| s.state.capture == Some(g))
+        .map(|(h, _)| h)
+        .collect()
 }
 
 /// Stream properties: (flags, priority, context).
@@ -216,27 +263,64 @@ pub fn begin_capture(p: &Process, stream: u64) -> Result<(), CUresult> {
     st.capture = Some(g);
     st.capture_tail = None;
     st.capture_invalid = false;
+    st.capture_origin = true;
+    st.capture_unjoined = false;
     Ok(())
 }
 
-/// `cuStreamEndCapture`: returns the captured graph.
+/// `cuStreamEndCapture`: returns the captured graph. Ended on the stream
+/// that began it, every stream that joined it leaves it too; it fails
+/// (with no graph) if an illegal call invalidated it or a stream that
+/// joined it was not joined back. Ended on a stream that only joined it,
+/// it is `CUDA_ERROR_STREAM_CAPTURE_UNMATCHED` and invalidates it.
 pub fn end_capture(p: &Process, stream: u64) -> Result<u64, CUresult> {
     let mut inner = p.lock();
     let (_, st) = inner.stream_mut(stream)?;
-    let g = st.capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
-    st.capture_tail = None;
-    if std::mem::take(&mut st.capture_invalid) {
+    let g = st.capture.ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    if !st.capture_origin {
+        for s in capture_members(&inner, g) {
+            inner.streams.get_mut(s)?.state.capture_invalid = true;
+        }
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    }
+    let mut invalid = false;
+    let mut unjoined = false;
+    for s in capture_members(&inner, g) {
+        let st = &mut inner.streams.get_mut(s)?.state;
+        invalid |= st.capture_invalid;
+        unjoined |= st.capture_unjoined;
+        *st = StreamState {
+            last_seq: st.last_seq,
+            ..StreamState::default()
+        };
+    }
+    if invalid || unjoined {
         let _ = crate::graph::destroy_in(&mut inner, g);
-        return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        return Err(if invalid {
+            CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        } else {
+            CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+        });
     }
     Ok(g)
 }
 
-/// `cuStreamIsCapturing`.
+/// `cuStreamIsCapturing`. Asked of the legacy NULL stream while a
+/// blocking stream captures, `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` (the
+/// legacy stream would depend on it).
 pub fn is_capturing(p: &Process, stream: u64) -> Result<bool, CUresult> {
     let active = {
         let mut inner = p.lock();
-        inner.stream_mut(stream)?.1.capture.is_some()
+        let active = inner.stream_mut(stream)?.1.capture.is_some();
+        if stream <= crate::abi::CU_STREAM_LEGACY as u64
+            && inner
+                .streams
+                .iter()
+                .any(|(_, s)| s.flags & 1 == 0 && s.state.capture.is_some())
+        {
+            return Err(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+        }
+        active
     };
     static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let ms = *DELAY.get_or_init(|| {
@@ -263,6 +347,7 @@ pub fn event_create(p: &Process, flags: u32) -> Result<u64, CUresult> {
         recorded: None,
         slot: None,
         time_ns: None,
+        captured: None,
     }))
 }
 
@@ -287,6 +372,13 @@ pub fn record(p: &Process, event: u64, stream: u64) -> Result<(), CUresult> {
     let (att, slot) = {
         let mut inner = p.lock();
         inner.events.get(event)?;
+        // In a capture: a point of the graph other streams may fork from
+        // or join at (nodes run in order, so nothing is submitted).
+        let capture = inner.stream_mut(stream)?.1.capture;
+        inner.events.get_mut(event)?.captured = capture.map(|g| (g, stream));
+        if capture.is_some() {
+            return Ok(());
+        }
         let att = channel(&mut inner, stream)?;
         let old = inner.events.get(event)?.slot;
         let slot = match old {

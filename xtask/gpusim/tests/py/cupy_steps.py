@@ -85,6 +85,26 @@ def kernels():
     g_stream.synchronize()
     cupy.cuda.Device().synchronize()
     step("done", sum=total, slow_ms=slow_ms, graph_shape=list(z.shape))
+    # A capture forked onto a second stream by an event and joined back:
+    # the graph holds the kernels of both streams.
+    s1 = cupy.cuda.Stream(non_blocking=True)
+    s2 = cupy.cuda.Stream(non_blocking=True)
+    e1, e2 = cupy.cuda.Event(), cupy.cuda.Event()
+    with s1:
+        s1.begin_capture()
+        u = x * 7
+        e1.record(s1)
+        s2.wait_event(e1)
+        with s2:
+            v = x * 11
+            e2.record(s2)
+        s1.wait_event(e2)
+        forked = s1.end_capture()
+    step("forked", capturing=[s1.is_capturing(), s2.is_capturing()])
+    forked.launch(stream=s1)
+    s1.synchronize()
+    attrs = runtime.pointerGetAttributes(u.data.ptr)
+    step("launched", type=attrs.type, device=attrs.device, shape=list(v.shape))
 
 
 def fill(chunk):

@@ -273,6 +273,40 @@ cu_export! {
         memory::set_device_pool(p, dev, h(pool))
     }
 
+    /// `cuPointerGetAttributes`: each attribute as `cuPointerGetAttribute`
+    /// answers it; one it cannot answer for `dptr` (a pointer the driver
+    /// does not know, an attribute that does not apply) is written as
+    /// zeros of the attribute's size and the call still succeeds, as the
+    /// driver API documents.
+    fn cuPointerGetAttributes(
+        count: c_uint,
+        attributes: *const c_int,
+        data: *mut *mut c_void,
+        dptr: CUdeviceptr,
+    ) {
+        if count == 0 || attributes.is_null() || data.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        process::get()?;
+        for i in 0..count as usize {
+            // SAFETY: the caller's contract: `attributes` and `data` hold
+            // `count` entries (checked non-NULL above).
+            let (attribute, slot) = unsafe { (read(attributes.add(i))?, read(data.add(i).cast_const())?) };
+            if slot.is_null() {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
+            // SAFETY: the caller's contract: `slot` points to storage of
+            // the attribute's type.
+            if unsafe { cuPointerGetAttribute(slot, attribute, dptr) } != CUDA_SUCCESS {
+                let size = pointer_attribute_size(attribute);
+                // SAFETY: as above: `slot` holds `size` bytes for this
+                // attribute's type.
+                unsafe { std::ptr::write_bytes(slot.cast::<u8>(), 0, size) };
+            }
+        }
+        Ok(())
+    }
+
     fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, dptr: CUdeviceptr) {
         let p = process::get()?;
         let Some((base, size, device, ctx, managed)) = memory::lookup(p, dptr) else {
@@ -362,4 +396,19 @@ cu_alias! {
     cuMemPrefetchAsync_ptsz => cuMemPrefetchAsync(dptr: CUdeviceptr, bytes: usize, dev: CUdevice, stream: Handle);
     cuMemPrefetchAsync_v2_ptsz => cuMemPrefetchAsync_v2(dptr: CUdeviceptr, bytes: usize, location: CUmemLocation, flags: c_uint, stream: Handle);
     cuMemHostRegister => cuMemHostRegister_v2(host: *mut c_void, bytes: usize, flags: c_uint);
+}
+
+/// The size of attribute `attribute`'s value (`CUpointer_attribute`):
+/// pointers, handles, sizes and 64-bit ids take 8 bytes, the P2P tokens 16,
+/// the rest (enums, flags, ordinals) 4.
+fn pointer_attribute_size(attribute: c_int) -> usize {
+    match attribute {
+        // CONTEXT, DEVICE_POINTER, HOST_POINTER, BUFFER_ID, RANGE_START_ADDR,
+        // RANGE_SIZE, ALLOWED_HANDLE_TYPES, MEMPOOL_HANDLE, MAPPING_SIZE,
+        // MAPPING_BASE_ADDR, MEMORY_BLOCK_ID.
+        1 | 3 | 4 | 7 | 11 | 12 | 14 | 17 | 18 | 19 | 20 => 8,
+        // P2P_TOKENS.
+        5 => 16,
+        _ => 4,
+    }
 }
