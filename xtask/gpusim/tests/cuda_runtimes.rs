@@ -124,9 +124,15 @@ fn cupy_kernels_streams_pools_and_graphs_run_on_the_timeline() {
     let v = at(&mut s, "launched");
     assert_eq!(
         kernels(&node, s.pid()),
-        before + 2,
-        "the forked graph ran the kernels of both streams"
+        before + 4,
+        "the forked graph ran the kernels of both streams, the hosted one its kernel twice"
     );
+    assert_eq!(
+        u(&v, "host_calls"),
+        2,
+        "a captured host function runs each launch: {v}"
+    );
+    assert_eq!(v["dot_names_kernel"], true, "cuGraphDebugDotPrint: {v}");
     // cudaPointerGetAttributes: device memory on device 0.
     assert_eq!(u(&v, "type"), 2, "{v}");
     assert_eq!(u(&v, "device"), 0, "{v}");
@@ -229,7 +235,7 @@ fn cupy_for_cuda_13_runs_on_a_cuda_13_node() {
     let before = kernels(&node, s.pid());
     s.go_on();
     at(&mut s, "launched");
-    assert_eq!(kernels(&node, s.pid()), before + 2);
+    assert_eq!(kernels(&node, s.pid()), before + 4);
     s.finish();
 }
 

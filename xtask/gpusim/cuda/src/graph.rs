@@ -1,4 +1,4 @@
-//! CUDA graphs: kernel, empty, child-graph and memory nodes,
+//! CUDA graphs: kernel, empty, child-graph, memory and (captured) host nodes,
 //! instantiation, executable updates and launch.
 //!
 //! Nodes run in insertion order (which respects dependencies, since a node
@@ -17,6 +17,9 @@ use crate::process::{
     Graph, GraphExec, GraphNode, Inner, KernelLaunch, NodeKind, NodeSteps, Process, Step,
 };
 use crate::status::*;
+
+/// `CU_GRAPH_NODE_TYPE_HOST`.
+const CU_GRAPH_NODE_TYPE_HOST: i32 = 3;
 
 /// How deep child graphs may nest.
 const MAX_DEPTH: u32 = 16;
@@ -176,6 +179,77 @@ pub fn capture_free(inner: &mut Inner, g: u64, dptr: u64) -> Result<u64, CUresul
     insert_node(inner, g, NodeKind::MemFree(dptr))
 }
 
+/// Stream capture of `cuLaunchHostFunc`: a host node in graph `g`.
+pub fn capture_host(
+    inner: &mut Inner,
+    g: u64,
+    func: crate::process::HostFnPtr,
+    data: usize,
+) -> Result<u64, CUresult> {
+    insert_node(inner, g, NodeKind::Host { func, data })
+}
+
+/// `cuGraphDebugDotPrint`: graph `g` in Graphviz's DOT language, one
+/// record per node (its type; a kernel's name, and with `verbose` its
+/// grid, block and dynamic shared memory), edges in the order the nodes
+/// run. Child graphs are clusters inside their node.
+pub fn debug_dot(p: &Process, g: u64, verbose: bool) -> Result<String, CUresult> {
+    let inner = p.lock();
+    let mut out = String::from("digraph dot {\n");
+    dot_graph(&inner, g, verbose, 0, &mut out)?;
+    out.push_str("}\n");
+    Ok(out)
+}
+
+fn dot_graph(
+    inner: &Inner,
+    g: u64,
+    verbose: bool,
+    depth: u32,
+    out: &mut String,
+) -> Result<(), CUresult> {
+    use std::fmt::Write as _;
+    if depth > MAX_DEPTH {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let nodes = &inner.graphs.get(g)?.nodes;
+    let _ = writeln!(out, "subgraph cluster_{g:x} {{\nlabel=\"graph_{g:x}\";");
+    for &n in nodes {
+        let label = match inner.nodes.get(n)?.kind {
+            NodeKind::Empty => "EMPTY".to_string(),
+            NodeKind::Kernel(k) => {
+                let name = inner.functions.get(k.function)?.name.to_string_lossy();
+                if verbose {
+                    let (g, b) = (k.shape.grid, k.shape.block);
+                    format!(
+                        "KERNEL\\n{name}\\ngrid {}x{}x{} block {}x{}x{}\\nshared {} B",
+                        g[0], g[1], g[2], b[0], b[1], b[2], k.shared_mem
+                    )
+                } else {
+                    format!("KERNEL\\n{name}")
+                }
+            }
+            NodeKind::MemAlloc { bytes, dptr } if verbose => {
+                format!("MEM_ALLOC\\n{bytes} B at {dptr:#x}")
+            }
+            NodeKind::MemAlloc { .. } => "MEM_ALLOC".to_string(),
+            NodeKind::MemFree(dptr) if verbose => format!("MEM_FREE\\n{dptr:#x}"),
+            NodeKind::MemFree(_) => "MEM_FREE".to_string(),
+            NodeKind::Host { .. } => "HOST".to_string(),
+            NodeKind::Child(c) => {
+                dot_graph(inner, c, verbose, depth + 1, out)?;
+                format!("GRAPH\\ngraph_{c:x}")
+            }
+        };
+        let _ = writeln!(out, "\"node_{n:x}\" [shape=record, label=\"{label}\"];");
+    }
+    for w in nodes.windows(2) {
+        let _ = writeln!(out, "\"node_{:x}\" -> \"node_{:x}\";", w[0], w[1]);
+    }
+    out.push_str("}\n");
+    Ok(())
+}
+
 /// `cuGraphGetNodes`.
 pub fn nodes(p: &Process, g: u64) -> Result<Vec<u64>, CUresult> {
     Ok(p.lock().graphs.get(g)?.nodes.clone())
@@ -189,6 +263,7 @@ pub fn node_type(p: &Process, n: u64) -> Result<i32, CUresult> {
         NodeKind::Child(_) => CU_GRAPH_NODE_TYPE_GRAPH,
         NodeKind::MemAlloc { .. } => CU_GRAPH_NODE_TYPE_MEM_ALLOC,
         NodeKind::MemFree(_) => CU_GRAPH_NODE_TYPE_MEM_FREE,
+        NodeKind::Host { .. } => CU_GRAPH_NODE_TYPE_HOST,
     })
 }
 
@@ -215,6 +290,7 @@ fn node_steps(inner: &Inner, n: u64, depth: u32, out: &mut NodeSteps) -> Result<
         NodeKind::Kernel(k) => out.push((n, Step::Kernel(k))),
         NodeKind::MemAlloc { bytes, dptr } => out.push((n, Step::Alloc { bytes, dptr })),
         NodeKind::MemFree(dptr) => out.push((n, Step::Free(dptr))),
+        NodeKind::Host { func, data } => out.push((n, Step::Host { func, data })),
         NodeKind::Child(g) => {
             if depth >= MAX_DEPTH {
                 return Err(CUDA_ERROR_INVALID_VALUE);

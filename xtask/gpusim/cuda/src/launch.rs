@@ -101,13 +101,16 @@ pub fn copy(p: &Process, bytes: u64, stream: u64, sync: bool) -> Result<(), CUre
 }
 
 /// `cuGraphLaunch`: runs the graph's steps in order (kernels queued,
-/// graph memory allocated and freed).
-pub fn graph(p: &Process, exec: u64, stream: u64) -> Result<(), CUresult> {
+/// graph memory allocated and freed, host functions queued).
+pub fn graph(p: &'static Process, exec: u64, stream: u64) -> Result<(), CUresult> {
     for step in crate::graph::exec_steps(p, exec)? {
         match step {
             Step::Kernel(k) => launch(p, k.function, k.shape, k.shared_mem, stream)?,
             Step::Alloc { bytes, dptr } => crate::memory::graph_alloc(p, stream, bytes, dptr)?,
             Step::Free(dptr) => crate::memory::free(p, dptr)?,
+            Step::Host { func, data } => {
+                stream::host_func(p, stream, crate::exports::host_call(func, data))?
+            }
         }
     }
     Ok(())

@@ -328,6 +328,10 @@ fn table() -> &'static HashMap<&'static str, Vec<Variant>> {
                 vec![D(10000, Some(f!(cuGraphChildGraphNodeGetGraph)))],
             ),
             ("cuGraphCreate", vec![D(10000, Some(f!(cuGraphCreate)))]),
+            (
+                "cuGraphDebugDotPrint",
+                vec![D(11030, Some(f!(cuGraphDebugDotPrint)))],
+            ),
             ("cuGraphDestroy", vec![D(10000, Some(f!(cuGraphDestroy)))]),
             (
                 "cuGraphExecDestroy",

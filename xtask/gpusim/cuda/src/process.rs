@@ -304,6 +304,14 @@ pub enum NodeKind {
     },
     /// Frees the graph allocation at `dptr` when the graph runs.
     MemFree(u64),
+    /// Calls a host function (`cuLaunchHostFunc` captured) with its data
+    /// (an address the caller owns) each time the graph runs.
+    Host {
+        /// The function.
+        func: HostFnPtr,
+        /// Its argument.
+        data: usize,
+    },
 }
 
 /// A graph node.
@@ -335,7 +343,17 @@ pub enum Step {
     },
     /// Free the graph allocation at this address.
     Free(u64),
+    /// Call a host function once the work before it is done.
+    Host {
+        /// The function.
+        func: HostFnPtr,
+        /// Its argument.
+        data: usize,
+    },
 }
+
+/// `CUhostFn`, not NULL.
+pub type HostFnPtr = unsafe extern "C" fn(user_data: *mut std::ffi::c_void);
 
 /// The steps one node of the instantiated graph contributes: (the node
 /// they come from, which is the top-level node itself or a node inside

@@ -240,6 +240,23 @@ pub fn host_func(p: &'static Process, stream: u64, call: HostCall) -> Result<(),
         .map_err(|_| CUDA_ERROR_UNKNOWN)
 }
 
+/// `cuLaunchHostFunc` on a capturing stream: a host node in the capture
+/// (true); false, doing nothing, if `stream` is not capturing.
+pub fn capture_host(
+    p: &Process,
+    stream: u64,
+    func: crate::process::HostFnPtr,
+    data: usize,
+) -> Result<bool, CUresult> {
+    let mut inner = p.lock();
+    let Some(g) = inner.stream_mut(stream)?.1.capture else {
+        return Ok(false);
+    };
+    let node = crate::graph::capture_host(&mut inner, g, func, data)?;
+    inner.stream_mut(stream)?.1.capture_tail = Some(node);
+    Ok(true)
+}
+
 /// Waits for the host callbacks queued so far to have run.
 pub fn wait_callbacks(p: &Process) {
     let target = p.callbacks.0.load(Ordering::Acquire);

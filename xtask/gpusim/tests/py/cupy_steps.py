@@ -104,7 +104,26 @@ def kernels():
     forked.launch(stream=s1)
     s1.synchronize()
     attrs = runtime.pointerGetAttributes(u.data.ptr)
-    step("launched", type=attrs.type, device=attrs.device, shape=list(v.shape))
+    # A host function captured after a kernel runs at each launch.
+    calls = []
+    h = cupy.cuda.Stream(non_blocking=True)
+    with h:
+        h.begin_capture()
+        slow(x)
+        h.launch_host_func(calls.append, 1)
+        hosted = h.end_capture()
+    hosted.launch(stream=h)
+    hosted.launch(stream=h)
+    h.synchronize()
+    dot = hosted.debug_dot_str()
+    step(
+        "launched",
+        type=attrs.type,
+        device=attrs.device,
+        shape=list(v.shape),
+        host_calls=len(calls),
+        dot_names_kernel="tessera_slow" in dot,
+    )
 
 
 def fill(chunk):

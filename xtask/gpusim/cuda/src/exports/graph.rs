@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_ulonglong, c_void};
 
 use gpusim::cost::LaunchShape;
 
-use super::ptr::{out, out_opt, read, slice};
+use super::ptr::{cstr, out, out_opt, read, slice};
 use super::{Code, cu_export, h, hp};
 use crate::abi::*;
 use crate::graph;
@@ -57,6 +57,18 @@ cu_export! {
     fn cuGraphDestroy(g: Handle) {
         let p = process::get()?;
         graph::destroy(p, h(g))
+    }
+
+    /// `cuGraphDebugDotPrint`: the graph in DOT (see `graph::debug_dot`)
+    /// written to `path`; flag bit 0 (`CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE`)
+    /// adds launch shapes and addresses.
+    fn cuGraphDebugDotPrint(g: Handle, path: *const c_char, flags: u32) {
+        let p = process::get()?;
+        // SAFETY: the caller's contract: `path` is NULL or a NUL-terminated
+        // string; `cstr` rejects NULL.
+        let path = unsafe { cstr(path) }?;
+        let dot = graph::debug_dot(p, h(g), flags & 1 != 0)?;
+        std::fs::write(path, dot).map_err(|_| CUDA_ERROR_OPERATING_SYSTEM)
     }
 
     fn cuGraphAddKernelNode(node: *mut Handle, g: Handle, deps: *const Handle, n: usize, params: *const KernelNodeParamsV1) {

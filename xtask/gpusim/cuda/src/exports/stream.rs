@@ -21,6 +21,20 @@ struct SendPtr(*mut c_void);
 // the driver API specifies; we never dereference it.
 unsafe impl Send for SendPtr {}
 
+/// A call of captured host function `func` with `data`, for a graph launch.
+pub fn host_call(func: crate::process::HostFnPtr, data: usize) -> HostCall {
+    let data = SendPtr(data as *mut c_void);
+    HostCall {
+        run: Box::new(move || {
+            let data = data;
+            // SAFETY: the caller's callback with the caller's data, captured
+            // by cuLaunchHostFunc, which promises to invoke it each time the
+            // graph runs.
+            unsafe { func(data.0) }
+        }),
+    }
+}
+
 cu_export! {
     fn cuStreamCreate(stream: *mut Handle, flags: c_uint) {
         let p = process::get()?;
@@ -94,6 +108,9 @@ cu_export! {
     fn cuLaunchHostFunc(s: Handle, func: HostFn, user: *mut c_void) {
         let p = process::get()?;
         let func = func.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        if stream::capture_host(p, h(s), func, user as usize)? {
+            return Ok(());
+        }
         let data = SendPtr(user);
         stream::host_func(p, h(s), HostCall {
             run: Box::new(move || {
