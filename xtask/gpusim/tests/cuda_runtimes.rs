@@ -202,6 +202,30 @@ fn cupy_under_tessera_stops_at_the_containers_limit() {
 }
 
 #[test]
+fn cupy_async_pool_gives_back_its_cache_when_the_device_is_full() {
+    let python = or_skip!(python(&CUDA12));
+    let node = NodeSpec::small_with(Gpu::sim(8192)).build();
+    let mut s = steps(node.command(&python), &node, "pool_trim");
+    s.at("big");
+    let context = 300 * MIB;
+    let big = held(&node, s.pid()) - context;
+    assert!(big >= 8192 * MIB * 7 / 10, "{} MiB", big / MIB);
+    s.go_on();
+    s.at("cached");
+    // CuPy keeps its pool's freed memory: the node still holds it.
+    assert_eq!(held(&node, s.pid()) - context, big, "cached in the pool");
+    s.go_on();
+    s.at("small");
+    let small = held(&node, s.pid()) - context;
+    assert!(
+        (8192 * MIB * 4 / 10..big).contains(&small),
+        "the pool gave back its cache for a 40 % allocation: the node holds {} MiB",
+        small / MIB
+    );
+    s.finish();
+}
+
+#[test]
 fn cupy_for_cuda_13_runs_on_a_cuda_13_node() {
     let python = or_skip!(python(&CUDA13));
     let node = NodeSpec::small_with(Gpu::sim(8192))

@@ -380,7 +380,16 @@ fn pool_alloc(
             );
             dptr
         }
-        None => allocate(p, inner, ctx, size, AllocKind::Pool(pool), None)?,
+        None => match allocate(p, inner, ctx, size, AllocKind::Pool(pool), None) {
+            // As the driver does when the device is out of memory: the
+            // pool gives back what it keeps cached, then tries again.
+            Err(CUDA_ERROR_OUT_OF_MEMORY) if !inner.pools.get(pool)?.cached.is_empty() => {
+                let used = inner.pools.get(pool)?.used;
+                trim(p, inner, pool, used)?;
+                allocate(p, inner, ctx, size, AllocKind::Pool(pool), None)?
+            }
+            other => other?,
+        },
     };
     let charged = inner.allocations[&dptr].charge.bytes;
     let pl = inner.pools.get_mut(pool)?;

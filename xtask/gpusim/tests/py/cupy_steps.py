@@ -1,7 +1,7 @@
 """CuPy on the simulated node, in steps the Rust test checks against the
 simulator's record (xtask/gpusim/tests/cuda_runtimes.rs).
 
-Usage: cupy_steps.py basics|kernels|limit
+Usage: cupy_steps.py basics|kernels|limit|pool_trim
 
 Each step prints one line, `step <name> <json>`, then waits for a line on
 stdin, so the test can read the node's state while the process holds what
@@ -151,5 +151,19 @@ def limit():
     del held
 
 
-{"basics": basics, "kernels": kernels, "limit": limit}[sys.argv[1]]()
+def pool_trim():
+    # MemoryAsyncPool keeps freed memory cached; when the device cannot
+    # hold a new allocation beside the cache, the pool gives it back.
+    pool = cupy.cuda.MemoryAsyncPool()
+    _, total = runtime.memGetInfo()
+    big = pool.malloc(int(0.7 * total))
+    step("big", ptr=big.ptr)
+    del big
+    step("cached")
+    small = pool.malloc(int(0.4 * total))
+    step("small", ptr=small.ptr)
+    del small
+
+
+{"basics": basics, "kernels": kernels, "limit": limit, "pool_trim": pool_trim}[sys.argv[1]]()
 print("end", flush=True)
