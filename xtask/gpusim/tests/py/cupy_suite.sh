@@ -71,7 +71,7 @@ EOF
 
 t=tests/cupy_tests/cuda_tests
 # Numbers computed on the device, and CuPy's math-library handles.
-numeric="test_copy_ or test_memset or test_capture_run_on or test_stream_fork_join or test_stream_is_capturing"
+numeric="test_copy_ or test_memset or test_capture_run_on or test_stream_fork_join or test_stream_is_capturing or test_null_stream_cannot_capture"
 libraries="TestDeviceHandles or failure_cublas or failure_cusolver or failure_cusparse"
 cd "$src"
 GPUSIM_NODE=$work/node.toml GPUSIM_STATE=$work/state LD_LIBRARY_PATH=$art/sim \

@@ -379,12 +379,20 @@ cu_export! {
     fn cuMemAdvise(dptr: CUdeviceptr, bytes: usize, advice: c_int, dev: CUdevice) {
         let p = process::get()?;
         let _ = (bytes, advice, dev);
+        // CU_MEM_ADVISE_SET_READ_MOSTLY (1) to CU_MEM_ADVISE_UNSET_ACCESSED_BY (6).
+        if !(1..=6).contains(&advice) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         memory::lookup(p, dptr).ok_or(CUDA_ERROR_INVALID_VALUE).map(|_| ())
     }
 
     fn cuMemAdvise_v2(dptr: CUdeviceptr, bytes: usize, advice: c_int, location: CUmemLocation) {
         let p = process::get()?;
         let _ = (bytes, advice, location);
+        // CU_MEM_ADVISE_SET_READ_MOSTLY (1) to CU_MEM_ADVISE_UNSET_ACCESSED_BY (6).
+        if !(1..=6).contains(&advice) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         memory::lookup(p, dptr).ok_or(CUDA_ERROR_INVALID_VALUE).map(|_| ())
     }
 }
