@@ -202,7 +202,8 @@ fn value_sets() -> Vec<Value> {
             "metricsPort": 9500,
             "periodMs": 50,
             "logLevel": "tessera_agent=debug",
-            "watchdog": {"ebpf": "off", "contextAllowanceMiB": 300},
+            "watchdog": {"ebpf": "off", "contextAllowanceMiB": 300,
+                "devices": ["control=/dev/nvidiactl", "uvm=1:5", "gpu=/dev/nvidia0"]},
             "kubelet": {"resourceName": "tessera.dev/vgpu", "split": 4, "placement": "spread"},
             "hostPaths": {
                 "state": "/data/tessera/",
@@ -241,6 +242,23 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
         let agent = chart.agent();
         let config = chart.config();
 
+        // Stand-in devices reach the config as given (none: the key is
+        // absent and the agent finds NVIDIA's in /proc).
+        let rendered: Option<Vec<&str>> = config["watchdog"].get("devices").map(|d| {
+            d.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect()
+        });
+        let given: Option<Vec<&str>> = values["agent"]["watchdog"].get("devices").map(|d| {
+            d.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+                .collect()
+        });
+        assert_eq!(rendered, given, "{values}");
         let mount = AgentChart::mount_path(agent, "config");
         assert_eq!(
             chart.config_path(),

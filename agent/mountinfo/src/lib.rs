@@ -19,6 +19,17 @@ pub struct Mount {
     pub mount_point: PathBuf,
     /// The file system type, e.g. `cgroup2`.
     pub fs_type: String,
+    /// The optional fields: propagation (`shared:N`, `master:N`,
+    /// `propagate_from:N`, `unbindable`); none for a private mount.
+    pub optional: Vec<String>,
+}
+
+impl Mount {
+    /// Whether mounts and unmounts below it propagate to its peers
+    /// (`shared:N`).
+    pub fn is_shared(&self) -> bool {
+        self.optional.iter().any(|f| f.starts_with("shared:"))
+    }
 }
 
 /// The mounts in mountinfo `text`, paths unescaped; malformed lines are
@@ -31,10 +42,12 @@ pub fn parse(text: &str) -> impl Iterator<Item = Mount> + '_ {
         let mut fields = left.split_whitespace();
         let root = fields.nth(3)?;
         let mount_point = fields.next()?;
+        let _options = fields.next()?;
         Some(Mount {
             root: unescape(root),
             mount_point: PathBuf::from(unescape(mount_point)),
             fs_type: right.split_whitespace().next()?.to_owned(),
+            optional: fields.map(str::to_owned).collect(),
         })
     })
 }
@@ -86,6 +99,8 @@ garbage
         assert_eq!(mounts[1].root, "/kube pods");
         assert_eq!(mounts[1].mount_point, PathBuf::from("/mnt/my cgroups"));
         assert_eq!(mounts[1].fs_type, "cgroup2");
+        assert!(mounts[0].is_shared());
+        assert!(!mounts[1].is_shared() && mounts[1].optional.is_empty());
     }
 
     #[test]

@@ -146,6 +146,17 @@ async fn serve(config: Config) -> Result<(), DaemonError> {
                 status.clone(),
                 stop_rx.clone(),
             ));
+            // The containers' cgroups, once they run.
+            tokio::spawn(crate::kubelet::bind::run(
+                client.clone(),
+                config.kubelet.node_name.clone().unwrap_or_default(),
+                config.root.clone(),
+                config
+                    .cgroup_root
+                    .clone()
+                    .or_else(|| crate::cgroup::v2::cgroup2_root().ok()),
+                stopped(stop_rx.clone()),
+            ));
             (Some(device_plugin), Some(telemetry))
         }
         _ => (None, None),

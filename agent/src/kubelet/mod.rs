@@ -24,6 +24,7 @@
 
 pub mod allocate;
 pub mod allocator;
+pub mod bind;
 pub mod device_plugin;
 pub mod gc;
 pub mod gc_task;

@@ -104,6 +104,7 @@ fn modules(layout: &Layout) -> Result<Vec<Module>> {
                         "./cmd/oci-image",
                         "./cmd/cluster-pki",
                         "./cmd/gpusim-container-runtime",
+                        "./cmd/service-proxy",
                     ],
                     // Static programs; no btrfs or devmapper snapshotters
                     // (cgo and their C headers), as containerd's own
@@ -145,6 +146,7 @@ fn modules(layout: &Layout) -> Result<Vec<Module>> {
                 "oci-image",
                 "cluster-pki",
                 "gpusim-container-runtime",
+                "service-proxy",
             ]
             .iter()
             .map(|name| bin.join(name))

@@ -12,7 +12,7 @@ use super::state::Component;
 use super::{
     APISERVER_PORT, BRIDGE, CONTROLLER_MANAGER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT,
     KUBELET_HEALTHZ_PORT, KUBELET_PORT, Layout, NODE_IP, NODE_NAME, PAUSE_IMAGE, POD_CIDR,
-    SCHEDULER_PORT, SERVICE_CIDR,
+    SCHEDULER_PORT, SERVICE_CIDR, SERVICE_IP,
 };
 
 /// The name of the pod network (CNI).
@@ -277,6 +277,17 @@ pub fn command_line(layout: &Layout, component: Component) -> (PathBuf, Vec<OsSt
                 vec!["--config".into(), layout.containerd_config().into()],
             );
         }
+        Component::ServiceProxy => {
+            return (
+                layout.bin().join("service-proxy"),
+                vec![
+                    "--listen".into(),
+                    format!("{SERVICE_IP}:443").into(),
+                    "--to".into(),
+                    format!("{NODE_IP}:{APISERVER_PORT}").into(),
+                ],
+            );
+        }
         Component::Etcd => vec![
             "etcd".into(),
             format!("--data-dir={}", p(&layout.run().join("etcd"))),
@@ -308,6 +319,10 @@ pub fn command_line(layout: &Layout, component: Component) -> (PathBuf, Vec<OsSt
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             "--authorization-mode=Node,RBAC".into(),
             "--enable-admission-plugins=NodeRestriction".into(),
+            // Webhooks and aggregated APIs are called at their service's
+            // endpoints (pod IPs on the node's bridge): there is no
+            // kube-proxy to carry cluster IPs.
+            "--enable-aggregator-routing=true".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
         ],

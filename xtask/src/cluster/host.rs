@@ -36,7 +36,13 @@ pub const TUNABLES: [&str; 7] = [
 /// cache (`/var/lib/cni`), the kubelet's container log links
 /// (`/var/log/containers`, fixed in the kubelet). `down` removes those
 /// that `up` found missing.
-pub const SYSTEM_PATHS: [&str; 3] = ["/run/containerd", "/var/lib/cni", "/var/log/containers"];
+pub const SYSTEM_PATHS: [&str; 4] = [
+    "/run/containerd",
+    "/var/lib/cni",
+    "/var/log/containers",
+    // The kubelet's device plugin folder, fixed whatever its --root-dir.
+    "/var/lib/kubelet",
+];
 
 /// The cgroup name under which the kubelet (cgroupfs driver) puts pods.
 const PODS_CGROUP: &str = "kubepods";
@@ -162,6 +168,48 @@ pub fn create_bridge(name: &str, address: &str, prefix: u8) -> Result<bool> {
         return Err(e.context(format!("cannot give bridge {name} the address {cidr}")));
     }
     Ok(true)
+}
+
+/// Adds `address` (a host address, /32) to link `name`; present already
+/// is done. It goes with the link.
+pub fn add_address(name: &str, address: &str) -> Result<()> {
+    let cidr = format!("{address}/32");
+    let shown = sh::output(Command::new("ip").args(["-4", "-o", "addr", "show", "dev", name]))
+        .with_context(|| format!("cannot read the addresses of {name}"))?;
+    if shown.split_whitespace().any(|w| w == cidr) {
+        return Ok(());
+    }
+    sh::run(Command::new("ip").args(["addr", "add", &cidr, "dev", name]))
+        .with_context(|| format!("cannot give {name} the address {cidr}"))
+}
+
+/// Mount points a node is expected to have shared.
+pub const SHARED_MOUNTS: [&str; 1] = ["/sys/fs/bpf"];
+
+/// Makes the mount at `point` shared; `true` when it was not (and so was
+/// changed), `false` when it already was or nothing is mounted there.
+pub fn make_shared(point: &Path) -> Result<bool> {
+    let mounts = tessera_mountinfo::read().context("cannot read the mount table")?;
+    let Some(mount) = mounts.iter().rev().find(|m| m.mount_point == point) else {
+        return Ok(false);
+    };
+    if mount.is_shared() {
+        return Ok(false);
+    }
+    sh::run(Command::new("mount").arg("--make-shared").arg(point))
+        .with_context(|| format!("cannot make the mount at {} shared", point.display()))?;
+    Ok(true)
+}
+
+/// Makes the mount at `point` private again.
+pub fn make_private(point: &Path, problems: &mut Vec<String>) {
+    match sh::run(Command::new("mount").arg("--make-private").arg(point)) {
+        Ok(()) => eprintln!("made {} private again", point.display()),
+        Err(e) => problems.push(format!(
+            "cannot make {} private again: {e:#}",
+            point.display()
+        )),
+    }
 }
 
 pub fn delete_link(name: &str, problems: &mut Vec<String>) {

@@ -29,7 +29,14 @@
 //! and the kubelet's health port listen on loopback; the API server and the
 //! kubelet on the node's own pod network bridge ([`NODE_IP`]), which is
 //! also the node's address (the kubelet refuses a loopback node IP).
-//! There is no kube-proxy: services have no data path yet.
+//! There is no kube-proxy: the `kubernetes` service's cluster IP is an
+//! address of the node, where `service-proxy` (a component like the
+//! others) relays to the API server, so pods reach the API the standard
+//! way; the API server calls webhooks at their endpoints (aggregator
+//! routing); other services' cluster IPs carry nothing.
+//!
+//! `install` and `uninstall` put Tessera on the cluster by its Helm chart
+//! ([`install`]).
 //!
 //! The node's GPUs are the simulator's ([`gpu`]): `up` makes stand-in
 //! device nodes (`/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia<i>`),
@@ -45,6 +52,7 @@ mod build;
 mod config;
 pub mod gpu;
 mod host;
+pub mod install;
 mod state;
 
 use std::path::{Path, PathBuf};
@@ -103,6 +111,10 @@ pub enum Action {
     Down,
     /// Say what runs: each component's pid and health, and the node.
     Status,
+    /// Install Tessera by its Helm chart (images built and imported first).
+    Install(install::InstallArgs),
+    /// Remove the Tessera release.
+    Uninstall,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -127,6 +139,8 @@ pub fn run(args: &Args) -> Result<()> {
         ),
         Action::Down => down(&layout),
         Action::Status => status(&layout).map(|_| ()),
+        Action::Install(a) => install::install(&layout, a),
+        Action::Uninstall => install::uninstall(&layout),
     }
 }
 
@@ -291,6 +305,7 @@ fn up(layout: &Layout, timeout: Duration, node_file: Option<&Path>) -> Result<()
             .map(PathBuf::from)
             .collect(),
         bridge_created: false,
+        made_shared: Vec::new(),
         processes: Vec::new(),
         complete: false,
     };
@@ -312,6 +327,18 @@ fn up(layout: &Layout, timeout: Duration, node_file: Option<&Path>) -> Result<()
     .context("cannot write the cluster's keys and certificates")?;
     state.bridge_created = host::create_bridge(BRIDGE, NODE_IP, POD_PREFIX)?;
     state.save(&layout.state_file())?;
+    // The kubernetes service's cluster IP is the node's too (pods route to
+    // it through the bridge), where the service proxy answers.
+    host::add_address(BRIDGE, SERVICE_IP)?;
+    // The agent's pods mount bpffs with Bidirectional propagation (their
+    // pins outlive them), which needs a shared mount, as systemd leaves
+    // every mount on most nodes.
+    for point in host::SHARED_MOUNTS {
+        if host::make_shared(Path::new(point))? {
+            state.made_shared.push(PathBuf::from(point));
+            state.save(&layout.state_file())?;
+        }
+    }
     let made = gpu::make_devices(&sim_node.stand_ins, &mut state.created_paths);
     state.save(&layout.state_file())?;
     made?;
@@ -348,6 +375,7 @@ fn up(layout: &Layout, timeout: Duration, node_file: Option<&Path>) -> Result<()
     start(&mut state, Component::ControllerManager)?;
     start(&mut state, Component::Scheduler)?;
     start(&mut state, Component::Kubelet)?;
+    start(&mut state, Component::ServiceProxy)?;
     wait_node_ready(layout, &state, timeout)?;
     state.complete = true;
     state.save(&layout.state_file())?;
@@ -422,6 +450,11 @@ fn health(layout: &Layout, component: Component) -> Result<()> {
         Component::ControllerManager => https_ok(CONTROLLER_MANAGER_PORT)?,
         Component::Scheduler => https_ok(SCHEDULER_PORT)?,
         Component::Kubelet => http_ok(KUBELET_HEALTHZ_PORT, "/healthz", "ok")?,
+        Component::ServiceProxy => {
+            let addr = std::net::SocketAddr::from((SERVICE_IP.parse::<std::net::Ipv4Addr>()?, 443));
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+                .with_context(|| format!("cannot connect to {addr}"))?;
+        }
     }
     Ok(())
 }
@@ -572,6 +605,7 @@ fn down(layout: &Layout) -> Result<()> {
     // the runtime and the store.
     for component in [
         Component::Kubelet,
+        Component::ServiceProxy,
         Component::Scheduler,
         Component::ControllerManager,
     ] {
@@ -601,6 +635,9 @@ fn down(layout: &Layout) -> Result<()> {
         host::delete_link(BRIDGE, &mut problems);
     }
     host::restore_tunables(&state.tunables, &mut problems);
+    for point in &state.made_shared {
+        host::make_private(point, &mut problems);
+    }
     for path in &state.created_paths {
         host::remove_created(path, &mut problems);
     }

@@ -25,16 +25,19 @@ pub enum Component {
     ControllerManager,
     Scheduler,
     Kubelet,
+    /// The kubernetes service's data path (no kube-proxy).
+    ServiceProxy,
 }
 
 impl Component {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 7] = [
         Self::Containerd,
         Self::Etcd,
         Self::ApiServer,
         Self::ControllerManager,
         Self::Scheduler,
         Self::Kubelet,
+        Self::ServiceProxy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +48,7 @@ impl Component {
             Self::ControllerManager => "kube-controller-manager",
             Self::Scheduler => "kube-scheduler",
             Self::Kubelet => "kubelet",
+            Self::ServiceProxy => "service-proxy",
         }
     }
 
@@ -188,6 +192,8 @@ pub struct State {
     pub created_paths: Vec<PathBuf>,
     /// Whether `up` created the pod network's bridge.
     pub bridge_created: bool,
+    /// Mount points `up` made shared (they were private).
+    pub made_shared: Vec<PathBuf>,
     pub processes: Vec<Process>,
     /// Whether `up` finished.
     pub complete: bool,
@@ -223,6 +229,7 @@ impl State {
             "tunables": self.tunables,
             "created_paths": self.created_paths,
             "bridge_created": self.bridge_created,
+            "made_shared": self.made_shared,
             "complete": self.complete,
             "processes": self.processes.iter().map(|p| json!({
                 "component": p.component.name(),
@@ -270,6 +277,14 @@ impl State {
             tunables,
             created_paths,
             bridge_created: value["bridge_created"].as_bool().unwrap_or(false),
+            made_shared: value["made_shared"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p.as_str().map(PathBuf::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
             processes,
             complete: value["complete"].as_bool().unwrap_or(false),
         })
@@ -295,6 +310,7 @@ mod tests {
             tunables: [("vm.overcommit_memory".to_owned(), "0".to_owned())].into(),
             created_paths: vec![PathBuf::from("/run/containerd")],
             bridge_created: true,
+            made_shared: vec![PathBuf::from("/sys/fs/bpf")],
             processes: vec![Process {
                 component: Component::ApiServer,
                 pid: 77,
@@ -307,6 +323,7 @@ mod tests {
         assert_eq!(back.tunables, state.tunables);
         assert_eq!(back.created_paths, state.created_paths);
         assert!(back.bridge_created && back.complete);
+        assert_eq!(back.made_shared, [PathBuf::from("/sys/fs/bpf")]);
         assert_eq!(back.processes[0].component, Component::ApiServer);
         assert_eq!(back.processes[0].pid, 77);
         assert_eq!(back.processes[0].start_time, 12345);

@@ -177,10 +177,17 @@ impl<'a> Inputs<'a> {
                 ctl.rebase(id);
             }
             if let Some(u) = &o.usage {
-                let pct = self
-                    .sm
-                    .get(&gpu.uuid)
-                    .map(|s| s.sum_over(o.host_pids.iter().copied()));
+                // No process of the container is known on the host yet (a
+                // pod whose cgroup is not learnt, its processes in a pid
+                // namespace of their own): its use is unmeasured, not
+                // zero, so its rate is held rather than probed upwards.
+                let pct = if o.host_pids.is_empty() {
+                    None
+                } else {
+                    self.sm
+                        .get(&gpu.uuid)
+                        .map(|s| s.sum_over(o.host_pids.iter().copied()))
+                };
                 sample
                     .containers
                     .push(ContainerSample::from_usage(id, pct, u, i));

@@ -64,6 +64,9 @@ ebpf = {{ $a.watchdog.ebpf | toString | quote }}
 ebpf_object = "/usr/lib/tessera/tessera.bpf.o"
 guard_object = "/usr/lib/tessera/tessera-guard.bpf.o"
 context_allowance_mib = {{ int $a.watchdog.contextAllowanceMiB }}
+{{- with $a.watchdog.devices }}
+devices = [{{ range $i, $d := . }}{{ if $i }}, {{ end }}{{ toString $d | quote }}{{ end }}]
+{{- end }}
 
 [kubelet]
 enabled = true
