@@ -8,10 +8,12 @@
 //!   runs and by the host once it exits;
 //! - a process that can open only some GPUs' device nodes (a container
 //!   given GPU 1) sees just those, numbered from 0, with their own UUIDs,
-//!   bus ids and minor numbers, while the record shows the GPU it used.
+//!   bus ids and minor numbers, while the record shows the GPU it used;
+//! - both at once (a pod given GPU 1 of three, without `hostPID`);
+//! - a process of another uid uses the state file root shares with it.
 //!
-//! The pid namespace test needs root and `unshare`/`nsenter`
-//! (util-linux); without them it says `skipped: <reason>`.
+//! The pid namespace and uid tests need root and `unshare`/`nsenter`/
+//! `setpriv` (util-linux); without them they say `skipped: <reason>`.
 #![allow(
     clippy::unwrap_used,
     reason = "test code unwraps; clippy only exempts #[test] functions themselves"
@@ -337,6 +339,59 @@ fn a_process_of_another_uid_uses_a_state_file_root_shares() {
         launches
             .iter()
             .any(|l| l.pid == pid && l.kernels == 3 && !l.active),
+        "{launches:?}"
+    );
+}
+
+/// Both at once, as a pod without `hostPID` given GPU 1 of three: the
+/// workload runs as device 0 in its own pid namespace, and the host's
+/// record shows its host pid on GPU 1 while it runs and after it exits.
+#[test]
+fn a_pod_given_gpu_1_runs_as_device_0_and_the_host_sees_gpu_1() {
+    or_skip!(pid_namespaces());
+    let dev = tempfile::tempdir().unwrap();
+    let paths: Vec<String> = (0..3)
+        .map(|i| dev.path().join(format!("nvidia{i}")).display().to_string())
+        .collect();
+    std::fs::write(&paths[1], b"").unwrap();
+    let node = NodeSpec::new()
+        .gpu(Gpu::sim(4096))
+        .gpu(Gpu::sim(4096))
+        .gpu(Gpu::sim(4096))
+        .fixed_kernel("spin", 200_000)
+        .ioctl_devices(&paths.iter().map(String::as_str).collect::<Vec<_>>())
+        .build();
+    let sim = node.sim();
+    let ops = "dev 0 alloc 256 launch spin 1 32 50 sync ready hold";
+    let mut c = node.command(std::path::Path::new("unshare"));
+    c.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(support::workload(Link::Direct))
+        .args(ops.split_whitespace());
+    let running = support::spawn_command_ready(c, ops);
+    let host = child_of(running.pid()).expect("unshare's child");
+    assert_eq!(status(host, "NSpid"), Some(vec![host, 1]));
+    let on = |gpu| -> Vec<(i32, u64)> {
+        sim.processes(gpu)
+            .unwrap()
+            .iter()
+            .map(|p| (p.pid, p.bytes))
+            .collect()
+    };
+    assert_eq!(on(1), [(host, (300 + 256) * MIB)]);
+    assert!(on(0).is_empty() && on(2).is_empty());
+    running.kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{host}")).exists() {
+        assert!(Instant::now() < deadline, "pid {host} did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(on(1).is_empty());
+    let launches = sim.launches(1).unwrap();
+    assert!(
+        launches.len() == 1
+            && launches[0].pid == host
+            && launches[0].kernels == 50
+            && !launches[0].active,
         "{launches:?}"
     );
 }
