@@ -412,14 +412,14 @@ fn gpu_pods() {
         assert!(names.contains(&name), "CDI devices {names:?}");
     }
 
-    // The simulator records a process under the pid it has in its own pid
-    // namespace, which a reader on the host (this test, the agent) takes
-    // for another, dead, process (and reaps its channel): in the host's
-    // pid namespace the record and the kernel agree while it runs.
+    // An ordinary pod (its own pid namespace) given GPU 1 only: it runs as
+    // device 0 (a driver numbers a container's GPUs from 0), and on the
+    // host the record names it by its host pid on GPU 1, while it runs and
+    // after it ends.
     workload_pod(
         "cuda",
-        true,
-        &[("NVIDIA_VISIBLE_DEVICES", "0")],
+        false,
+        &[("NVIDIA_VISIBLE_DEVICES", "1")],
         &[
             "dev", "0", "alloc", "256", "launch", "spin", "1", "32", "50", "sync", "sleep", "8000",
         ],
@@ -441,7 +441,7 @@ fn gpu_pods() {
     let deadline = Instant::now() + Duration::from_secs(6);
     let mut seen = Vec::new();
     while Instant::now() < deadline {
-        seen = sim.processes(0).unwrap();
+        seen = sim.processes(1).unwrap();
         if seen.iter().any(|p| p.pid == pid && p.bytes >= 256 << 20) {
             break;
         }
@@ -449,9 +449,9 @@ fn gpu_pods() {
     }
     assert!(
         seen.iter().any(|p| p.pid == pid && p.bytes >= 256 << 20),
-        "GPU 0 shows no 256 MiB of pid {pid}: {seen:?}"
+        "GPU 1 shows no 256 MiB of pid {pid}: {seen:?}"
     );
-    for gpu in 1..4 {
+    for gpu in [0, 2, 3] {
         let others = sim.processes(gpu).unwrap();
         assert!(
             others.iter().all(|p| p.pid != pid),
@@ -471,25 +471,24 @@ fn gpu_pods() {
         logs.contains("launch 50") && logs.contains("sync ok"),
         "{logs}"
     );
-    // Its launches after it exits.
-    let launches = sim.launches(0).unwrap();
+    // Its launches after it exits (the query reaps it first).
+    assert!(sim.processes(1).unwrap().iter().all(|p| p.pid != pid));
+    let launches = sim.launches(1).unwrap();
     let mine: Vec<_> = launches.iter().filter(|l| l.pid == pid).collect();
     assert!(
         mine.len() == 1 && mine[0].kernels == 50 && !mine[0].active,
-        "GPU 0's launch record for pid {pid}: {launches:?}"
+        "GPU 1's launch record for pid {pid}: {launches:?}"
     );
-    assert!(sim.processes(0).unwrap().iter().all(|p| p.pid != pid));
 
     // An ordinary pod (its own pid namespace) naming its GPU by UUID: the
-    // record is read only after it ends. The simulator numbers every GPU
-    // of the node in every process (a real driver shows a container its
-    // visible GPUs only, from 0), so the workload asks for device 2.
+    // record is read only after it ends. The container sees that GPU only,
+    // as device 0.
     let uuid = "GPU-5e1a0000-0000-4000-8000-000051510002";
     workload_pod(
         "cuda-by-uuid",
         false,
         &[("NVIDIA_VISIBLE_DEVICES", uuid)],
-        &["dev", "2", "launch", "spin", "1", "32", "20", "sync"],
+        &["dev", "0", "launch", "spin", "1", "32", "20", "sync"],
     );
     let phase = wait_pod_done("cuda-by-uuid", Duration::from_secs(60));
     let logs = String::from_utf8_lossy(&kubectl(&["logs", "cuda-by-uuid"]).stdout).into_owned();
