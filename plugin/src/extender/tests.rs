@@ -77,7 +77,7 @@ fn filter_sorts_nodes_into_pass_busy_and_never() {
     let busy = &result.failed_nodes["busy"];
     assert!(
         busy.contains(
-            "needs 1 GPU(s) with 4000 MiB and 30% SMs free; 0 of 1 usable GPUs have room"
+            "needs 1 GPU(s) with 4000 MiB and 30 percent of SMs free; 0 of 1 usable GPUs have room"
         ),
         "{busy}"
     );
@@ -112,7 +112,7 @@ fn a_whole_card_request_needs_an_untouched_card() {
     ]);
     let result = filter(&args(whole, &["shared", "free"]), &view);
     assert_eq!(result.node_names, Some(vec!["free".into()]));
-    assert!(result.failed_nodes["shared"].contains("100% of memory and 100% SMs"));
+    assert!(result.failed_nodes["shared"].contains("100 percent of memory and 100 percent of SMs"));
 }
 
 #[test]

@@ -436,14 +436,17 @@ fn try_place(task: &Task, node: &Node, choice: &mut dyn GpuChoice) -> Result<Pla
 fn describe(memory: Memory) -> String {
     match memory {
         Memory::Mib(mib) => format!("{mib} MiB"),
-        Memory::Percent(p) => format!("{p}% of memory"),
+        // No '%': kube-scheduler passes an extender's reasons through a
+        // format string ("30% SMs" reached users as "30%!S(MISSING)Ms").
+        Memory::Percent(p) => format!("{p} percent of memory"),
     }
 }
 
 /// Compute in the extender's words: whole percent of SMs where exact.
+/// Never a '%' sign (see [`describe`]).
 fn describe_compute(milli: u32) -> String {
     if milli.is_multiple_of(10) {
-        format!("{}% SMs", milli / 10)
+        format!("{} percent of SMs", milli / 10)
     } else {
         format!("{milli} milli-GPU")
     }
