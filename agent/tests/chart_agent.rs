@@ -104,6 +104,17 @@ impl AgentChart {
             .unwrap_or_else(|| panic!("no mount of {volume} in {container}"))
     }
 
+    /// The host path of hostPath volume `volume`.
+    fn host_path(&self, volume: &str) -> &str {
+        self.pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == volume)
+            .and_then(|v| v["hostPath"]["path"].as_str())
+            .unwrap_or_else(|| panic!("no hostPath volume {volume}: {}", self.pod))
+    }
+
     /// The `--config` file's path in the container.
     fn config_path(&self) -> &str {
         let args: Vec<&str> = self.agent()["args"]
@@ -222,6 +233,12 @@ fn value_sets() -> Vec<Value> {
                 }],
             },
         }}),
+        // DRA mode, with a kubelet root and a CDI folder of the operator's.
+        json!({"dra": {"enabled": true}, "agent": {"hostPaths": {
+            "pluginsRegistry": "/data/kubelet/plugins_registry/",
+            "kubeletPlugins": "/data/kubelet/plugins",
+            "cdi": "/etc/cdi",
+        }}}),
     ]
 }
 
@@ -305,6 +322,31 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
                 AgentChart::mount_path(agent, "pod-resources")
             )
         );
+        // DRA mode: the driver's sockets and CDI specs go where their host
+        // paths are mounted, each at its own host path (kubelet and the
+        // runtime are given host paths).
+        let dra_on = values["dra"]["enabled"] == json!(true);
+        match config.get("dra") {
+            None => assert!(!dra_on, "no [dra] with {values}"),
+            Some(dra) => {
+                assert!(dra_on, "[dra] rendered with {values}");
+                assert_eq!(dra["enabled"].as_bool(), Some(true));
+                let at = |volume: &str| {
+                    let mount = AgentChart::mount_path(agent, volume);
+                    assert_eq!(chart.host_path(volume), mount, "{volume}: {values}");
+                    mount.to_owned()
+                };
+                assert_eq!(
+                    dra["registry_dir"].as_str().unwrap(),
+                    at("plugins-registry")
+                );
+                assert_eq!(
+                    format!("{}/gpu.tessera.dev", dra["plugins_dir"].as_str().unwrap()),
+                    at("dra-plugin")
+                );
+                assert_eq!(dra["cdi_dir"].as_str().unwrap(), at("cdi"));
+            }
+        }
         // The node name comes from the pod's node.
         let node = agent["env"]
             .as_array()

@@ -474,6 +474,95 @@ fn the_helm_chart_renders_and_lints() {
     assert_eq!(chart.of_kind("MutatingWebhookConfiguration").len(), 1);
 }
 
+/// The rules of the agent's ClusterRole that name `resource`.
+fn agent_rules<'a>(chart: &'a Rendered, resource: &str) -> Vec<&'a Value> {
+    chart
+        .of_kind("ClusterRole")
+        .into_iter()
+        .filter(|r| r["metadata"]["labels"]["app.kubernetes.io/component"] == "agent")
+        .flat_map(|r| r["rules"].as_array().unwrap())
+        .filter(|rule| {
+            rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == resource)
+        })
+        .collect()
+}
+
+fn verbs(rules: &[&Value]) -> Vec<String> {
+    let mut v: Vec<String> = rules
+        .iter()
+        .flat_map(|r| r["verbs"].as_array().unwrap())
+        .map(|x| x.as_str().unwrap().to_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// DRA mode is off by default; on, it adds the driver's DeviceClass and
+/// what the driver needs of the API (its slice, the claims, its node),
+/// and nothing of it otherwise.
+#[test]
+fn the_helm_chart_dra_mode_ships_the_device_class_and_the_driver_rbac() {
+    let Ok(defaults) = render(&json!({})) else {
+        println!("skipped: {NO_HELM}");
+        return;
+    };
+    let off = rendered(&defaults.unwrap());
+    assert!(off.of_kind("DeviceClass").is_empty());
+    assert!(agent_rules(&off, "resourceslices").is_empty());
+    assert!(agent_rules(&off, "nodes").is_empty());
+
+    let on = rendered(&render(&json!({"dra": {"enabled": true}})).unwrap().unwrap());
+    let class = on.one("DeviceClass");
+    assert_eq!(class["apiVersion"], "resource.k8s.io/v1");
+    assert_eq!(class["metadata"]["name"], "gpu.tessera.dev");
+    assert!(
+        class["metadata"].get("namespace").is_none(),
+        "cluster-scoped"
+    );
+    assert_eq!(
+        class["spec"]["selectors"],
+        json!([{"cel": {"expression": "device.driver == \"gpu.tessera.dev\""}}])
+    );
+    let slices = agent_rules(&on, "resourceslices");
+    assert!(
+        slices
+            .iter()
+            .all(|r| r["apiGroups"] == json!(["resource.k8s.io"]))
+    );
+    assert_eq!(
+        verbs(&slices),
+        [
+            "create", "delete", "get", "list", "patch", "update", "watch"
+        ]
+    );
+    let claims = agent_rules(&on, "resourceclaims");
+    assert!(
+        claims
+            .iter()
+            .all(|r| r["apiGroups"] == json!(["resource.k8s.io"]))
+    );
+    assert_eq!(verbs(&claims), ["get", "list", "watch"]);
+    assert_eq!(verbs(&agent_rules(&on, "nodes")), ["get"]);
+    // The device plugin's objects stay (both modes serve the node).
+    assert_eq!(on.of_kind("DaemonSet").len(), 1);
+    assert_eq!(on.of_kind("Deployment").len(), 1);
+
+    let no_class = rendered(
+        &render(&json!({"dra": {"enabled": true, "deviceClass": false}}))
+            .unwrap()
+            .unwrap(),
+    );
+    assert!(no_class.of_kind("DeviceClass").is_empty());
+    assert_eq!(
+        verbs(&agent_rules(&no_class, "resourceclaims")),
+        ["get", "list", "watch"]
+    );
+}
+
 fn report_crds(report: &Value) -> Vec<String> {
     serde_json::from_value(report["crds"].clone()).unwrap()
 }

@@ -76,4 +76,17 @@ resource_name = {{ $a.kubelet.resourceName | quote }}
 split = {{ int $a.kubelet.split }}
 placement = {{ $a.kubelet.placement | quote }}
 preload_dir = {{ printf "%s/lib" ($paths.state | trimSuffix "/") | quote }}
+{{- if .Values.dra.enabled }}
+
+[dra]
+enabled = true
+registry_dir = {{ $paths.pluginsRegistry | trimSuffix "/" | quote }}
+plugins_dir = {{ $paths.kubeletPlugins | trimSuffix "/" | quote }}
+cdi_dir = {{ $paths.cdi | trimSuffix "/" | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The DRA driver's name (tessera_api::dra::DRIVER). */}}
+{{- define "tessera.draDriver" -}}
+gpu.tessera.dev
 {{- end -}}
