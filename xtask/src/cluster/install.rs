@@ -60,6 +60,11 @@ pub fn local_values(layout: &Layout, gpus: usize, cgroup_v2: &Path) -> serde_jso
                 "state": layout.run().join("tessera"),
                 "podResources": kubelet.join("pod-resources"),
                 "cgroup": cgroup_v2,
+                // DRA mode (`dra.enabled`): kubelet's plugin folders under
+                // its root, and the folder containerd reads CDI specs from.
+                "pluginsRegistry": kubelet.join("plugins_registry"),
+                "kubeletPlugins": kubelet.join("plugins"),
+                "cdi": layout.run().join("cdi"),
             },
             "watchdog": {"devices": devices},
         },
