@@ -34,6 +34,9 @@ const TUNABLES: [&str; 7] = [
     "kernel.keys.root_maxbytes",
     "net.ipv4.ip_forward",
 ];
+#[path = "cluster/tessera.rs"]
+mod tessera;
+
 const PROBE_IMAGE: &str = "tessera.local/probe:v1";
 const BRIDGE: &str = "tessera0";
 /// The GPU test's image: the C workload and the C library it needs.
@@ -227,6 +230,7 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
         let _ = std::fs::remove_file(&file);
 
         gpu_pods();
+        tessera::on_the_cluster();
     });
 
     let down = xtask(&["cluster", "down"]);

@@ -42,6 +42,10 @@ pub struct InstallArgs {
     /// Use the images already imported (skip `cargo xtask images`).
     #[arg(long)]
     pub no_images: bool,
+    /// Build the images from the artifacts in DIR (`target/tessera/<profile>`)
+    /// instead of a release build.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_images")]
+    pub artifacts: Option<PathBuf>,
 }
 
 /// The values the local cluster needs, for a node with `gpus` GPUs and
@@ -96,7 +100,10 @@ fn cgroup_v2_root() -> Result<PathBuf> {
 pub fn install(layout: &Layout, args: &InstallArgs) -> Result<()> {
     require_up(layout)?;
     if !args.no_images {
-        let built = images::build(&images::Args::default())?;
+        let built = images::build(&images::Args {
+            artifacts: args.artifacts.clone(),
+            ..images::Args::default()
+        })?;
         images::import_with(&built, || layout.ctr())?;
     }
     sh::output(

@@ -115,6 +115,12 @@ pub enum Action {
     Install(install::InstallArgs),
     /// Remove the Tessera release.
     Uninstall,
+    /// Stop one component and start it again (e.g. `kubelet`), as a
+    /// node's service manager restarts it; its log goes on.
+    Restart {
+        /// The component, as `status` names it.
+        component: String,
+    },
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -141,6 +147,7 @@ pub fn run(args: &Args) -> Result<()> {
         Action::Status => status(&layout).map(|_| ()),
         Action::Install(a) => install::install(&layout, a),
         Action::Uninstall => install::uninstall(&layout),
+        Action::Restart { component } => restart(&layout, component),
     }
 }
 
@@ -352,7 +359,7 @@ fn up(layout: &Layout, timeout: Duration, node_file: Option<&Path>) -> Result<()
     config::write_all(layout, &cgroups)?;
 
     let start = |state: &mut State, component: Component| -> Result<()> {
-        let process = state::spawn(layout, component)?;
+        let process = state::spawn(layout, component, false)?;
         eprintln!(
             "started {} (pid {}), log {}",
             component.name(),
@@ -393,6 +400,30 @@ fn up(layout: &Layout, timeout: Duration, node_file: Option<&Path>) -> Result<()
         layout.logs().display()
     );
     Ok(())
+}
+
+/// Stops `name` and starts it again; waits until it is ready.
+fn restart(layout: &Layout, name: &str) -> Result<()> {
+    let component = Component::from_name(name).with_context(|| {
+        format!("there is no component {name:?}; `cargo xtask cluster status` lists them")
+    })?;
+    let mut state = match State::load(&layout.state_file())? {
+        Some(s) if s.complete => s,
+        _ => bail!("the cluster is not up: run `cargo xtask cluster up` first"),
+    };
+    let mut problems = Vec::new();
+    if let Some(p) = state.process(component) {
+        p.stop(&mut problems);
+    }
+    if !problems.is_empty() {
+        bail!("cannot stop {name}: {}", problems.join("; "));
+    }
+    let process = state::spawn(layout, component, true)?;
+    eprintln!("restarted {name} (pid {})", process.pid);
+    state.processes.retain(|p| p.component != component);
+    state.processes.push(process);
+    state.save(&layout.state_file())?;
+    wait_ready(layout, &state, component, Duration::from_secs(120))
 }
 
 /// Waits until `component` answers its health check; fails early, with

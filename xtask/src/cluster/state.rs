@@ -4,7 +4,7 @@
 //! tunables as they were, the system paths that did not exist.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,7 +52,7 @@ impl Component {
         }
     }
 
-    fn from_name(name: &str) -> Option<Self> {
+    pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.name() == name)
     }
 }
@@ -136,11 +136,18 @@ fn parse_stat(text: &str) -> Option<(char, u64)> {
 
 /// Starts `component` in a process group of its own (so that a Ctrl-C of
 /// the terminal that ran `up` does not reach it), stdin closed, stdout
-/// and stderr to its log. The process outlives xtask.
-pub fn spawn(layout: &Layout, component: Component) -> Result<Process> {
+/// and stderr to its log (a new one, or the old one continued with
+/// `append`). The process outlives xtask.
+pub fn spawn(layout: &Layout, component: Component, append: bool) -> Result<Process> {
     let (program, args) = config::command_line(layout, component);
     let log = layout.logs().join(format!("{}.log", component.name()));
-    let file = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(&log)
+        .with_context(|| format!("cannot create {}", log.display()))?;
     let err = file
         .try_clone()
         .with_context(|| format!("cannot reopen {}", log.display()))?;
