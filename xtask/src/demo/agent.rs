@@ -121,21 +121,11 @@ impl Agent {
 
     /// Waits (at most 10 s) until the agent's view lists every container
     /// of `ids` with a launch rate written to its control region.
-    pub(super) fn wait_for_rates(&self, ids: &[&str]) -> Result<()> {
+    pub(super) fn wait_for_rates(&self, ids: &[String]) -> Result<()> {
         let end = Instant::now() + Duration::from_secs(10);
         loop {
             let view = self.view()?;
-            let taken = |id: &&str| {
-                view["containers"].as_array().is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c["id"] == *id
-                            && c["gpus"]
-                                .as_array()
-                                .is_some_and(|g| g.iter().all(|g| g["launch_rate"].is_u64()))
-                    })
-                })
-            };
-            let missing: Vec<&str> = ids.iter().filter(|id| !taken(id)).copied().collect();
+            let missing = super::screen::not_taken_over(&view, ids);
             if missing.is_empty() {
                 return Ok(());
             }

@@ -2,45 +2,50 @@
 //! six containers' limits while their unmodified CUDA programs run under
 //! `libtessera.so` (the table in [`plan::plans`]).
 //!
-//! What runs is what a user outside Kubernetes runs: `tessera-agent run`
-//! (a free port, a root in a temporary folder), `tessera-agent container
-//! add` per container, `container set` halfway to change a target live,
-//! and the live view read from the agent's `/containers`. As root every
-//! container is a real cgroup below the detected cgroup v2 root, its
-//! workload moved into it and the path in its metadata; otherwise the demo
-//! says so and the agent knows the processes from their usage regions.
+//! What runs is what a user outside Kubernetes runs ([`local`]):
+//! `tessera-agent run` (a free port, a root in a temporary folder),
+//! `tessera-agent container add` per container, `container set` halfway to
+//! change a target live, and the live view read from the agent's
+//! `/containers`. As root every container is a real cgroup below the
+//! detected cgroup v2 root, its workload moved into it and the path in its
+//! metadata; otherwise the demo says so and the agent knows the processes
+//! from their usage regions.
 //!
-//! At the end (or on Ctrl-C / SIGTERM) the workloads and the agent are
-//! stopped, and the simulator's own record ([`oracle`]) judges whether each
-//! container stayed within its SM cap and memory limit; the command fails
-//! if one did not. Cgroups and the temporary folder are removed on every
-//! exit but SIGKILL.
+//! With `--cluster` the same containers are pods on the local Kubernetes
+//! of `cargo xtask cluster`, under Tessera installed by its Helm chart
+//! ([`cluster`]).
+//!
+//! Either way the same live part ([`watch`], the table of [`screen`]) and
+//! the same judge ([`summary`], [`oracle`]) run over a [`Node`]. At the end
+//! (or on Ctrl-C / SIGTERM) the workloads and the agent are stopped, and
+//! the simulator's own record ([`oracle`]) judges whether each container
+//! stayed within its SM cap and memory limit; the command fails if one did
+//! not. Cgroups and the temporary folder are removed on every exit but
+//! SIGKILL.
 
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use gpusim::Sim;
-use gpusim::state::Config;
+use serde_json::Value;
 
 use crate::artifacts::Artifacts;
 use crate::build;
-use crate::sh::{self, workspace_root};
 
 mod agent;
 mod cgroups;
+mod cluster;
+mod local;
 mod oracle;
 mod plan;
 mod screen;
 
-use agent::{Agent, NodeEnv};
-use cgroups::Cgroups;
 use oracle::{Record, Sampler, TOLERANCE_PP, Verdict};
-use plan::{GPUS, Plan, node_toml, plans};
+use plan::{GPUS, Plan};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -52,38 +57,20 @@ pub struct Args {
     /// Use release builds.
     #[arg(long)]
     pub release: bool,
-    /// Use the artifacts already built in DIR (`target/tessera/<profile>`)
-    /// instead of building them.
+    /// Use the artifacts already built in DIR (`target/tessera/<profile>`;
+    /// with `ebpf/` for `--cluster`) instead of building them.
     #[arg(long, value_name = "DIR")]
     pub artifacts: Option<PathBuf>,
-}
-
-/// A running workload process; dropping it kills and reaps it, so an
-/// error or a signal leaves no workload behind.
-struct Workload {
-    child: Child,
-    output: Arc<Mutex<Vec<String>>>,
-}
-
-impl Workload {
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// Lines it printed so far.
-    fn output(&self) -> Vec<String> {
-        self.output
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    /// Run the containers as pods on the local Kubernetes of `cargo xtask
+    /// cluster` (as root), Tessera installed by its Helm chart; a cluster
+    /// or release that is not there is brought up or installed first and
+    /// removed at the end.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: leave the cluster up, Tessera installed and the
+    /// demo's pods in their namespace at the end.
+    #[arg(long, requires = "cluster")]
+    pub keep: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -92,7 +79,8 @@ pub fn run(args: &Args) -> Result<()> {
         None => build::run(
             &build::Args {
                 release: args.release,
-                no_ebpf: true,
+                // The agent's image carries the eBPF objects.
+                no_ebpf: !args.cluster,
             },
             None,
         )?,
@@ -113,199 +101,42 @@ pub fn run(args: &Args) -> Result<()> {
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
             .context("cannot install the SIGINT/SIGTERM handler")?;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("tessera-demo-")
-        .tempdir()
-        .context("cannot create a temporary folder")?;
-    let result = demo(args, &artifacts.dir, dir.path(), &stop);
-    // The folder (node state, regions, the workload program) goes last,
-    // after everything that used it stopped.
-    drop(dir);
-    if result? {
+    let held = if args.cluster {
+        cluster::demo(args, &artifacts.dir, &stop)?
+    } else {
+        let dir = tempfile::Builder::new()
+            .prefix("tessera-demo-")
+            .tempdir()
+            .context("cannot create a temporary folder")?;
+        let result = local::demo(args.seconds, &artifacts.dir, dir.path(), &stop);
+        // The folder (node state, regions, the workload program) goes
+        // last, after everything that used it stopped.
+        drop(dir);
+        result?
+    };
+    if held {
         Ok(())
     } else {
         bail!("a limit did not hold (see the summary above)")
     }
 }
 
-/// Builds the C workload (an unmodified CUDA driver API program) against
-/// the simulator's `libcuda`.
-fn compile_workload(sim_dir: &Path, out: &Path) -> Result<()> {
-    let src = workspace_root().join("xtask/gpusim/tests/c/workload.c");
-    // The flags of the simulator tests' build of the same file
-    // (xtask/testkit/src/sim.rs), so a warning fails here too.
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-Wno-unused-function", "-o"])
-        .arg(out)
-        .arg(&src)
-        .arg(format!("-L{}", sim_dir.display()))
-        .arg(format!("-Wl,-rpath,{}", sim_dir.display()))
-        .arg("-lcuda")
-        .output()
-        .context("cannot run cc (a C compiler is needed for the demo's workloads)")?;
-    if !o.status.success() {
-        bail!(
-            "cc {} failed: {}",
-            src.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(())
-}
-
-/// Starts `program ops` under `lib` in `region`, moved into `cgroup` first
-/// when given (a shell writes its own pid to `cgroup.procs`, then execs
-/// the workload: the CUDA program starts inside the cgroup).
-fn spawn_workload(
-    env: &NodeEnv,
-    program: &Path,
-    lib: &Path,
-    region: &Path,
-    ops: &str,
-    cgroup: Option<&Path>,
-) -> Result<Workload> {
-    let mut c = match cgroup {
-        Some(cg) => {
-            let mut c = env.command(Path::new("/bin/sh"));
-            c.arg("-c")
-                .arg(r#"echo $$ > "$0/cgroup.procs" && export LD_PRELOAD="$1" && shift && exec "$@""#)
-                .arg(cg)
-                .arg(lib)
-                .arg(program);
-            c
-        }
-        None => {
-            let mut c = env.command(program);
-            c.env("LD_PRELOAD", lib);
-            c
-        }
-    };
-    let mut child = c
-        .args(ops.split_whitespace())
-        .env("TESSERA_REGION_DIR", region)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {}", program.display()))?;
-    let output = Arc::new(Mutex::new(Vec::new()));
-    let streams: [Option<Box<dyn std::io::Read + Send>>; 2] = [
-        child.stdout.take().map(|s| Box::new(s) as _),
-        child.stderr.take().map(|s| Box::new(s) as _),
-    ];
-    for stream in streams.into_iter().flatten() {
-        let output = output.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                output.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-            }
-        });
-    }
-    Ok(Workload { child, output })
-}
-
-/// Runs the demo; `Ok(false)` when a limit did not hold.
-fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<bool> {
-    let env = NodeEnv {
-        node: dir.join("node.toml"),
-        state: dir.join("gpusim.state"),
-        sim_dir: artifacts.join("sim"),
-    };
-    std::fs::write(&env.node, node_toml())
-        .with_context(|| format!("cannot write {}", env.node.display()))?;
-    let sim = Sim::open(&Config {
-        node_path: Some(env.node.clone()),
-        state_path: env.state.clone(),
-    })?;
-    let program = dir.join("workload");
-    compile_workload(&env.sim_dir, &program)?;
-    let plans = plans();
-
-    // Dropped in reverse order: workloads, then the agent, then cgroups.
-    let mut cgroups = if sh::is_root() {
-        match Cgroups::create() {
-            Ok(c) => {
-                println!("cgroups: one per container under {}", c.parent().display());
-                Some(c)
-            }
-            Err(e) => {
-                println!(
-                    "cgroups: skipped ({e:#}); the agent knows the processes from their usage regions"
-                );
-                None
-            }
-        }
-    } else {
-        println!(
-            "cgroups: skipped (not root): containers are not cgroups; the agent knows their processes from their usage regions"
-        );
-        None
-    };
-    let root = dir.join("containers");
-    let mut agent = Agent::start(&env, &artifacts.join("bin/tessera-agent"), &root)?;
-    println!(
-        "agent: tessera-agent run on a simulated {GPUS}-GPU node, http://{}/containers, root {}",
-        agent.addr,
-        root.display()
-    );
-    let lib = artifacts.join("lib/libtessera.so");
-    // The workloads outlive the view, so no sample sees them wind down.
-    let ms = (args.seconds + 30) * 1000;
-    let mut regions = Vec::new();
-    let mut workloads = Vec::new();
-    for p in &plans {
-        let cgroup = cgroups.as_mut().map(|c| c.add(p.name)).transpose()?;
-        let uuid = sim.node().uuid(p.gpu);
-        let target = p.sm_target.to_string();
-        let spec = p.gpu_spec(&uuid);
-        let mut add = vec![
-            "add",
-            "--id",
-            p.name,
-            "--gpu",
-            &spec,
-            "--sm-target",
-            &target,
-            "--mode",
-            p.mode.as_str(),
-        ];
-        let cg = cgroup.as_ref().map(|c| c.display().to_string());
-        if let Some(cg) = &cg {
-            add.extend(["--cgroup", cg]);
-        }
-        regions.push((PathBuf::from(agent.container(&add)?), cgroup));
-    }
-    // `container add` writes no launch rate (unlimited) until the agent
-    // takes the container over in its next period; a workload started
-    // before that would run unlimited for a moment.
-    agent.wait_for_rates(&plans.iter().map(|p| p.name).collect::<Vec<_>>())?;
-    for (p, (region, cgroup)) in plans.iter().zip(&regions) {
-        workloads.push(spawn_workload(
-            &env,
-            &program,
-            &lib,
-            region,
-            &p.ops(ms),
-            cgroup.as_deref(),
-        )?);
-    }
-    let pids: Vec<i32> = workloads.iter().map(Workload::pid).collect();
-    let outcome = watch(args, &plans, &mut agent, sim, &pids, &workloads, stop);
-    let interrupted = stop.load(Ordering::SeqCst);
-    let outputs: Vec<Vec<String>> = workloads.iter().map(Workload::output).collect();
-    drop(workloads);
-    agent.stop();
-    let (records, change_at, end_s) = outcome?;
-    if interrupted {
-        println!("\nstopped by a signal after {end_s:.0} s; workloads and agent stopped");
-    }
-    Ok(summary(
-        &plans,
-        &records,
-        change_at,
-        end_s,
-        &outputs,
-        interrupted,
-    ))
+/// Where the containers run, as the live part sees them: the plain demo's
+/// agent and processes ([`local`]) or the cluster's agent pod and pods
+/// ([`cluster`]). Container `i` is `plans[i]`.
+trait Node {
+    /// The agent's id of each container.
+    fn ids(&self) -> &[String];
+    /// The agent's view (`/containers`).
+    fn view(&mut self) -> Result<Value>;
+    /// The tail of the agent's log if it exited.
+    fn agent_gone(&mut self) -> Option<String>;
+    /// Sets container `i`'s SM target to `to` while it runs.
+    fn set_sm_target(&mut self, i: usize, to: u32) -> Result<()>;
+    /// How [`Node::set_sm_target`] does it (for the live view's note).
+    fn how_set(&self) -> &'static str;
+    /// What container `i`'s workload printed so far.
+    fn output(&mut self, i: usize) -> Vec<String>;
 }
 
 /// The live part: samples the simulator, reads the agent's view and
@@ -314,12 +145,11 @@ fn demo(args: &Args, artifacts: &Path, dir: &Path, stop: &AtomicBool) -> Result<
 /// Returns the simulator's record, when the change was made and when the
 /// run ended (s).
 fn watch(
-    args: &Args,
+    seconds: u64,
     plans: &[Plan],
-    agent: &mut Agent,
+    node: &mut dyn Node,
     sim: Sim,
     pids: &[i32],
-    workloads: &[Workload],
     stop: &AtomicBool,
 ) -> Result<(Vec<Record>, Option<f64>, f64)> {
     let tty = std::io::stdout().is_terminal();
@@ -335,12 +165,12 @@ fn watch(
     println!(
         "tessera demo: {} containers for {} s; a target changes at {} s (Ctrl-C stops)\n",
         plans.len(),
-        args.seconds,
-        args.seconds / 2
+        seconds,
+        seconds / 2
     );
     loop {
         std::thread::sleep(Duration::from_millis(100));
-        if stop.load(Ordering::SeqCst) || start.elapsed() >= Duration::from_secs(args.seconds) {
+        if stop.load(Ordering::SeqCst) || start.elapsed() >= Duration::from_secs(seconds) {
             break;
         }
         if last.elapsed() < Duration::from_secs(1) {
@@ -354,19 +184,21 @@ fn watch(
         // Ctrl-C on a terminal signals the whole process group: the agent
         // may be gone before this loop sees the flag.
         let signalled = || stop.load(Ordering::SeqCst);
-        if !agent.running() {
+        if let Some(log) = node.agent_gone() {
             if signalled() {
                 break;
             }
-            bail!("the agent exited; its log:\n{}", agent.log_tail(20));
+            bail!("the agent exited; its log:\n{log}");
         }
-        if change_at.is_none() && tick >= args.seconds / 2 {
-            for p in plans {
+        if change_at.is_none() && tick >= seconds / 2 {
+            for (i, p) in plans.iter().enumerate() {
                 if let Some(to) = p.change_to {
-                    agent.container(&["set", "--id", p.name, "--sm-target", &to.to_string()])?;
+                    node.set_sm_target(i, to)?;
                     note = format!(
-                        "{}'s SM target {} → {to} at {t:.0} s (tessera-agent container set)",
-                        p.name, p.sm_target
+                        "{}'s SM target {} → {to} at {t:.0} s ({})",
+                        p.name,
+                        p.sm_target,
+                        node.how_set()
                     );
                     if !tty {
                         println!("t={tick}s {note}");
@@ -375,12 +207,12 @@ fn watch(
             }
             change_at = Some(t);
         }
-        let view = match agent.view() {
+        let view = match node.view() {
             Ok(v) => v,
             Err(_) if signalled() => break,
             Err(e) => return Err(e),
         };
-        let (devices, rows) = screen::rows(&view, plans);
+        let (devices, rows) = screen::rows(&view, plans, node.ids());
         let per_s: Vec<f64> = rows
             .iter()
             .zip(last_launches.iter_mut())
@@ -391,10 +223,10 @@ fn watch(
             })
             .collect();
         if tty {
-            let mut lines = vec![format!("t = {tick:>3} s of {}   {note}", args.seconds)];
+            let mut lines = vec![format!("t = {tick:>3} s of {}   {note}", seconds)];
             lines.extend(screen::table(&devices, &rows, &per_s));
-            for (w, p) in workloads.iter().zip(plans).filter(|(_, p)| p.expects_oom()) {
-                if let Some(l) = w.output().iter().find(|l| l.starts_with("allocs")) {
+            for (i, p) in plans.iter().enumerate().filter(|(_, p)| p.expects_oom()) {
+                if let Some(l) = node.output(i).iter().find(|l| l.starts_with("allocs")) {
                     lines.push(format!("{}: {l}", p.name));
                 }
             }

@@ -24,6 +24,14 @@ pub(super) fn node_toml() -> String {
     t
 }
 
+/// Whether `node` has the demo's GPUs and costs ([`node_toml`]; its
+/// stand-in devices may differ).
+pub(super) fn same_node(node: &gpusim::NodeDescription) -> bool {
+    let demo = gpusim::NodeDescription::parse(&node_toml(), std::path::Path::new("demo"))
+        .expect("the demo's node description parses");
+    node.gpu == demo.gpu && node.cost == demo.cost && node.scheduler == demo.scheduler
+}
+
 /// How a container holds its SM target (`--mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -68,9 +76,10 @@ pub(super) enum Work {
 }
 
 impl Plan {
-    /// The workload's operations; kernels run for `ms`.
-    pub(super) fn ops(&self, ms: u64) -> String {
-        let dev = self.gpu;
+    /// The workload's operations on its GPU, device `dev` of those it
+    /// sees (its node index on the plain demo's node; 0 in a pod, which
+    /// sees only its own GPU); kernels run for `ms`.
+    pub(super) fn ops(&self, dev: usize, ms: u64) -> String {
         match self.work {
             Work::Saturate { alloc_mib } => {
                 format!("dev {dev} alloc {alloc_mib} ready run spin 1 256 {ms}")
@@ -83,6 +92,14 @@ impl Plan {
 
     pub(super) fn expects_oom(&self) -> bool {
         matches!(self.work, Work::UntilOom { .. })
+    }
+
+    /// Its `nvidia.com/gpumem` in a pod: what it may allocate. A pod's
+    /// grant charges no context overhead (its CUDA context is on top of
+    /// the limit), so the pod asks for its memory limit less the context,
+    /// and holds at most `memory_mib` as the plain demo's container does.
+    pub(super) fn pod_gpumem_mib(&self) -> u64 {
+        self.memory_mib - CONTEXT_OVERHEAD_MIB
     }
 
     /// Its `--gpu` spec for `tessera-agent container add`.
@@ -222,9 +239,14 @@ mod tests {
             }
         }
         assert_eq!(
-            plans[3].ops(1000),
+            plans[3].ops(plans[3].gpu, 1000),
             "dev 2 ready alloc-until-oom 500 meminfo run spin 1 256 1000"
         );
+        assert_eq!(
+            plans[0].ops(0, 1000),
+            "dev 0 alloc 16000 ready run spin 1 256 1000"
+        );
+        assert_eq!(plans[3].pod_gpumem_mib(), 3500);
         assert_eq!(
             plans[0].gpu_spec("GPU-x"),
             "GPU-x,memory=20000,overhead=500"
@@ -236,5 +258,15 @@ mod tests {
         let node = gpusim::NodeDescription::parse(&node_toml(), Path::new("demo")).unwrap();
         assert_eq!(node.gpu.len(), GPUS);
         assert_eq!(node.cost.context_overhead_mib, CONTEXT_OVERHEAD_MIB);
+        assert!(same_node(&node));
+        // The cluster's default node is this one, so `demo --cluster` can
+        // run on a cluster brought up without `--node`.
+        let cluster =
+            gpusim::NodeDescription::parse(crate::cluster::gpu::DEFAULT_NODE, Path::new("cluster"))
+                .unwrap();
+        assert!(same_node(&cluster));
+        let mut other = node;
+        other.gpu.pop();
+        assert!(!same_node(&other));
     }
 }

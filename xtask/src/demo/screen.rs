@@ -38,9 +38,10 @@ fn mib(v: &Value) -> Option<u64> {
     v.as_u64().map(|b| b / MIB)
 }
 
-/// The rows of `plans` (in their order) and the devices in a view; a
-/// container the view does not list yet has an empty row.
-pub(super) fn rows(view: &Value, plans: &[Plan]) -> (Vec<Device>, Vec<Row>) {
+/// The rows of `plans` (in their order; `ids[i]` is the agent's id of
+/// `plans[i]`'s container) and the devices in a view; a container the view
+/// does not list yet has an empty row.
+pub(super) fn rows(view: &Value, plans: &[Plan], ids: &[String]) -> (Vec<Device>, Vec<Row>) {
     let devices = view["devices"]
         .as_array()
         .map(|ds| {
@@ -58,7 +59,8 @@ pub(super) fn rows(view: &Value, plans: &[Plan]) -> (Vec<Device>, Vec<Row>) {
     let containers = view["containers"].as_array().unwrap_or(&empty);
     let rows = plans
         .iter()
-        .map(|p| {
+        .zip(ids)
+        .map(|(p, id)| {
             let mut row = Row {
                 name: p.name.to_owned(),
                 gpu: p.gpu,
@@ -66,7 +68,7 @@ pub(super) fn rows(view: &Value, plans: &[Plan]) -> (Vec<Device>, Vec<Row>) {
                 state: "not listed yet".to_owned(),
                 ..Row::default()
             };
-            let Some(c) = containers.iter().find(|c| c["id"] == p.name) else {
+            let Some(c) = containers.iter().find(|c| c["id"] == id.as_str()) else {
                 return row;
             };
             let g = &c["gpus"][0];
@@ -84,6 +86,26 @@ pub(super) fn rows(view: &Value, plans: &[Plan]) -> (Vec<Device>, Vec<Row>) {
         })
         .collect();
     (devices, rows)
+}
+
+/// The ids of `ids` that the view does not list yet with a launch rate
+/// written for each of its GPUs (until the agent takes a new container
+/// over in its next period, its workload would launch unlimited).
+pub(super) fn not_taken_over<'a>(view: &Value, ids: &'a [String]) -> Vec<&'a str> {
+    let taken = |id: &str| {
+        view["containers"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["id"] == id
+                    && c["gpus"]
+                        .as_array()
+                        .is_some_and(|g| g.iter().all(|g| g["launch_rate"].is_u64()))
+            })
+        })
+    };
+    ids.iter()
+        .map(String::as_str)
+        .filter(|id| !taken(id))
+        .collect()
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -202,7 +224,8 @@ mod tests {
             }],
         });
         let plans = plans();
-        let (d, r) = rows(&view, &plans);
+        let ids: Vec<String> = plans.iter().map(|p| p.name.to_owned()).collect();
+        let (d, r) = rows(&view, &plans, &ids);
         assert_eq!(d[0].total_mib, Some(8));
         assert_eq!(r.len(), plans.len());
         assert_eq!(r[0].state, "not listed yet");
@@ -233,5 +256,9 @@ mod tests {
             "{lines:#?}"
         );
         assert_eq!(table(&d, &r, &per_s).len(), 1 + 1 + 1 + 1 + plans.len());
+        // Only serve-b has its rate; by its agent id, whatever that is.
+        assert_eq!(not_taken_over(&view, &ids[..2]), vec!["train-a"]);
+        let (_, r) = rows(&view, &plans[1..2], &["other".to_owned()]);
+        assert_eq!(r[0].state, "not listed yet");
     }
 }
