@@ -331,4 +331,10 @@ fn print_verdict(v: &Verdict) {
         v.limit_mib,
         if v.memory_held() { "held" } else { "NOT HELD" }
     );
+    if !v.seen() {
+        println!(
+            "  {:<9} NOT SEEN: its process held no memory on GPU {} at any sample of the simulator's record",
+            v.name, v.gpu
+        );
+    }
 }

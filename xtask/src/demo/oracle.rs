@@ -123,6 +123,8 @@ impl Window {
 pub(super) struct Verdict {
     pub(super) name: &'static str,
     pub(super) mode: Mode,
+    /// Its GPU on the node.
+    pub(super) gpu: usize,
     pub(super) windows: Vec<Window>,
     pub(super) peak_mib: f64,
     pub(super) limit_mib: u64,
@@ -133,8 +135,16 @@ impl Verdict {
         self.peak_mib <= self.limit_mib as f64
     }
 
+    /// Whether its process is in the record: every workload holds its
+    /// CUDA context from its first operation on, so a container that held
+    /// no device memory at any sample while a window was sampled ran on
+    /// another GPU or not at all, and an SM share of 0 says nothing.
+    pub(super) fn seen(&self) -> bool {
+        self.peak_mib > 0.0 || self.windows.iter().all(|w| w.achieved.is_none())
+    }
+
     pub(super) fn held(&self) -> bool {
-        self.memory_held() && self.windows.iter().all(Window::held)
+        self.seen() && self.memory_held() && self.windows.iter().all(Window::held)
     }
 }
 
@@ -189,6 +199,7 @@ pub(super) fn judge(
             Verdict {
                 name: p.name,
                 mode: p.mode,
+                gpu: p.gpu,
                 windows,
                 peak_mib: r.peak_bytes as f64 / MIB as f64,
                 limit_mib: p.memory_mib,
@@ -255,10 +266,20 @@ mod tests {
         greedy[5] = flat(&[80.0], 20.0);
         assert!(!judge(&plans, &greedy, Some(10.0), 20.0)[5].held());
         // A byte over the memory limit.
-        let mut over = good;
+        let mut over = good.clone();
         over[3].peak_bytes = plans[3].memory_mib * MIB + 1;
         let v = judge(&plans, &over, Some(10.0), 20.0);
         assert!(!v[3].memory_held() && !v[3].held());
+        // A process never in the record (no memory at any sample) is not
+        // judged as holding its cap by its share of 0.
+        let mut unseen = good;
+        unseen[4] = Record {
+            sm: (1..=20).map(|t| (t as f64, 0.0)).collect(),
+            peak_bytes: 0,
+        };
+        let v = judge(&plans, &unseen, Some(10.0), 20.0);
+        assert!(v[4].windows.iter().all(Window::held));
+        assert!(!v[4].seen() && !v[4].held() && v[5].held());
     }
 
     #[test]
