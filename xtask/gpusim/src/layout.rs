@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"GPUSIMST"`.
 pub const STATE_MAGIC: [u8; 8] = *b"GPUSIMST";
 /// Layout version of the state file.
-pub const STATE_VERSION: u32 = 6;
+pub const STATE_VERSION: u32 = 7;
 /// GPUs a node may have.
 pub const MAX_GPUS: usize = 16;
 /// Processes that may hold a context on one GPU at a time.

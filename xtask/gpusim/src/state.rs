@@ -661,6 +661,44 @@ mod tests {
         assert!(!state.lock(0).unwrap().recovered);
     }
 
+    /// A holder in another pid namespace whose thread has this thread's
+    /// number (two containers' main threads are both tid 1) is waited
+    /// for, not taken for this thread.
+    #[test]
+    fn a_holder_elsewhere_with_this_threads_number_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            node_path: None,
+            state_path: dir.path().join("state"),
+        };
+        let state: &'static State = Box::leak(Box::new(State::open(&cfg).unwrap()));
+        let me = sys::gettid();
+        let m = state.gpu(0).lock.mutex.get() as usize;
+        let child = std::thread::spawn(move || {
+            sys::in_child(|| {
+                let g = state.lock(0).unwrap();
+                let m = m as *mut libc::pthread_mutex_t;
+                // SAFETY: this thread holds the mutex and writes its own
+                // tid back before unlocking it.
+                unsafe { sys::set_holder(m, me) };
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                // SAFETY: as above.
+                unsafe { sys::set_holder(m, sys::gettid()) };
+                drop(g);
+            })
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // SAFETY: the mutex stays mapped (the state is leaked).
+        while unsafe { sys::holder(m as *mut libc::pthread_mutex_t) } != me {
+            assert!(std::time::Instant::now() < deadline, "never held as {me}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let g = state.lock(0).map_err(|e| e.to_string());
+        assert!(g.is_ok(), "{:?}", g.err());
+        drop(g);
+        assert_eq!(child.join().unwrap(), 0, "the child failed");
+    }
+
     /// A holder stopped inside its critical section (a stop signal, a
     /// frozen cgroup) would hold every other process of the node, the node
     /// agent's NVML queries included, for as long as it stays stopped: a

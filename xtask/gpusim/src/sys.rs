@@ -84,12 +84,15 @@ pub unsafe fn mutex_init(m: *mut libc::pthread_mutex_t) -> io::Result<()> {
                 libc::PTHREAD_MUTEX_ROBUST,
             ))
         })
-        // Error-checking: a thread locking a GPU it already holds (say,
-        // from a signal handler) gets EDEADLK instead of hanging forever.
+        // Normal, not error-checking: glibc's check compares the holder's
+        // thread id with the caller's, and processes in different pid
+        // namespaces (two containers' main threads, both tid 1) share
+        // numbers. A thread locking a GPU it already holds is told by
+        // `mutex_lock` itself (see `HELD`).
         .and_then(|_| {
             check(libc::pthread_mutexattr_settype(
                 a,
-                libc::PTHREAD_MUTEX_ERRORCHECK,
+                libc::PTHREAD_MUTEX_NORMAL,
             ))
         })
         .and_then(|_| check(libc::pthread_mutex_init(m, a)));
@@ -189,7 +192,7 @@ const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 ///
 /// # Safety
 /// `m` must point to a mapped, initialised robust mutex.
-unsafe fn holder(m: *mut libc::pthread_mutex_t) -> i32 {
+pub(crate) unsafe fn holder(m: *mut libc::pthread_mutex_t) -> i32 {
     // SAFETY: the futex word is the first, 4-aligned u32 of a glibc mutex
     // and is only ever changed atomically (by glibc and the kernel), so an
     // atomic load of it is sound while the mutex stays mapped.
@@ -215,6 +218,31 @@ pub enum LockError {
     Os(io::Error),
 }
 
+/// Mutexes this thread holds through [`mutex_lock`] (0: a free slot): a
+/// thread locking one again (say, from a signal handler) gets `EDEADLK`
+/// instead of waiting for itself forever. Plain cells, so that a signal
+/// handler interrupting an update finds them usable.
+const HELD_SLOTS: usize = 8;
+
+thread_local! {
+    static HELD: [std::cell::Cell<usize>; HELD_SLOTS] =
+        const { [const { std::cell::Cell::new(0) }; HELD_SLOTS] };
+}
+
+fn holds(m: usize) -> bool {
+    HELD.try_with(|h| h.iter().any(|c| c.get() == m))
+        .unwrap_or(false)
+}
+
+fn set_held(m: usize, held: bool) {
+    let _ = HELD.try_with(|h| {
+        let (from, to) = if held { (0, m) } else { (m, 0) };
+        if let Some(c) = h.iter().find(|c| c.get() == from) {
+            c.set(to);
+        }
+    });
+}
+
 /// Locks a robust mutex, recovering it if its owner died.
 ///
 /// Never sleeps longer than [`LOCK_WAIT_SLICE_NS`] at a time (see there),
@@ -226,6 +254,23 @@ pub enum LockError {
 /// `m` must point to a mutex initialised by [`mutex_init`] that stays mapped
 /// while locked.
 pub unsafe fn mutex_lock(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockError> {
+    let addr = m as usize;
+    if holds(addr) {
+        return Err(LockError::Os(io::Error::from_raw_os_error(libc::EDEADLK)));
+    }
+    // SAFETY: per the caller's contract.
+    let locked = unsafe { mutex_lock_inner(m) };
+    if locked.is_ok() {
+        set_held(addr, true);
+    }
+    locked
+}
+
+/// [`mutex_lock`] once this thread is known not to hold `m`.
+///
+/// # Safety
+/// As for [`mutex_lock`].
+unsafe fn mutex_lock_inner(m: *mut libc::pthread_mutex_t) -> Result<Locked, LockError> {
     // Uncontended: no clock read, no syscall.
     // SAFETY: per the caller's contract.
     let mut rc = unsafe { libc::pthread_mutex_trylock(m) };
@@ -308,10 +353,36 @@ fn timespec_after(clock: libc::clockid_t, ns: u64) -> libc::timespec {
 /// # Safety
 /// The calling thread must hold `m`.
 pub unsafe fn mutex_unlock(m: *mut libc::pthread_mutex_t) {
+    set_held(m as usize, false);
     // SAFETY: per the caller's contract.
     unsafe {
         libc::pthread_mutex_unlock(m);
     }
+}
+
+/// Writes `tid` as the holder in `m`'s futex word, keeping its flags: what
+/// a holder in another pid namespace whose thread has the same number as
+/// one here looks like.
+///
+/// # Safety
+/// `m` must point to a mapped robust mutex that the calling thread holds;
+/// it must write its own tid back before unlocking.
+#[cfg(test)]
+pub unsafe fn set_holder(m: *mut libc::pthread_mutex_t, tid: i32) {
+    // SAFETY: per the caller's contract (see `holder`).
+    let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(m.cast::<u32>()) };
+    let flags = word.load(std::sync::atomic::Ordering::Relaxed) & !FUTEX_TID_MASK;
+    word.store(
+        flags | (tid as u32 & FUTEX_TID_MASK),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// This thread's id.
+#[cfg(test)]
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
