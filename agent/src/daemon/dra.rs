@@ -4,7 +4,8 @@
 //! ResourceSlice ([`crate::dra::slice`]) is applied and kept current: the
 //! inventory is read again every [`RESLICE`], and a change (a GPU lost or
 //! back) is applied with the pool's generation raised, so the scheduler
-//! drops the older slice.
+//! drops the older slice. Claims' cgroups are learnt beside them
+//! ([`crate::dra::bind`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,6 +85,20 @@ pub async fn run(
         registry_dir: config.dra.registry_dir.clone(),
         plugins_dir: config.dra.plugins_dir.clone(),
     };
+    // The claims' cgroups, once their containers run.
+    let mut rx = stop.clone();
+    let binder = tokio::spawn(crate::dra::bind::run(
+        client.clone(),
+        node.clone(),
+        config.root.clone(),
+        config
+            .cgroup_root
+            .clone()
+            .or_else(|| crate::cgroup::v2::cgroup2_root().ok()),
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        },
+    ));
     let slices = tokio::spawn(publish(client, node, backend, inventory, stop.clone()));
     let (registered, _) = watch::channel(false);
     let mut rx = stop;
@@ -94,6 +109,7 @@ pub async fn run(
         tracing::error!(error = %crate::error_chain::with_causes(&e), "the DRA plugin stopped");
     }
     let _ = slices.await;
+    let _ = binder.await;
 }
 
 async fn read_inventory(backend: &Arc<NvmlBackend>) -> Result<Inventory, String> {

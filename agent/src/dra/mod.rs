@@ -8,11 +8,16 @@
 //! - [`cdi`]: its CDI spec, the device plugin's answer in the form the
 //!   container runtime applies;
 //! - [`plugin`]: the kubelet plugin (registration and the `v1.DRAPlugin`
-//!   service) answering with [`prepare`].
+//!   service) answering with [`prepare`], its registration socket
+//!   relayed through [`authority`] (kubelet's plugin watcher sends an
+//!   `:authority` tonic refuses);
+//! - [`bind`]: a prepared claim's pod, labels and cgroup, once its
+//!   containers run, for the control loop and the watchdog.
 //!
-//! Not yet here: the daemon task that runs the plugin and publishes the
-//! slice.
+//! The daemon task running them is [`crate::daemon::dra`].
 
+pub mod authority;
+pub mod bind;
 pub mod cdi;
 pub mod plugin;
 pub mod prepare;

@@ -256,6 +256,9 @@ pub async fn serve(
                 wait(stop_rx.clone()),
             ),
     );
+    // kubelet's plugin watcher sends an authority tonic refuses: relayed
+    // with it rewritten (super::authority).
+    let (registration_incoming, accepting) = super::authority::incoming(registration_listener);
     let reg = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(reg::registration_server::RegistrationServer::new(
@@ -264,12 +267,10 @@ pub async fn serve(
                     registered,
                 },
             ))
-            .serve_with_incoming_shutdown(
-                UnixListenerStream::new(registration_listener),
-                wait(stop_rx),
-            ),
+            .serve_with_incoming_shutdown(registration_incoming, wait(stop_rx)),
     );
     shutdown.await;
+    accepting.abort();
     let _ = std::fs::remove_file(&registration);
     let _ = stop.send(true);
     let mut result = Ok(());
