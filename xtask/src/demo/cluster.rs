@@ -44,7 +44,7 @@ const CONTAINER: &str = "main";
 const AGENT_SELECTOR: &str = "app.kubernetes.io/component=agent";
 const AGENT_PORT: u16 = 9400;
 const AGENT_BIN: &str = "/usr/bin/tessera-agent";
-/// How long the pods get to be scheduled and start.
+/// How long each pod gets to be scheduled and start.
 const START_WITHIN: Duration = Duration::from_secs(120);
 
 /// A pod of `plan` on the GPU `uuid`, running for `ms`.
@@ -364,23 +364,27 @@ pub(super) fn demo(args: &Args, artifacts: &Path, stop: &AtomicBool) -> Result<b
         state_path: layout.gpusim_state(),
     })?;
     let plans = plans();
-    // The workloads outlive the view (and the pods' staggered starts), so
-    // no sample sees them wind down.
-    let ms = (args.seconds + START_WITHIN.as_secs() + 30) * 1000;
-    let list = json!({
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": plans.iter().map(|p| pod(p, &sim.node().uuid(p.gpu), ms)).collect::<Vec<_>>(),
-    });
-    let file = tempfile::Builder::new()
+    // The workloads outlive the view (and the pods' staggered starts, a
+    // few seconds each), so no sample sees them wind down.
+    let ms = (args.seconds + 90) * 1000;
+    // One pod at a time, each running before the next is made: the
+    // agent's `Allocate` learns which pod it serves from the pods bound to
+    // the node, and pods bound in the same second could be told apart
+    // wrongly (seen: a pod's workload ran on another pod's GPU).
+    let dir = tempfile::Builder::new()
         .prefix("tessera-demo-pods-")
-        .suffix(".json")
-        .tempfile()
-        .context("cannot create a temporary file")?;
-    std::fs::write(file.path(), list.to_string())
-        .with_context(|| format!("cannot write {}", file.path().display()))?;
-    kubectl(&layout, &["apply", "-f", &file.path().to_string_lossy()])?;
-    let (uids, pids) = wait_running(&layout, &plans, stop)?;
+        .tempdir()
+        .context("cannot create a temporary folder")?;
+    let (mut uids, mut pids) = (Vec::new(), Vec::new());
+    for (i, p) in plans.iter().enumerate() {
+        let file = dir.path().join(format!("{}.json", p.name));
+        std::fs::write(&file, pod(p, &sim.node().uuid(p.gpu), ms).to_string())
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        kubectl(&layout, &["apply", "-f", &file.to_string_lossy()])?;
+        let (uid, pid) = wait_running(&layout, &plans[i..=i], stop)?;
+        uids.extend(uid);
+        pids.extend(pid);
+    }
     let agent = agent_pod(&layout)?;
     println!(
         "agent: pod {}/{} on a simulated {GPUS}-GPU node, http://{}/containers, root {}",
