@@ -58,7 +58,7 @@ enum Command {
     ///
     /// TESSERA_NIGHTLY picks the nightly, as for setup.
     Test(test::Args),
-    /// Run workloads on a simulated GPU node under Tessera's limits.
+    /// Run workloads on a simulated GPU node under Tessera's limits (--cluster: as pods on the local Kubernetes).
     Demo(demo::Args),
     /// Print the benchmark figures quoted in the README.
     Bench(bench::Args),

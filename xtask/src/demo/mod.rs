@@ -85,12 +85,18 @@ pub fn run(args: &Args) -> Result<()> {
             None,
         )?,
     };
-    for need in ["bin/tessera-agent", "lib/libtessera.so", "sim/libcuda.so.1"] {
+    let mut needs = vec!["bin/tessera-agent", "lib/libtessera.so", "sim/libcuda.so.1"];
+    if args.cluster {
+        // The images' programs (the agent's carries the eBPF objects).
+        needs.extend(["bin/tessera-scheduler", "ebpf/tessera.bpf.o"]);
+    }
+    for need in needs {
         let p = artifacts.dir.join(need);
         if !p.is_file() {
             bail!(
-                "{} is missing: run `cargo xtask build --no-ebpf` or drop --artifacts",
-                p.display()
+                "{} is missing: run `cargo xtask build{}` or drop --artifacts",
+                p.display(),
+                if args.cluster { "" } else { " --no-ebpf" }
             );
         }
     }
