@@ -283,13 +283,17 @@ pub fn on_the_cluster() {
             ("nvidia.com/gpumem", "6000"),
             ("nvidia.com/gpucores", "50"),
         ],
-        &[("tessera.dev/gpu-uuid-exclude", gpu_uuid.as_str())],
+        &[("tessera.dev/gpu-uuid-include", gpu_uuid.as_str())],
         &[
             "dev", "0", "meminfo", "alloc", "6000", "ready", "run", "spin", "132", "128", "40000",
         ],
     ));
     wait_running("hami-50", Duration::from_secs(90));
-    let gpu50 = assigned("hami-50")[0].clone();
+    assert_eq!(
+        assigned("hami-50"),
+        [gpu_uuid.clone()],
+        "two pods share one GPU"
+    );
 
     // The limit as the workload sees it (only the preload can show it):
     // memory info says 4000 MiB, allocation stops there.
@@ -310,16 +314,10 @@ pub fn on_the_cluster() {
     let gpu = gpu_of(&sim, &gpu_uuid);
     let (p30, p50) = (workload_pid("hami-30"), workload_pid("hami-50"));
     assert_eq!(held_mib(&sim, gpu, p30), 4000 + CONTEXT_MIB);
-    assert_eq!(
-        held_mib(&sim, gpu_of(&sim, &gpu50), p50),
-        6000 + CONTEXT_MIB
-    );
+    assert_eq!(held_mib(&sim, gpu, p50), 6000 + CONTEXT_MIB);
     // Let the controllers settle, then judge two windows each.
     std::thread::sleep(Duration::from_secs(3));
-    let (s30, s50) = (
-        sm_share(&sim, gpu, p30, 2),
-        sm_share(&sim, gpu_of(&sim, &gpu50), p50, 2),
-    );
+    let (s30, s50) = (sm_share(&sim, gpu, p30, 2), sm_share(&sim, gpu, p50, 2));
     eprintln!("tessera on the cluster: SM {s30:.1} % (target 30), {s50:.1} % (target 50)");
     assert!(
         (s30 - 30.0).abs() <= 3.0,
