@@ -34,6 +34,8 @@ const TUNABLES: [&str; 7] = [
     "kernel.keys.root_maxbytes",
     "net.ipv4.ip_forward",
 ];
+#[path = "cluster/dra.rs"]
+mod dra;
 #[path = "cluster/tessera.rs"]
 mod tessera;
 
@@ -231,6 +233,7 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
 
         gpu_pods();
         tessera::on_the_cluster();
+        dra::on_the_cluster();
     });
 
     let down = xtask(&["cluster", "down"]);

@@ -343,9 +343,11 @@ pub fn write_files(layout: &Layout, node: &SimNode) -> Result<()> {
         })?;
         libraries.push(to);
     }
-    // The state file: made now, with this description. The simulator
-    // refuses a state file that others may write, so only root's
-    // containers (the default) use the GPUs.
+    // The state file: made now, with this description, root's, and
+    // writable by every uid, so containers running as any user use the
+    // GPUs (the simulator accepts a root-owned file named explicitly, as
+    // the runtime names it in GPUSIM_STATE, whatever its mode); the node
+    // description readable by all.
     let cfg = gpusim::state::Config {
         node_path: Some(layout.gpusim_node()),
         state_path: layout.gpusim_state(),
@@ -356,6 +358,16 @@ pub fn write_files(layout: &Layout, node: &SimNode) -> Result<()> {
             layout.gpusim_state().display()
         )
     })?);
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        for (path, mode) in [
+            (layout.gpusim_state(), 0o666),
+            (layout.gpusim_node(), 0o644),
+        ] {
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+        }
+    }
 
     let gpus: Vec<_> = (0..node.description.gpu.len())
         .map(|i| json!({"uuid": node.description.uuid(i), "device": gpu_device(i)}))

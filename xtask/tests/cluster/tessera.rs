@@ -54,7 +54,7 @@ fn pod_of(
     annotations: &[(&str, &str)],
     args: &[&str],
 ) -> std::process::Output {
-    pod_with_env(name, image, limits, annotations, args, &[])
+    pod_with_env(name, image, limits, annotations, args, &[], None)
 }
 
 fn pod_with_env(
@@ -64,6 +64,7 @@ fn pod_with_env(
     annotations: &[(&str, &str)],
     args: &[&str],
     env: &[(&str, &str)],
+    user: Option<u32>,
 ) -> std::process::Output {
     let env: Vec<Value> = env
         .iter()
@@ -83,6 +84,7 @@ fn pod_with_env(
                 "imagePullPolicy": "Never",
                 "args": args,
                 "env": env,
+                "securityContext": user.map(|u| json!({"runAsUser": u, "runAsNonRoot": true})),
                 "resources": {"limits": limits},
             }],
         },
@@ -463,11 +465,15 @@ pub fn on_the_cluster() {
 
     // Memory only; a percentage; two GPUs; a priority: each runs, each
     // sees its limit.
-    created(&hami_pod(
+    // (As a user other than root, as many images run.)
+    created(&pod_with_env(
         "mem-only",
+        IMAGE,
         &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "2000")],
         &[],
         &["dev", "0", "meminfo"],
+        &[],
+        Some(65534),
     ));
     created(&hami_pod(
         "mem-percent",
@@ -637,6 +643,7 @@ fn hostile() {
         &[],
         &["libcuda.so.1", "3000"],
         &[("ESCAPE_GO", "1")],
+        None,
     ));
     let phase = wait_pod_done("hostile", Duration::from_secs(90));
     let pod = get_json(&["get", "pod", "hostile"]);
