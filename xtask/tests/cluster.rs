@@ -166,6 +166,11 @@ fn a_pod_runs_on_the_local_cluster_and_down_undoes_up() {
         println!("skipped: {reason}");
         return;
     }
+    // One cluster per machine: another checkout's cluster test (or anyone
+    // holding the same lock, as `flock /tmp/tessera-cluster.lock CMD`)
+    // finishes first.
+    let lock = std::fs::File::create("/tmp/tessera-cluster.lock").unwrap();
+    lock.lock().unwrap();
     let before = tunables();
     let nodes_before: Vec<&str> = DEVICE_NODES
         .iter()

@@ -293,7 +293,7 @@ pub fn on_the_cluster() {
     wait_running("hami-50", Duration::from_secs(90));
     assert_eq!(
         assigned("hami-50"),
-        [gpu_uuid.clone()],
+        std::slice::from_ref(&gpu_uuid),
         "two pods share one GPU"
     );
 
