@@ -228,6 +228,7 @@ fn prepare(c: &mut Cluster, artifacts: &Path, stop: &AtomicBool) -> Result<()> {
         println!("tessera: installed already (its images are not rebuilt)");
     }
     stopped(stop)?;
+    wait_for_telemetry(&c.layout, stop)?;
     // A namespace a kept run left behind.
     kubectl(
         &c.layout,
@@ -243,6 +244,38 @@ fn prepare(c: &mut Cluster, artifacts: &Path, stop: &AtomicBool) -> Result<()> {
     c.namespace = true;
     kubectl(&c.layout, &["create", "namespace", NAMESPACE])?;
     Ok(())
+}
+
+/// Waits until the agent has written its node's GpuNode status with the
+/// GPUs: the extender refuses every node without one, and the
+/// kube-scheduler retries a pod refused so only minutes later.
+fn wait_for_telemetry(layout: &Layout, stop: &AtomicBool) -> Result<()> {
+    let end = Instant::now() + START_WITHIN;
+    loop {
+        stopped(stop)?;
+        let nodes = kubectl_json(layout, &["get", "gpunodes"]).unwrap_or_default();
+        let ready = nodes["items"].as_array().is_some_and(|items| {
+            items.iter().any(|n| {
+                n["metadata"]["name"] == k8s::NODE_NAME
+                    && n["status"]["devices"]
+                        .as_array()
+                        .is_some_and(|d| d.len() == GPUS)
+            })
+        });
+        if ready {
+            // The extender's watch sees it within its own moment.
+            std::thread::sleep(Duration::from_secs(2));
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            bail!(
+                "the agent wrote no GpuNode status for {} within {} s",
+                k8s::NODE_NAME,
+                START_WITHIN.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The agent pod: its name, `/containers` address and region root.
