@@ -22,12 +22,6 @@ const DRIVER: &str = "gpu.tessera.dev";
 const MIB: u64 = 1 << 20;
 /// The simulated node's charge per CUDA context (its node file).
 const CONTEXT_MIB: u64 = 500;
-/// Whether both claims are pinned to one GPU. Two processes of different
-/// pid namespaces on one simulated GPU fail today ("cannot lock GPU ...
-/// Resource deadlock avoided": gpusim's robust mutex records
-/// namespace-local thread ids); until gpusim is fixed the second claim is
-/// pinned to another GPU. The goal is `true`.
-const SAME_GPU: bool = false;
 
 fn text(out: &std::process::Output) -> String {
     format!(
@@ -266,13 +260,10 @@ pub fn on_the_cluster() {
         slice["metadata"]["name"], devices[3]["capacity"]["memory"]["value"]
     );
 
-    // Two claims pinned by their uuid, each used by a workload pod.
+    // Two claims pinned by a CEL selector to one GPU's uuid, each used by
+    // a workload pod: both on that GPU, side by side.
     let (uuid30, index30) = (uuid_of(3), 3);
-    let (uuid50, index50) = if SAME_GPU {
-        (uuid30.clone(), 3)
-    } else {
-        (uuid_of(2), 2)
-    };
+    let (uuid50, index50) = (uuid30.clone(), index30);
     apply("dra-30", &claim("dra-30", &uuid30, "4Gi", "30"));
     apply("dra-50", &claim("dra-50", &uuid50, "6Gi", "50"));
     let workload = [
