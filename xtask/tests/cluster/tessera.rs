@@ -471,7 +471,16 @@ pub fn on_the_cluster() {
         IMAGE,
         &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "2000")],
         &[],
-        &["dev", "0", "meminfo"],
+        &[
+            "dev",
+            "0",
+            "meminfo",
+            "alloc-until-oom",
+            "250",
+            "ready",
+            "sleep",
+            "8000",
+        ],
         &[],
         Some(65534),
     ));
@@ -482,13 +491,36 @@ pub fn on_the_cluster() {
             ("nvidia.com/gpumem-percentage", "10"),
         ],
         &[],
-        &["dev", "0", "meminfo"],
+        &[
+            "dev",
+            "0",
+            "meminfo",
+            "alloc-until-oom",
+            "250",
+            "ready",
+            "sleep",
+            "8000",
+        ],
     ));
     created(&hami_pod(
         "two-gpus",
         &[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "1000")],
         &[],
-        &["dev", "0", "meminfo", "dev", "1", "meminfo"],
+        &[
+            "dev",
+            "0",
+            "meminfo",
+            "alloc-until-oom",
+            "250",
+            "dev",
+            "1",
+            "meminfo",
+            "alloc-until-oom",
+            "250",
+            "ready",
+            "sleep",
+            "8000",
+        ],
     ));
     created(&hami_pod(
         "low-priority",
@@ -499,9 +531,37 @@ pub fn on_the_cluster() {
             ("nvidia.com/priority", "1"),
         ],
         &[],
-        &["dev", "0", "meminfo"],
+        &[
+            "dev",
+            "0",
+            "meminfo",
+            "alloc-until-oom",
+            "250",
+            "ready",
+            "sleep",
+            "8000",
+        ],
     ));
     let percent = GPU_MIB * 10 / 100;
+    // Each fills its limit in 250 MiB steps: in the simulator's record it
+    // holds its limit (less what a step could not fit) and its context on
+    // each of its GPUs, never more.
+    for (name, limit) in [
+        ("mem-only", 2000),
+        ("mem-percent", percent),
+        ("two-gpus", 1000),
+        ("low-priority", 1000),
+    ] {
+        log_line(name, "ready", Duration::from_secs(90));
+        let pid = workload_pid(name);
+        for uuid in assigned(name) {
+            let held = held_mib(&sim, gpu_of(&sim, &uuid), pid);
+            assert!(
+                held <= limit + CONTEXT_MIB && held + 250 > limit + CONTEXT_MIB,
+                "pod {name} holds {held} MiB on {uuid}, limit {limit} + context {CONTEXT_MIB}"
+            );
+        }
+    }
     for (name, lines) in [
         (
             "mem-only",
@@ -587,7 +647,7 @@ pub fn on_the_cluster() {
         "low-priority",
         "readonly",
     ] {
-        let _ = kubectl(&["delete", "pod", name, "--wait=false"]);
+        let _ = kubectl(&["delete", "pod", name, "--wait=true"]);
     }
 }
 
