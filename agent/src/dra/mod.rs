@@ -14,7 +14,7 @@
 //! - [`bind`]: a prepared claim's pod, labels and cgroup, once its
 //!   containers run, for the control loop and the watchdog.
 //!
-//! The daemon task running them is [`crate::daemon::dra`].
+//! The daemon runs them (its `dra` task).
 
 pub mod authority;
 pub mod bind;

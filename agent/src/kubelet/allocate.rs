@@ -122,7 +122,7 @@ pub fn container_response(
 
 /// What a GPU container gets, whoever hands it over: the device plugin's
 /// `Allocate` answer ([`Edits::response`]) or a DRA claim's CDI spec
-/// (`crate::dra::cdi`). Host paths are absolute.
+/// (the DRA driver's, a floor above). Host paths are absolute.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Edits {
     /// Environment: only `NVIDIA_VISIBLE_DEVICES` (never a limit).

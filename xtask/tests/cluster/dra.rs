@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::tessera::{
+    agent_ip, get_json, held_mib, http_get, log_line, sim, sm_share, text, wait_running,
+};
 use super::{cluster_dir, kubectl, xtask};
 
 const IMAGE: &str = "localhost/tessera/workload:dev";
@@ -22,20 +25,6 @@ const DRIVER: &str = "gpu.tessera.dev";
 const MIB: u64 = 1 << 20;
 /// The simulated node's charge per CUDA context (its node file).
 const CONTEXT_MIB: u64 = 500;
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn get_json(args: &[&str]) -> Value {
-    let out = kubectl(&[args, &["-o", "json"]].concat());
-    assert!(out.status.success(), "kubectl {args:?}: {}", text(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn apply(name: &str, object: &Value) {
     let file = cluster_dir().join(format!("{name}-dra.json"));
@@ -82,100 +71,6 @@ fn pod(name: &str, claim: &str, args: &[&str]) -> Value {
             }],
         },
     })
-}
-
-fn wait_running(name: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let out = kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"]);
-        let phase = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if phase == "Running" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline && phase != "Failed" && phase != "Succeeded",
-            "pod {name} is {phase:?}:\n{}\n{}\n{}",
-            text(&kubectl(&["describe", "pod", name])),
-            text(&kubectl(&["logs", name])),
-            text(&kubectl(&["get", "resourceclaims", "-o", "yaml"]))
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// Waits until pod `name`'s log has a line starting with `prefix`.
-fn log_line(name: &str, prefix: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let logs = text(&kubectl(&["logs", name]));
-        if let Some(line) = logs.lines().find(|l| l.starts_with(prefix)) {
-            return line.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {name} never printed {prefix:?}; its log:\n{logs}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-fn sim() -> gpusim::Sim {
-    gpusim::Sim::open(&gpusim::state::Config {
-        node_path: None,
-        state_path: cluster_dir().join("run/gpusim/state"),
-    })
-    .unwrap()
-}
-
-/// Mean SM percent of `pid` on `gpu` over `windows` windows of 4 s, from
-/// the simulator's timeline.
-fn sm_share(sim: &gpusim::Sim, gpu: usize, pid: i32, windows: u32) -> f64 {
-    let mut sum = 0.0;
-    for _ in 0..windows {
-        let since = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_micros() as u64;
-        std::thread::sleep(Duration::from_secs(4));
-        let samples = sim.process_samples(gpu, since).unwrap();
-        let mine = samples
-            .iter()
-            .find(|s| s.pid == pid)
-            .unwrap_or_else(|| panic!("no sample of pid {pid} on GPU {gpu}: {samples:?}"));
-        sum += f64::from(mine.sm_percent);
-    }
-    sum / f64::from(windows)
-}
-
-/// Device memory `pid` holds on `gpu`, in the simulator's record.
-fn held_mib(sim: &gpusim::Sim, gpu: usize, pid: i32) -> u64 {
-    sim.processes(gpu)
-        .unwrap()
-        .iter()
-        .find(|p| p.pid == pid)
-        .map_or(0, |p| p.bytes / MIB)
-}
-
-fn agent_ip() -> String {
-    let out = kubectl(&[
-        "-n",
-        "tessera-system",
-        "get",
-        "pod",
-        "-l",
-        "app.kubernetes.io/component=agent",
-        "--field-selector=status.phase=Running",
-        "-o",
-        "jsonpath={.items[0].status.podIP}",
-    ]);
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn http_get(ip: &str, path: &str) -> String {
-    let addr: std::net::SocketAddr = format!("{ip}:9400").parse().unwrap();
-    let (code, body) = tessera_testkit::poll::http_get(addr, path).unwrap();
-    assert_eq!(code, 200, "{path}: {body}");
-    body
 }
 
 /// The node's slice of this driver, once the agent has applied it.

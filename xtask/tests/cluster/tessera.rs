@@ -22,7 +22,7 @@ const GPU_MIB: u64 = 81559;
 /// The simulated node's charge per CUDA context (its node file).
 const CONTEXT_MIB: u64 = 500;
 
-fn text(out: &std::process::Output) -> String {
+pub(super) fn text(out: &std::process::Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -30,7 +30,7 @@ fn text(out: &std::process::Output) -> String {
     )
 }
 
-fn get_json(args: &[&str]) -> Value {
+pub(super) fn get_json(args: &[&str]) -> Value {
     let out = kubectl(&[args, &["-o", "json"]].concat());
     assert!(out.status.success(), "kubectl {args:?}: {}", text(&out));
     serde_json::from_slice(&out.stdout).unwrap()
@@ -117,7 +117,7 @@ fn assigned(name: &str) -> Vec<String> {
         .collect()
 }
 
-fn wait_running(name: &str, within: Duration) {
+pub(super) fn wait_running(name: &str, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let out = kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"]);
@@ -136,7 +136,7 @@ fn wait_running(name: &str, within: Duration) {
 }
 
 /// Waits until pod `name`'s log has a line starting with `prefix`.
-fn log_line(name: &str, prefix: &str, within: Duration) -> String {
+pub(super) fn log_line(name: &str, prefix: &str, within: Duration) -> String {
     let deadline = Instant::now() + within;
     loop {
         let logs = text(&kubectl(&["logs", name]));
@@ -151,7 +151,7 @@ fn log_line(name: &str, prefix: &str, within: Duration) -> String {
     }
 }
 
-fn sim() -> gpusim::Sim {
+pub(super) fn sim() -> gpusim::Sim {
     gpusim::Sim::open(&gpusim::state::Config {
         node_path: None,
         state_path: cluster_dir().join("run/gpusim/state"),
@@ -186,7 +186,7 @@ fn workload_pid(name: &str) -> i32 {
 
 /// Mean SM percent of `pid` on `gpu` over `windows` windows of 4 s, from
 /// the simulator's timeline.
-fn sm_share(sim: &gpusim::Sim, gpu: usize, pid: i32, windows: u32) -> f64 {
+pub(super) fn sm_share(sim: &gpusim::Sim, gpu: usize, pid: i32, windows: u32) -> f64 {
     let mut sum = 0.0;
     for _ in 0..windows {
         let since = std::time::SystemTime::now()
@@ -205,7 +205,7 @@ fn sm_share(sim: &gpusim::Sim, gpu: usize, pid: i32, windows: u32) -> f64 {
 }
 
 /// Device memory `pid` holds on `gpu`, in the simulator's record.
-fn held_mib(sim: &gpusim::Sim, gpu: usize, pid: i32) -> u64 {
+pub(super) fn held_mib(sim: &gpusim::Sim, gpu: usize, pid: i32) -> u64 {
     sim.processes(gpu)
         .unwrap()
         .iter()
@@ -213,7 +213,7 @@ fn held_mib(sim: &gpusim::Sim, gpu: usize, pid: i32) -> u64 {
         .map_or(0, |p| p.bytes / MIB)
 }
 
-fn agent_ip() -> String {
+pub(super) fn agent_ip() -> String {
     let out = kubectl(&[
         "-n",
         "tessera-system",
@@ -221,13 +221,14 @@ fn agent_ip() -> String {
         "pod",
         "-l",
         "app.kubernetes.io/component=agent",
+        "--field-selector=status.phase=Running",
         "-o",
         "jsonpath={.items[0].status.podIP}",
     ]);
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn http_get(ip: &str, path: &str) -> String {
+pub(super) fn http_get(ip: &str, path: &str) -> String {
     let addr: std::net::SocketAddr = format!("{ip}:9400").parse().unwrap();
     let (code, body) = tessera_testkit::poll::http_get(addr, path).unwrap();
     assert_eq!(code, 200, "{path}: {body}");
