@@ -126,11 +126,7 @@ pub fn claim_cgroup(
 
 /// Whether `c` is a claim's region whose cgroup should be (re)learnt.
 fn unbound(c: &Container, cgroup_root: &Path) -> bool {
-    c.id.as_str().starts_with("claim_")
-        && c.meta
-            .cgroup
-            .as_deref()
-            .is_none_or(|rel| !cgroup_root.join(rel.trim_start_matches('/')).is_dir())
+    c.id.as_str().starts_with("claim_") && crate::kubelet::bind::cgroup_unknown(c, cgroup_root)
 }
 
 /// Binds claim regions under `root` on `node` until `shutdown`.

@@ -70,12 +70,17 @@ pub fn cgroup_of(map: &CgroupMap, uid: &str, id: &str) -> Option<String> {
 /// Whether `c`'s cgroup should be (re)learnt: it names a pod and a
 /// container, and no cgroup or one that is gone.
 fn unbound(c: &Container, cgroup_root: &Path) -> bool {
-    c.meta.pod_uid.is_some()
-        && c.meta.container.is_some()
-        && c.meta
-            .cgroup
-            .as_deref()
-            .is_none_or(|rel| !cgroup_root.join(rel.trim_start_matches('/')).is_dir())
+    c.meta.pod_uid.is_some() && c.meta.container.is_some() && cgroup_unknown(c, cgroup_root)
+}
+
+/// Whether `c`'s metadata names no cgroup, or one no longer under
+/// `cgroup_root` (its container restarted, or ended): its cgroup is to be
+/// learnt (again). The DRA driver's claim binder asks the same.
+pub fn cgroup_unknown(c: &Container, cgroup_root: &Path) -> bool {
+    c.meta
+        .cgroup
+        .as_deref()
+        .is_none_or(|rel| !cgroup_root.join(rel.trim_start_matches('/')).is_dir())
 }
 
 /// Binds the cgroups of `root`'s device-plugin containers on `node` until
