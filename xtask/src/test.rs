@@ -46,7 +46,8 @@ pub fn run(args: &Args) -> Result<()> {
     };
     sh::cargo_env(&mut cmd)
         .current_dir(sh::workspace_root())
-        .args(["test", "--workspace"])
+        // Every failing binary is reported in one run, not only the first.
+        .args(["test", "--workspace", "--no-fail-fast"])
         .env("TESSERA_ARTIFACTS", artifacts.path())
         // Shows what passing tests printed, and so their skip lines.
         .args(["--", "--show-output"])

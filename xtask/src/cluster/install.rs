@@ -165,9 +165,16 @@ mod tests {
         assert_eq!(v["image"]["pullPolicy"], "Never");
         let a = &v["agent"];
         assert_eq!(a["hostPaths"]["state"], "/t/cluster/run/tessera");
+        // kubelet keeps device-plugin sockets under /var/lib/kubelet
+        // whatever its root: the chart's default stands.
+        assert!(a["hostPaths"]["devicePlugins"].is_null());
         assert_eq!(
-            a["hostPaths"]["devicePlugins"],
-            "/t/cluster/run/kubelet/device-plugins"
+            a["hostPaths"]["podResources"],
+            "/t/cluster/run/kubelet/pod-resources"
+        );
+        assert_eq!(
+            a["hostPaths"]["kubeletPlugins"],
+            "/t/cluster/run/kubelet/plugins"
         );
         assert_eq!(a["hostPaths"]["cgroup"], "/sys/fs/cgroup/unified");
         assert_eq!(
