@@ -239,6 +239,8 @@ fn value_sets() -> Vec<Value> {
             "kubeletPlugins": "/data/kubelet/plugins",
             "cdi": "/etc/cdi",
         }}}),
+        // DRA mode with the device plugin kept beside the driver.
+        json!({"dra": {"enabled": true, "devicePlugin": true}}),
     ]
 }
 
@@ -305,8 +307,35 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
             config["root"].as_str().unwrap(),
             format!("{state}/containers")
         );
+        // The device plugin serves unless DRA mode is on without it.
+        let dra_on = values["dra"]["enabled"] == json!(true);
+        let plugin_kept = values["dra"]["devicePlugin"] == json!(true);
         let kubelet = config["kubelet"].as_table().unwrap();
-        assert_eq!(kubelet["enabled"].as_bool(), Some(true));
+        assert_eq!(
+            kubelet["enabled"].as_bool(),
+            Some(!dra_on || plugin_kept),
+            "{values}"
+        );
+        // The DeviceClass (DRA mode only) maps the device plugin's
+        // extended resource to whole devices when the plugin is off, and
+        // only then (the node would advertise it otherwise).
+        let classes: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "DeviceClass")
+            .collect();
+        assert_eq!(classes.len(), usize::from(dra_on), "{values}");
+        if let Some(class) = classes.first() {
+            let mapped = class["spec"].get("extendedResourceName");
+            if plugin_kept {
+                assert_eq!(mapped, None, "{values}");
+            } else {
+                assert_eq!(
+                    mapped,
+                    Some(&kubelet["resource_name"].as_str().map(Value::from).unwrap()),
+                    "{values}"
+                );
+            }
+        }
         assert_eq!(
             kubelet["preload_dir"].as_str().unwrap(),
             format!("{state}/lib")
@@ -325,7 +354,6 @@ fn the_rendered_config_is_accepted_by_the_agent_and_matches_the_daemonset() {
         // DRA mode: the driver's sockets and CDI specs go where their host
         // paths are mounted, each at its own host path (kubelet and the
         // runtime are given host paths).
-        let dra_on = values["dra"]["enabled"] == json!(true);
         match config.get("dra") {
             None => assert!(!dra_on, "no [dra] with {values}"),
             Some(dra) => {

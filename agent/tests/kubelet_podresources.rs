@@ -398,6 +398,7 @@ fn meta(namespace: &str, pod: &str, container: &str, uid: Option<&str>) -> Metad
         namespace: Some(namespace.into()),
         pod: Some(pod.into()),
         container: Some(container.into()),
+        claim: None,
         pod_uid: uid.map(str::to_owned),
         cgroup: None,
         sm_target: 50,

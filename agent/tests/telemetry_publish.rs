@@ -58,6 +58,7 @@ fn pod(name: &str, mib: u64, sm: u32) -> ContainerView {
         namespace: Some("ml".into()),
         pod: Some(name.into()),
         container: Some("main".into()),
+        claim: None,
         pod_uid: Some(format!("uid-{name}")),
         cgroup: None,
         sm_target: sm,

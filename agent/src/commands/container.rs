@@ -289,6 +289,7 @@ fn add(store: &Store, a: &AddArgs) -> Result<String, ContainerCommandError> {
         namespace: a.namespace.clone(),
         pod: a.pod.clone(),
         container: a.container.clone(),
+        claim: None,
         pod_uid: None,
         cgroup: cgroup_arg(&a.cgroup)?,
         sm_target: a.sm_target,

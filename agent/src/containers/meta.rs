@@ -70,6 +70,10 @@ pub struct Metadata {
     /// Container name, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// The DRA ResourceClaim the region was prepared for (its name in
+    /// `namespace`), if any: metrics name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
     /// The Kubernetes pod's UID, set only by the device plugin's
     /// `Allocate`. Invariant: a directory is garbage-collected (once
     /// kubelet's PodResources no longer lists its namespace, pod and
@@ -218,6 +222,7 @@ impl Metadata {
         check_name("namespace", &self.namespace)?;
         check_name("pod", &self.pod)?;
         check_name("container", &self.container)?;
+        check_name("claim", &self.claim)?;
         if let Some(uid) = &self.pod_uid {
             check_pod_uid(uid).map_err(|p| bad("pod_uid", p.to_string()))?;
         }
@@ -337,6 +342,7 @@ mod tests {
             namespace: Some("default".into()),
             pod: Some("trainer".into()),
             container: Some("main".into()),
+            claim: None,
             pod_uid: Some("6f1c2a4e-3b5d-4c7e-9a10-2b3c4d5e6f70".into()),
             cgroup: Some("/system.slice/docker-abc.scope".into()),
             sm_target: 30,

@@ -764,6 +764,7 @@ mod tests {
             namespace: None,
             pod: None,
             container: None,
+            claim: None,
             pod_uid: None,
             cgroup: None,
             sm_target: target,

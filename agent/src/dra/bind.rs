@@ -7,8 +7,10 @@
 //! task does for claims what [`crate::kubelet::bind`] does for
 //! device-plugin containers: for each claim region with no cgroup (or one
 //! that is gone) it reads the claim (its `reservedFor` pod, written by the
-//! scheduler), that pod's spec (which of its containers use the claim)
-//! and status (their runtime IDs, written by kubelet), and records in the
+//! scheduler), that pod's spec (which of its containers use the claim;
+//! for the claim the scheduler made for extended resources such as
+//! `nvidia.com/gpu`, the status's request mappings say) and status
+//! (their runtime IDs, written by kubelet), and records in the
 //! region the pod's name and labels (the node policy's rules match them;
 //! metrics name the pod) and the cgroup: the container's own when one
 //! container uses the claim, else the pod's (its containers all below it).
@@ -51,7 +53,8 @@ pub struct Users {
 /// claim's `reservedFor` names that is among `pods`), with the containers
 /// that use the claim: those whose `resources.claims` name the pod's
 /// claim entry that resolves to `claim` (by `resourceClaimName`, or for a
-/// template through the pod's `resourceClaimStatuses`).
+/// template through the pod's `resourceClaimStatuses`), and those that
+/// `extendedResourceClaimStatus` maps to it.
 pub fn users(claim: &ResourceClaim, pods: &[Pod]) -> Option<Users> {
     let name = claim.metadata.name.as_deref()?;
     let reserved = claim.status.as_ref()?.reserved_for.as_ref()?;
@@ -82,16 +85,28 @@ pub fn users(claim: &ResourceClaim, pods: &[Pod]) -> Option<Users> {
             })
             .map(|e| e.name.as_str())
             .collect();
+        // The scheduler's claim for the pod's extended resources (a
+        // DeviceClass's `extendedResourceName`): its containers are
+        // those the status maps a request of it to.
+        let extended: Vec<&str> = pod
+            .status
+            .iter()
+            .filter_map(|s| s.extended_resource_claim_status.as_ref())
+            .filter(|e| e.resource_claim_name == name)
+            .flat_map(|e| &e.request_mappings)
+            .map(|m| m.container_name.as_str())
+            .collect();
         let containers = spec
             .init_containers
             .iter()
             .flatten()
             .chain(&spec.containers)
             .filter(|c| {
-                c.resources
-                    .iter()
-                    .flat_map(|r| r.claims.iter().flatten())
-                    .any(|r| entries.contains(&r.name.as_str()))
+                extended.contains(&c.name.as_str())
+                    || c.resources
+                        .iter()
+                        .flat_map(|r| r.claims.iter().flatten())
+                        .any(|r| entries.contains(&r.name.as_str()))
             })
             .map(|c| c.name.clone())
             .collect();
@@ -296,6 +311,21 @@ mod tests {
         // Made from a template: found through the pod's status.
         let u = users(&claim("p-tmpl-x7"), &[pod()]).unwrap();
         assert_eq!(u.containers, ["side", "both"]);
+        // The scheduler's claim for extended resources: its mappings.
+        let mut p = pod();
+        p.status.as_mut().unwrap().extended_resource_claim_status = Some(
+            serde_json::from_value(json!({
+                "resourceClaimName": "p-extended-resources-k2",
+                "requestMappings": [
+                    {"containerName": "none", "resourceName": "nvidia.com/gpu", "requestName": "container-3-request-0"},
+                ],
+            }))
+            .unwrap(),
+        );
+        let u = users(&claim("p-extended-resources-k2"), &[p.clone()]).unwrap();
+        assert_eq!(u.containers, ["none"]);
+        let u = users(&claim("direct"), &[p]).unwrap();
+        assert_eq!(u.containers, ["main"]);
         // Reserved for a pod not on this node, or not reserved: nothing.
         assert_eq!(users(&claim("direct"), &[]), None);
         let mut free = claim("direct");

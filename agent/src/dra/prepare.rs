@@ -266,6 +266,7 @@ impl Preparer {
             namespace: claim.metadata.namespace.clone(),
             pod: None,
             container: None,
+            claim: claim.metadata.name.clone(),
             pod_uid: None,
             cgroup: None,
             sm_target: cores[0],
@@ -425,6 +426,9 @@ mod tests {
         assert_eq!(region.meta.sm_target, 30);
         assert_eq!(region.meta.gpus[0].uuid, f.preparer.gpus[1].uuid);
         assert_eq!(region.meta.gpus[0].memory_limit_bytes, Some(4096 << 20));
+        // Metrics name the claim.
+        assert_eq!(region.meta.claim.as_deref(), Some("c"));
+        assert_eq!(region.meta.namespace.as_deref(), Some("ns"));
         assert_eq!(
             region.meta.pod_uid, None,
             "never taken by the pods' collection"

@@ -172,6 +172,7 @@ pub fn grant(choice: &Choice, gpus: &[InventoryGpu]) -> Result<Grant, GrantError
         namespace: Some(choice.namespace.clone()),
         pod: Some(choice.name.clone()),
         container: Some(c.name.clone()),
+        claim: None,
         pod_uid: Some(choice.uid.clone()),
         cgroup: None,
         sm_target,

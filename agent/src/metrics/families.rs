@@ -22,11 +22,27 @@ use super::labels;
 pub const GPU: [&str; 2] = ["gpu", "index"];
 /// Label names of a per-(container, GPU) series: [`labels::CONTAINER`]
 /// then `gpu`.
-pub const CG: [&str; 5] = ["namespace", "pod", "container", "id", "gpu"];
+pub const CG: [&str; 6] = ["namespace", "pod", "container", "id", "claim", "gpu"];
 /// [`CG`] then `source`.
-pub const CG_SOURCE: [&str; 6] = ["namespace", "pod", "container", "id", "gpu", "source"];
+pub const CG_SOURCE: [&str; 7] = [
+    "namespace",
+    "pod",
+    "container",
+    "id",
+    "claim",
+    "gpu",
+    "source",
+];
 /// [`labels::CONTAINER`] then `reason` and `action`.
-pub const C_REASON_ACTION: [&str; 6] = ["namespace", "pod", "container", "id", "reason", "action"];
+pub const C_REASON_ACTION: [&str; 7] = [
+    "namespace",
+    "pod",
+    "container",
+    "id",
+    "claim",
+    "reason",
+    "action",
+];
 
 /// A family built from the latest view at each scrape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -342,7 +358,7 @@ mod tests {
                 "{name}"
             );
             if name.starts_with("tessera_container_") {
-                assert_eq!(&labels[..4], labels::CONTAINER.as_slice(), "{name}");
+                assert_eq!(&labels[..5], labels::CONTAINER.as_slice(), "{name}");
             }
         }
     }

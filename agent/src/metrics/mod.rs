@@ -243,6 +243,31 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_s_series_name_the_claim_and_others_an_empty_one() {
+        let m = Metrics::new().unwrap();
+        let mut shared = container("claim_c-1", 10, None);
+        let mut meta = (*shared.meta).clone();
+        meta.namespace = Some("ml".into());
+        meta.pod = Some("train".into());
+        meta.claim = Some("gpu-30".into());
+        shared.meta = std::sync::Arc::new(meta);
+        m.observe(view(vec![shared, container("a", 100, Some("serve"))]));
+        let t = m.render().unwrap();
+        let claim = [
+            ("namespace", "ml"),
+            ("pod", "train"),
+            ("container", "claim_c-1"),
+            ("claim", "gpu-30"),
+            ("gpu", GPU),
+        ];
+        let limit = value(&t, "tessera_container_memory_limit_bytes", &claim);
+        assert_eq!(limit, Some(f64::from(1 << 30)), "{t}");
+        let plain = [("pod", "serve"), ("claim", ""), ("gpu", GPU)];
+        let warps = value(&t, "tessera_container_warps_total", &plain);
+        assert_eq!(warps, Some(100.0), "{t}");
+    }
+
+    #[test]
     fn series_follow_the_view_and_gone_containers_disappear() {
         let m = Metrics::new().unwrap();
         m.observe(view(vec![

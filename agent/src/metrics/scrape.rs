@@ -90,7 +90,7 @@ pub struct ViewCollector<'a> {
     view: Option<&'a View>,
     counters: &'a Counters,
     /// [`labels::container`] of each container of the view, in its order.
-    names: Vec<[String; 4]>,
+    names: Vec<[String; 5]>,
 }
 
 impl<'a> ViewCollector<'a> {
@@ -142,6 +142,7 @@ impl<'a> ViewCollector<'a> {
                     names[1].as_str(),
                     names[2].as_str(),
                     names[3].as_str(),
+                    names[4].as_str(),
                 ];
                 container(&mut s, f, self.counters, c, base);
             }
@@ -172,14 +173,14 @@ fn container(
     f: ViewFamily,
     counters: &Counters,
     c: &ContainerView,
-    base: [&str; 4],
+    base: [&str; 5],
 ) {
     // A container gets series once its counters exist (the period that
     // put it in the view created them).
     let Some(cc) = counters.container(&c.id) else {
         return;
     };
-    let [ns, pod, name, id] = base;
+    let [ns, pod, name, id, claim] = base;
     match f {
         ViewFamily::Problems => s.push(&base, c.problems.len() as f64),
         ViewFamily::Ioctls | ViewFamily::Opens | ViewFamily::Bypass => {
@@ -195,7 +196,7 @@ fn container(
         ViewFamily::Enforcement => {
             for reason in Reason::ALL {
                 for action in Action::ALL {
-                    let l = [ns, pod, name, id, reason.as_str(), action.as_str()];
+                    let l = [ns, pod, name, id, claim, reason.as_str(), action.as_str()];
                     s.push(&l, cc.enforcement(reason, action) as f64);
                 }
             }
@@ -203,7 +204,7 @@ fn container(
         _ => {
             let target = f64::from(c.meta.sm_target) / 100.0;
             for g in &c.gpus {
-                let l = [ns, pod, name, id, g.uuid.as_str()];
+                let l = [ns, pod, name, id, claim, g.uuid.as_str()];
                 let counted = cc.gpu(&g.uuid);
                 let v = match f {
                     ViewFamily::MemoryUsed => {
@@ -214,7 +215,7 @@ fn container(
                         ];
                         for (source, bytes) in by_source {
                             if let Some(b) = bytes {
-                                let l = [ns, pod, name, id, g.uuid.as_str(), source];
+                                let l = [ns, pod, name, id, claim, g.uuid.as_str(), source];
                                 s.push(&l, int(b));
                             }
                         }

@@ -16,6 +16,7 @@ fn meta(namespace: Option<&str>, labels: &[(&str, &str)]) -> Metadata {
         namespace: namespace.map(str::to_owned),
         pod: None,
         container: None,
+        claim: None,
         pod_uid: None,
         cgroup: None,
         sm_target: 30,

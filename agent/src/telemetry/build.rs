@@ -301,6 +301,7 @@ mod tests {
             namespace: k8s.map(|k| k.0.into()),
             pod: k8s.map(|k| k.1.into()),
             container: k8s.map(|k| k.2.into()),
+            claim: None,
             pod_uid: k8s.map(|k| k.3.into()),
             cgroup: None,
             sm_target,

@@ -69,7 +69,7 @@ devices = [{{ range $i, $d := . }}{{ if $i }}, {{ end }}{{ toString $d | quote }
 {{- end }}
 
 [kubelet]
-enabled = true
+enabled = {{ or (not .Values.dra.enabled) .Values.dra.devicePlugin }}
 plugin_dir = {{ $paths.devicePlugins | trimSuffix "/" | quote }}
 pod_resources_socket = {{ printf "%s/kubelet.sock" ($paths.podResources | trimSuffix "/") | quote }}
 resource_name = {{ $a.kubelet.resourceName | quote }}
