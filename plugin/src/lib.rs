@@ -5,7 +5,9 @@
 //!   vocabulary of `tessera_api::resources` ([`pod`] is the Pod subset
 //!   read),
 //!   and [`request`] puts the two together for the webhook and extender;
-//! - [`webhook`] decides admission and builds the JSON patch;
+//! - [`webhook`] decides admission and builds the JSON patch (in DRA
+//!   mode also the ResourceClaimTemplates it names, which
+//!   [`claim_templates`] makes before the pod is admitted);
 //! - [`extender`] filters and scores nodes from a [`extender::ClusterView`]
 //!   of GPU telemetry;
 //! - [`placement`] is the fit and scoring both the extender and the
@@ -18,13 +20,14 @@
 //!   nodes with stale telemetry out of GPU placements;
 //! - [`error_chain`] writes an error and its causes as one line.
 //!
-//! [`bind`] and [`telemetry`]'s cache (a watch of `GpuNode`s) talk to the
-//! API server.
+//! [`bind`], [`claim_templates`] and [`telemetry`]'s cache (a watch of
+//! `GpuNode`s) talk to the API server.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod annotations;
 pub mod bind;
+pub mod claim_templates;
 pub mod error_chain;
 pub mod extender;
 pub mod manifest;

@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tessera_api::GpuNode;
+use tessera_scheduler::claim_templates::ClaimTemplates;
 use tessera_scheduler::extender::{ClusterView, NodeView};
 use tessera_scheduler::manifest;
 use tessera_scheduler::placement::Policy;
@@ -148,6 +149,14 @@ struct ServeArgs {
     /// Seconds between recounts of the pods holding assignments.
     #[arg(long, env = "TESSERA_REFRESH_INTERVAL", value_name = "SECONDS", default_value = "30", value_parser = server::parse_timeout)]
     refresh_interval: std::time::Duration,
+    /// DRA mode: the webhook turns HAMi's GPU shares (gpumem, gpucores)
+    /// into claims of ResourceClaimTemplates of DeviceClass gpu.tessera.dev,
+    /// which it makes in the pod's namespace through the API server
+    /// (in-cluster config or KUBECONFIG) before admitting the pod; whole-GPU
+    /// pods are left to the DeviceClass's extended-resource mapping, and no
+    /// pod is handed to --scheduler-name.
+    #[arg(long, env = "TESSERA_DRA")]
+    dra: bool,
     /// Shares one GPU may carry (HAMi's deviceSplitCount).
     #[arg(long, env = "TESSERA_MAX_SHARES_PER_GPU", default_value_t = tessera_scheduler::bind::reserve::DEFAULT_MAX_SHARES, value_parser = clap::value_parser!(u32).range(1..))]
     max_shares_per_gpu: u32,
@@ -191,6 +200,10 @@ struct CheckPodArgs {
     /// Scheduler name the webhook hands GPU pods to.
     #[arg(long, env = "TESSERA_SCHEDULER_NAME", default_value = webhook::DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
+    /// DRA mode, as `serve --dra`: also prints the ResourceClaimTemplates
+    /// each pod would name (made by the webhook, not by this command).
+    #[arg(long, env = "TESSERA_DRA")]
+    dra: bool,
     /// Print one JSON object per pod instead of text.
     #[arg(long)]
     json: bool,
@@ -317,14 +330,23 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let view = telemetry(args).await?;
-        let binder = match args.bind {
-            false => None,
-            true => {
-                let client = kube::Client::try_default()
+        let client = match (args.bind, args.dra) {
+            (false, false) => None,
+            (bind, _) => Some(
+                kube::Client::try_default()
                     .await
-                    .context("connecting to the API server for --bind")?;
+                    .with_context(|| {
+                        format!(
+                            "connecting to the API server for {}",
+                            if bind { "--bind" } else { "--dra" }
+                        )
+                    })?,
+            ),
+        };
+        let binder = match (args.bind, &client) {
+            (true, Some(client)) => {
                 let binder = tessera_scheduler::bind::Binder::awaiting_count(
-                    client,
+                    client.clone(),
                     tessera_scheduler::bind::reserve::Reservations::new(args.max_shares_per_gpu),
                 );
                 // The live cache is read in the background: counted once
@@ -335,13 +357,20 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
                 }
                 Some(binder)
             }
+            _ => None,
+        };
+        let claim_templates = match (args.dra, client) {
+            (true, Some(client)) => Some(ClaimTemplates::new(client)),
+            _ => None,
         };
         let state = Arc::new(AppState {
             view,
             webhook: WebhookConfig {
                 scheduler_name: args.scheduler_name.clone(),
+                dra: args.dra,
             },
             binder,
+            claim_templates,
             ..AppState::default()
         });
         if let Some(binder) = state.binder.clone() {
@@ -461,6 +490,7 @@ fn check_pod(args: &CheckPodArgs) -> anyhow::Result<ExitCode> {
     let pods = manifest::pods_in(&text).with_context(|| format!("in {}", args.file.display()))?;
     let config = WebhookConfig {
         scheduler_name: args.scheduler_name.clone(),
+        dra: args.dra,
     };
     let mut all_allowed = true;
     for found in pods {
@@ -484,6 +514,7 @@ fn verdict_json(source: &str, verdict: &Result<webhook::Admitted, webhook::Webho
         Ok(admitted) => json!({
             "source": source, "allowed": true,
             "patch": admitted.patch, "warnings": admitted.warnings,
+            "templates": admitted.templates,
         }),
         Err(error) => json!({
             "source": source, "allowed": false,
@@ -506,6 +537,13 @@ fn print_verdict(source: &str, verdict: &Result<webhook::Admitted, webhook::Webh
             }
             for warning in &admitted.warnings {
                 println!("  warning: {warning}");
+            }
+            for template in &admitted.templates {
+                println!(
+                    "  template {}: {}",
+                    template.metadata.name.as_deref().unwrap_or_default(),
+                    serde_json::to_string(&template.spec).unwrap_or_default()
+                );
             }
         }
         Err(error) => {

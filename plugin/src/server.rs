@@ -8,7 +8,7 @@
 //! | `POST /prioritize` | ExtenderArgs | HostPriorityList; 400 for an unreadable body |
 //! | `POST /bind` | ExtenderBindingArgs | ExtenderBindingResult ([`crate::bind`]); `Error` set when no API client is configured |
 //! | `GET /metrics` | – | Prometheus text ([`crate::metrics`]); plain listener only |
-//! | `POST /webhook` | AdmissionReview | AdmissionReview |
+//! | `POST /webhook` | AdmissionReview | AdmissionReview; in DRA mode the templates the pod names are made first ([`crate::claim_templates`]), and a failure refuses the pod |
 //! | `GET /healthz` | – | `ok` |
 //!
 //! **Two listeners** ([`Routes`]): the plain one ([`serve`]) answers every
@@ -54,6 +54,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::bind::Binder;
+use crate::claim_templates::{ClaimTemplates, TemplateError};
 use crate::extender::{
     self, ClusterView, ExtenderArgs, ExtenderBindingArgs, ExtenderBindingResult,
     ExtenderFilterResult,
@@ -167,6 +168,9 @@ pub struct AppState {
     pub webhook: WebhookConfig,
     /// Binds pods through the API server; `None`: `/bind` refuses.
     pub binder: Option<Binder>,
+    /// Makes the ResourceClaimTemplates DRA mode's pods name; `None`: a
+    /// pod that needs one is refused.
+    pub claim_templates: Option<ClaimTemplates>,
     /// What `/metrics` serves.
     pub metrics: Metrics,
     /// The last view with the reservations counted ([`AppState::current`]).
@@ -319,12 +323,15 @@ pub fn route(method: &str, path: &str, body: &[u8], state: &AppState) -> Reply {
         ("POST", "/bind") => Reply::json(&ExtenderBindingResult {
             error: "this tessera extender has no API client to bind with (serve without --bind); remove bindVerb from the scheduler configuration or start it with --bind".to_owned(),
         }),
-        ("POST", "/webhook") => match serde_json::from_slice::<AdmissionReview>(body) {
-            Ok(review) => match webhook::review(&review, &state.webhook) {
-                Ok(answer) => Reply::json(&answer),
-                Err(error) => Reply::text(StatusCode::BAD_REQUEST, &error.full_message()),
-            },
-            Err(error) => bad_request("AdmissionReview", &error),
+        // Without the templates made (that takes the API server: see
+        // `dispatch`): a pod that needs one is refused.
+        ("POST", "/webhook") => match review(body, state) {
+            Ok(reviewed) if reviewed.templates.is_empty() => Reply::json(&reviewed.answer),
+            Ok(reviewed) => {
+                let error = TemplateError::no_client(&reviewed.templates);
+                Reply::json(&reviewed.refused(error.code(), error.full_message()))
+            }
+            Err(reply) => reply,
         },
         (_, "/healthz" | "/filter" | "/prioritize" | "/bind" | "/webhook" | "/metrics") => {
             Reply::text(StatusCode::METHOD_NOT_ALLOWED, &format!("{method} is not accepted on {path}"))
@@ -345,6 +352,7 @@ pub async fn dispatch(
 ) -> Reply {
     let started = std::time::Instant::now();
     let reply = match (routes, method, path) {
+        (_, "POST", "/webhook") => admission(body, state).await,
         (Routes::All, "POST", "/bind") => bind(body, state).await,
         (Routes::All, "GET", "/metrics") => Reply {
             status: StatusCode::OK,
@@ -386,6 +394,39 @@ pub async fn dispatch(
         }
     }
     reply
+}
+
+/// The AdmissionReview in `body`, judged.
+fn review(body: &[u8], state: &AppState) -> Result<webhook::Reviewed, Reply> {
+    let incoming = serde_json::from_slice::<AdmissionReview>(body)
+        .map_err(|error| bad_request("AdmissionReview", &error))?;
+    webhook::review(&incoming, &state.webhook)
+        .map_err(|error| Reply::text(StatusCode::BAD_REQUEST, &error.full_message()))
+}
+
+/// `/webhook`: the review, with the templates an admitted pod names made
+/// before the answer (only read on a dry run); if they cannot be, the pod
+/// is refused, naming the template.
+async fn admission(body: &[u8], state: &AppState) -> Reply {
+    let reviewed = match review(body, state) {
+        Ok(reviewed) => reviewed,
+        Err(reply) => return reply,
+    };
+    if reviewed.templates.is_empty() {
+        return Reply::json(&reviewed.answer);
+    }
+    let made = match &state.claim_templates {
+        Some(maker) => maker.ensure(&reviewed.templates, reviewed.dry_run).await,
+        None => Err(TemplateError::no_client(&reviewed.templates)),
+    };
+    match made {
+        Ok(()) => Reply::json(&reviewed.answer),
+        Err(error) => {
+            let message = error.full_message();
+            tracing::warn!(error = %message, "pod refused: its resourceclaimtemplates are not there");
+            Reply::json(&reviewed.refused(error.code(), message))
+        }
+    }
 }
 
 async fn bind(body: &[u8], state: &AppState) -> Reply {

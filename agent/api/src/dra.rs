@@ -140,6 +140,12 @@ impl Share {
     }
 }
 
+/// An attribute's fully qualified name, as claims' constraints name it
+/// (`uuid` → `gpu.tessera.dev/uuid`).
+pub fn qualified(attribute: &str) -> String {
+    format!("{DRIVER}/{attribute}")
+}
+
 /// The device name of the GPU with NVML index `index`.
 pub fn device_name(index: u32) -> String {
     format!("gpu-{index}")
@@ -248,6 +254,11 @@ mod tests {
         assert!(err(&[("cores", "101")]).contains("outside 1 to 100"));
         assert!(err(&[("cores", "500m")]).contains("is not a whole number"));
         assert!(err(&[("power", "1")]).contains("power is not one of"));
+    }
+
+    #[test]
+    fn attributes_qualify_in_the_driver_s_domain() {
+        assert_eq!(qualified(attribute::UUID), "gpu.tessera.dev/uuid");
     }
 
     #[test]

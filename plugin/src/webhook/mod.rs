@@ -5,7 +5,7 @@
 //!   `tessera.dev/` annotations, a privileged container with a GPU share
 //!   (it sees every device and can lift its own limits), a preset
 //!   `spec.nodeName` (no scheduler would check the GPUs), another
-//!   scheduler's name;
+//!   scheduler's name (device-plugin mode only);
 //! - otherwise patches `spec.schedulerName` to Tessera's scheduler and
 //!   writes the defaults into each GPU container's limits (and requests,
 //!   when they name GPU resources), so the stored pod says what it gets:
@@ -16,13 +16,22 @@
 //!   Kubernetes requires limits for extended resources.
 //!
 //! Pods without GPU resources pass untouched.
+//!
+//! In DRA mode ([`WebhookConfig::dra`], [`dra`]) the same checks run, but
+//! a GPU share becomes a ResourceClaimTemplate and a claim instead of
+//! limits, no scheduler is named, and [`Admitted::templates`] lists the
+//! templates that must exist before the pod is admitted (the server makes
+//! them: `crate::claim_templates`).
 
+pub mod dra;
 mod review;
 
 pub use review::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, GroupVersionKind, Status, review,
+    AdmissionRequest, AdmissionResponse, AdmissionReview, GroupVersionKind, Reviewed, Status,
+    review,
 };
 
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -70,6 +79,9 @@ pub enum WebhookError {
         /// Tessera's scheduler name.
         ours: String,
     },
+    /// What DRA mode cannot turn into a claim; one message per problem.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Dra(Vec<dra::DraError>),
     /// An AdmissionReview without a request.
     #[error("admission review has no request")]
     NoRequest,
@@ -81,7 +93,7 @@ impl WebhookError {
     pub fn code(&self) -> u16 {
         match self {
             WebhookError::Decode(_) | WebhookError::NoRequest => 400,
-            WebhookError::Invalid(_) => 422,
+            WebhookError::Invalid(_) | WebhookError::Dra(_) => 422,
             _ => 403,
         }
     }
@@ -95,14 +107,17 @@ impl WebhookError {
 /// Settings of the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
-    /// The scheduler GPU pods are handed to.
+    /// The scheduler GPU pods are handed to (device-plugin mode).
     pub scheduler_name: String,
+    /// DRA mode: GPU shares become ResourceClaimTemplates ([`dra`]).
+    pub dra: bool,
 }
 
 impl Default for WebhookConfig {
     fn default() -> Self {
         Self {
             scheduler_name: DEFAULT_SCHEDULER_NAME.to_owned(),
+            dra: false,
         }
     }
 }
@@ -128,13 +143,18 @@ impl PatchOp {
     }
 }
 
-/// An allowed pod: the patch to apply and warnings for the user.
+/// An allowed pod: the patch to apply, warnings for the user, and the
+/// templates the patched pod names.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Admitted {
     /// Operations to apply; empty when the pod is left as it is.
     pub patch: Vec<PatchOp>,
     /// Shown by kubectl; nothing is refused for them.
     pub warnings: Vec<String>,
+    /// DRA mode: the ResourceClaimTemplates the patch names, one per
+    /// distinct request, in the pod's namespace; they must exist before
+    /// the pod is admitted. Empty in device-plugin mode.
+    pub templates: Vec<ResourceClaimTemplate>,
 }
 
 /// Decides admission for a pod given as JSON.
@@ -161,6 +181,9 @@ pub fn admit_pod(object: &Value, config: &WebhookConfig) -> Result<Admitted, Web
         return Ok(admitted);
     }
     check_policy(&pod, &shares, config)?;
+    if config.dra {
+        return dra::admit(object, &pod, &shares, config).map_err(WebhookError::Dra);
+    }
     let mut patch = Vec::new();
     if pod.spec.scheduler_name != config.scheduler_name {
         patch.push(PatchOp::add(
@@ -177,6 +200,7 @@ pub fn admit_pod(object: &Value, config: &WebhookConfig) -> Result<Admitted, Web
     Ok(Admitted {
         patch,
         warnings: Vec::new(),
+        templates: Vec::new(),
     })
 }
 
@@ -202,8 +226,10 @@ fn check_policy(
             node: pod.spec.node_name.clone(),
         });
     }
+    // DRA mode: any scheduler allocates claims ([`dra`]).
     let name = pod.spec.scheduler_name.as_str();
-    if !(name.is_empty() || name == "default-scheduler" || name == config.scheduler_name) {
+    let allowed = name.is_empty() || name == "default-scheduler" || name == config.scheduler_name;
+    if !(config.dra || allowed) {
         return Err(WebhookError::OtherScheduler {
             name: name.to_owned(),
             ours: config.scheduler_name.clone(),

@@ -2,6 +2,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -63,7 +64,8 @@ pub struct AdmissionRequest {
     /// The object as it would be stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<Value>,
-    /// Whether this is a dry run (the webhook has no side effects either way).
+    /// Whether this is a dry run: nothing may be made (DRA mode makes
+    /// ResourceClaimTemplates otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
 }
@@ -110,8 +112,47 @@ impl AdmissionResponse {
     }
 }
 
+/// A judged review: the answer, and what must exist before it is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reviewed {
+    /// The AdmissionReview to send back.
+    pub answer: AdmissionReview,
+    /// DRA mode: the ResourceClaimTemplates the admitted pod names, which
+    /// must exist before the answer is sent ([`super::Admitted::templates`]);
+    /// empty otherwise and for refusals.
+    pub templates: Vec<ResourceClaimTemplate>,
+    /// The request is a dry run: nothing may be made.
+    pub dry_run: bool,
+}
+
+impl Reviewed {
+    /// The answer turned into a refusal with `code` and `message` (no
+    /// patch: nothing of the pod is admitted), for when the templates
+    /// could not be made.
+    pub fn refused(self, code: u16, message: String) -> AdmissionReview {
+        let mut answer = self.answer;
+        if let Some(response) = answer.response.as_mut() {
+            refuse(response, code, message);
+        }
+        answer
+    }
+}
+
+fn refuse(response: &mut AdmissionResponse, code: u16, message: String) {
+    response.allowed = false;
+    response.patch = None;
+    response.patch_type = None;
+    response.status = Some(Status {
+        code,
+        status: "Failure".to_owned(),
+        message,
+    });
+}
+
 /// Answers one AdmissionReview. Only Pod CREATE is judged; anything else
 /// (the webhook may be registered more widely by mistake) is allowed as is.
+/// A pod without a namespace of its own is judged in the request's (the
+/// namespace its templates are made in).
 ///
 /// # Errors
 /// [`WebhookError::NoRequest`] when the review carries no request; every
@@ -119,19 +160,22 @@ impl AdmissionResponse {
 pub fn review(
     incoming: &AdmissionReview,
     config: &WebhookConfig,
-) -> Result<AdmissionReview, WebhookError> {
+) -> Result<Reviewed, WebhookError> {
     let request = incoming.request.as_ref().ok_or(WebhookError::NoRequest)?;
     let mut response = AdmissionResponse {
         uid: request.uid.clone(),
         allowed: true,
         ..AdmissionResponse::default()
     };
+    let mut templates = Vec::new();
     let is_pod_create = request.kind.group.is_empty()
         && request.kind.kind == "Pod"
         && request.operation == "CREATE"
         && request.sub_resource.is_empty();
     if is_pod_create {
-        match admit_pod(request.object.as_ref().unwrap_or(&Value::Null), config) {
+        let object = request.object.as_ref().unwrap_or(&Value::Null);
+        let in_namespace = with_namespace(object, &request.namespace);
+        match admit_pod(in_namespace.as_ref().unwrap_or(object), config) {
             Ok(admitted) => {
                 if !admitted.patch.is_empty() {
                     let bytes = serde_json::to_vec(&admitted.patch).unwrap_or_default();
@@ -139,18 +183,12 @@ pub fn review(
                     response.patch_type = Some("JSONPatch".to_owned());
                 }
                 response.warnings = admitted.warnings;
+                templates = admitted.templates;
             }
-            Err(error) => {
-                response.allowed = false;
-                response.status = Some(Status {
-                    code: error.code(),
-                    status: "Failure".to_owned(),
-                    message: error.full_message(),
-                });
-            }
+            Err(error) => refuse(&mut response, error.code(), error.full_message()),
         }
     }
-    Ok(AdmissionReview {
+    let answer = AdmissionReview {
         api_version: if incoming.api_version.is_empty() {
             "admission.k8s.io/v1".to_owned()
         } else {
@@ -159,5 +197,27 @@ pub fn review(
         kind: "AdmissionReview".to_owned(),
         request: None,
         response: Some(response),
+    };
+    Ok(Reviewed {
+        answer,
+        templates,
+        dry_run: request.dry_run.unwrap_or(false),
     })
+}
+
+/// `object` with `metadata.namespace` set to `namespace`, when it has none
+/// and `namespace` is not empty.
+fn with_namespace(object: &Value, namespace: &str) -> Option<Value> {
+    let own = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    if namespace.is_empty() || own.is_some_and(|n| !n.is_empty()) {
+        return None;
+    }
+    let mut object = object.clone();
+    object
+        .get_mut("metadata")?
+        .as_object_mut()?
+        .insert("namespace".to_owned(), Value::from(namespace));
+    Some(object)
 }

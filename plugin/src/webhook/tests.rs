@@ -278,6 +278,7 @@ fn preset_node_name_and_foreign_schedulers_are_refused() {
 fn the_scheduler_name_is_configurable() {
     let custom = WebhookConfig {
         scheduler_name: "gpu-sched".into(),
+        ..WebhookConfig::default()
     };
     let got = admit_pod(&gpu_pod(json!({"nvidia.com/gpu": "1"})), &custom).unwrap();
     assert_eq!(got.patch[0].value, "gpu-sched");
@@ -308,7 +309,7 @@ fn review_of(object: Value, kind: &str, operation: &str) -> AdmissionReview {
 #[test]
 fn review_allows_with_a_base64_json_patch() {
     let incoming = review_of(gpu_pod(json!({"nvidia.com/gpu": "1"})), "Pod", "CREATE");
-    let out = review(&incoming, &config()).unwrap();
+    let out = review(&incoming, &config()).unwrap().answer;
     let wire = serde_json::to_value(&out).unwrap();
     assert_eq!(wire["apiVersion"], "admission.k8s.io/v1");
     assert_eq!(wire["kind"], "AdmissionReview");
@@ -329,7 +330,7 @@ fn review_allows_with_a_base64_json_patch() {
 #[test]
 fn review_refuses_with_a_status() {
     let incoming = review_of(gpu_pod(json!({"nvidia.com/gpu": "99"})), "Pod", "CREATE");
-    let wire = serde_json::to_value(review(&incoming, &config()).unwrap()).unwrap();
+    let wire = serde_json::to_value(review(&incoming, &config()).unwrap().answer).unwrap();
     let response = &wire["response"];
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 422);
@@ -352,7 +353,8 @@ fn review_passes_other_kinds_and_operations() {
         ("Pod", "DELETE"),
     ] {
         let out = review(&review_of(gpu.clone(), kind, operation), &config()).unwrap();
-        let response = out.response.unwrap();
+        assert!(out.templates.is_empty());
+        let response = out.answer.response.unwrap();
         assert!(response.allowed, "{kind} {operation}");
         assert!(response.patch.is_none());
     }
@@ -387,3 +389,5 @@ fn a_pod_carrying_tessera_s_own_records_is_refused() {
 
 const ASSIGNMENT_KEY: &str = tessera_api::annotations::ASSIGNMENT;
 const ALLOCATED_KEY: &str = tessera_api::annotations::ALLOCATED;
+
+mod dra;
