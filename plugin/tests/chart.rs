@@ -563,6 +563,75 @@ fn the_helm_chart_dra_mode_ships_the_device_class_and_the_driver_rbac() {
     );
 }
 
+/// The rules of the scheduler's ClusterRole that name `resource`.
+fn scheduler_rules<'a>(chart: &'a Rendered, resource: &str) -> Vec<&'a Value> {
+    chart
+        .of_kind("ClusterRole")
+        .into_iter()
+        .filter(|r| r["metadata"]["labels"]["app.kubernetes.io/component"] == "scheduler")
+        .flat_map(|r| r["rules"].as_array().unwrap())
+        .filter(|rule| {
+            rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == resource)
+        })
+        .collect()
+}
+
+/// DRA mode turns the webhook's DRA mode on: `serve --dra` (which the
+/// binary takes: `rendered` runs the arguments), `get` and `create` of
+/// ResourceClaimTemplates for the scheduler's account, and
+/// `sideEffects: NoneOnDryRun` (the webhook makes templates, never on a
+/// dry run); none of it otherwise, nor without the webhook.
+#[test]
+fn the_helm_chart_dra_mode_lets_the_webhook_make_claim_templates() {
+    let Ok(defaults) = render(&json!({})) else {
+        println!("skipped: {NO_HELM}");
+        return;
+    };
+    let side_effects = |chart: &Rendered| {
+        chart.one("MutatingWebhookConfiguration")["webhooks"][0]["sideEffects"].clone()
+    };
+    let dra_flag = |chart: &Rendered| {
+        extender_container(chart)["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--dra")
+    };
+
+    let off = rendered(&defaults.unwrap());
+    assert!(!dra_flag(&off));
+    assert!(scheduler_rules(&off, "resourceclaimtemplates").is_empty());
+    assert_eq!(side_effects(&off), "None");
+
+    let on = rendered(&render(&json!({"dra": {"enabled": true}})).unwrap().unwrap());
+    assert!(dra_flag(&on), "{}", extender_container(&on)["args"]);
+    let rules = scheduler_rules(&on, "resourceclaimtemplates");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["apiGroups"], json!(["resource.k8s.io"]));
+    assert_eq!(rules[0]["resources"], json!(["resourceclaimtemplates"]));
+    assert_eq!(verbs(&rules), ["create", "get"]);
+    assert_eq!(side_effects(&on), "NoneOnDryRun");
+    // The agent's role gains nothing of it.
+    assert!(agent_rules(&on, "resourceclaimtemplates").is_empty());
+
+    let no_webhook = rendered(
+        &render(&json!({"dra": {"enabled": true}, "webhook": {"enabled": false}}))
+            .unwrap()
+            .unwrap(),
+    );
+    assert!(!dra_flag(&no_webhook));
+    assert!(scheduler_rules(&no_webhook, "resourceclaimtemplates").is_empty());
+    assert!(
+        no_webhook
+            .of_kind("MutatingWebhookConfiguration")
+            .is_empty()
+    );
+}
+
 fn report_crds(report: &Value) -> Vec<String> {
     serde_json::from_value(report["crds"].clone()).unwrap()
 }
@@ -1050,6 +1119,7 @@ fn every_rendered_object_validates_against_the_kubernetes_schemas() {
                               "podResources": "/data/kubelet/pod-resources"},
             },
         }),
+        json!({"dra": {"enabled": true}}),
     ];
     for values in &value_sets {
         let Ok(report) = render(values) else {
