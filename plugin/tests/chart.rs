@@ -330,6 +330,7 @@ fn serve_help(args: &[&str]) -> std::process::Output {
         .env_remove("TESSERA_WEBHOOK_LISTEN")
         .env_remove("TESSERA_TLS_CERT")
         .env_remove("TESSERA_TLS_KEY")
+        .env_remove("TESSERA_DRA")
         .output()
         .unwrap()
 }

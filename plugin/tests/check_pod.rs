@@ -10,6 +10,7 @@ fn check_pod(args: &[&str], stdin: &str) -> Output {
         .arg("check-pod")
         .args(args)
         .env_remove("TESSERA_SCHEDULER_NAME")
+        .env_remove("TESSERA_DRA")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -33,6 +34,46 @@ fn the_example_manifest_is_allowed_unchanged() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
     assert_eq!(stdout, "Pod default/cuda-slice: allowed (unchanged)\n");
+}
+
+/// DRA mode: the design's example pod becomes a claim; the patch, the
+/// warnings for its now idle annotations, and the template it names.
+#[test]
+fn dra_mode_prints_the_claim_and_its_template() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/gpu-pod.yaml");
+    let out = check_pod(&["--dra", example.to_str().unwrap()], "");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        stdout,
+        r#"Pod default/cuda-slice: allowed
+  add /spec/resourceClaims = [{"name":"gpu-cuda","resourceClaimTemplateName":"tessera-gpu-1x-4000mi-30c"}]
+  add /spec/containers/0/resources/limits = {}
+  add /spec/containers/0/resources/claims = [{"name":"gpu-cuda"}]
+  warning: annotation tessera.dev/compute-mode has no effect in DRA mode: the node agent takes a claim's compute mode from its node policy
+  warning: annotation tessera.dev/placement has no effect in DRA mode: the pod's scheduler places its claims
+  template tessera-gpu-1x-4000mi-30c: {"spec":{"devices":{"requests":[{"exactly":{"allocationMode":"ExactCount","capacity":{"requests":{"cores":"30","memory":"4000Mi"}},"count":1,"deviceClassName":"gpu.tessera.dev"},"name":"gpu"}]}}}
+"#
+    );
+    let out = check_pod(&["--dra", "--json", example.to_str().unwrap()], "");
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let template = &verdict["templates"][0];
+    assert_eq!(template["kind"], "ResourceClaimTemplate");
+    assert_eq!(template["metadata"]["namespace"], "default");
+    // gpumem-percentage has no DRA spelling: refused, exit 1.
+    let share = WHOLE_GPU.replace(
+        "nvidia.com/gpu: 1}",
+        "nvidia.com/gpumem-percentage: 50, nvidia.com/gpucores: 10}",
+    );
+    let out = check_pod(&["--dra", "-"], &share);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with(
+            "Pod ml/p: denied (422): container \"train\": nvidia.com/gpumem-percentage is 50"
+        ),
+        "{stdout}"
+    );
 }
 
 #[test]

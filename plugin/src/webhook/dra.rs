@@ -55,11 +55,17 @@
 //! chart's own scheduler named explicitly, works as well as the
 //! default); handing the pod to Tessera's extender would gain nothing,
 //! since after the patch it names none of the extender's resources.
-//! `tessera.dev/` policy annotations are refused on a pod whose GPU
-//! containers the extender does not place (any converted container, or a
-//! scheduler other than Tessera's): only the extender reads them, and a
-//! dropped GPU model or UUID constraint would place the pod where its
-//! author said not to (a ResourceClaim's CEL selectors choose GPUs in DRA).
+//!
+//! **`tessera.dev/` annotations** mean nothing to a pod whose GPUs the
+//! extender does not place (any converted container, or a scheduler
+//! other than Tessera's): the extender reads the placement ones, and the
+//! agent takes a claim's compute mode from its node policy, not from the
+//! pod. Those that constrain which GPUs the pod may get
+//! (`gpu-model-include`/`-exclude`, `gpu-uuid-include`/`-exclude`,
+//! `numa-bind: "true"`) are refused, since dropping them would place the
+//! pod where its author said not to (a ResourceClaim's CEL selectors
+//! choose GPUs in DRA); the others (`placement`, `compute-mode`,
+//! `numa-bind: "false"`) only earn a warning that they have no effect.
 //! A preset `spec.nodeName` and privileged GPU containers stay refused,
 //! as in device-plugin mode.
 
@@ -73,7 +79,10 @@ use tessera_api::dra::{self, CORES, DEVICE_CLASS, MEMORY};
 use thiserror::Error;
 
 use super::{Admitted, PatchOp, WebhookConfig, escape_pointer};
-use crate::annotations::PREFIX;
+use crate::annotations::{
+    COMPUTE_MODE, MODEL_EXCLUDE, MODEL_INCLUDE, NUMA_BIND, PLACEMENT, PREFIX, UUID_EXCLUDE,
+    UUID_INCLUDE,
+};
 use crate::pod::Pod;
 use crate::resources::{self, GPU, GPU_MEM, GPU_MEM_PERCENTAGE, GpuShare, Memory};
 
@@ -122,9 +131,9 @@ pub enum DraError {
         /// Container name.
         container: String,
     },
-    /// A policy annotation on a pod the extender does not place.
+    /// A GPU constraint annotation on a pod the extender does not place.
     #[error(
-        "annotation {key} is read only by Tessera's scheduler extender, which does not place this pod's GPUs in DRA mode; accepted in DRA mode: no {PREFIX} annotations (choose GPUs with a ResourceClaim's CEL selectors, compute mode and priority with the node policy)"
+        "annotation {key} constrains which GPUs the pod may get, which only Tessera's scheduler extender reads, and it does not place this pod's GPUs in DRA mode; accepted in DRA mode: no GPU constraint annotations (a ResourceClaim's CEL selectors choose GPUs)"
     )]
     Annotation {
         /// The annotation key.
@@ -302,14 +311,15 @@ pub(super) fn admit(
         }
     }
     let converts = plans.iter().any(|(_, shape)| shape.is_some()) || !errors.is_empty();
+    let mut warnings = Vec::new();
     if converts || pod.spec.scheduler_name != config.scheduler_name {
-        errors.extend(
-            pod.metadata
-                .annotations
-                .keys()
-                .filter(|k| k.starts_with(PREFIX))
-                .map(|key| DraError::Annotation { key: key.clone() }),
-        );
+        for (key, value) in &pod.metadata.annotations {
+            match annotation_in_dra(key, value) {
+                Some(Ok(warning)) => warnings.push(warning),
+                Some(Err(error)) => errors.push(error),
+                None => {}
+            }
+        }
     }
     let taken: BTreeSet<&str> = object
         .pointer("/spec/resourceClaims")
@@ -375,8 +385,31 @@ pub(super) fn admit(
     let shapes: BTreeSet<ClaimShape> = entries.iter().map(|(_, _, shape)| *shape).collect();
     Ok(Admitted {
         patch,
-        warnings: Vec::new(),
+        warnings,
         templates: shapes.iter().map(|s| s.template(namespace)).collect(),
+    })
+}
+
+/// What a `tessera.dev/` annotation (already validated) becomes on a pod
+/// the extender does not place: a refusal for a GPU constraint, a
+/// warning for a preference; `None` for other keys.
+fn annotation_in_dra(key: &str, value: &str) -> Option<Result<String, DraError>> {
+    let no_effect = |why: &str| Ok(format!("annotation {key} has no effect in DRA mode: {why}"));
+    Some(match key {
+        MODEL_INCLUDE | MODEL_EXCLUDE | UUID_INCLUDE | UUID_EXCLUDE => Err(DraError::Annotation {
+            key: key.to_owned(),
+        }),
+        NUMA_BIND if value == "true" => Err(DraError::Annotation {
+            key: key.to_owned(),
+        }),
+        NUMA_BIND | PLACEMENT => no_effect("the pod's scheduler places its claims"),
+        COMPUTE_MODE => {
+            no_effect("the node agent takes a claim's compute mode from its node policy")
+        }
+        other if other.starts_with(PREFIX) => {
+            no_effect("only Tessera's scheduler extender reads it")
+        }
+        _ => return None,
     })
 }
 

@@ -334,7 +334,7 @@ fn what_cannot_be_honoured_is_all_listed_at_once() {
     );
     assert!(
         msg.contains(
-            "annotation tessera.dev/gpu-model-include is read only by Tessera's scheduler extender"
+            "annotation tessera.dev/gpu-model-include constrains which GPUs the pod may get"
         ),
         "{msg}"
     );
@@ -342,9 +342,48 @@ fn what_cannot_be_honoured_is_all_listed_at_once() {
 }
 
 #[test]
-fn policy_annotations_stay_for_whole_gpu_pods_that_name_tessera_s_scheduler() {
+fn gpu_constraints_are_refused_and_preferences_warned_where_the_extender_does_not_place() {
+    let share = json!({"nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"});
+    for (key, value) in [
+        ("tessera.dev/gpu-model-include", "A100"),
+        ("tessera.dev/gpu-model-exclude", "T4"),
+        (
+            "tessera.dev/gpu-uuid-include",
+            "GPU-12345678-9abc-def0-0123-456789abcdef",
+        ),
+        (
+            "tessera.dev/gpu-uuid-exclude",
+            "GPU-12345678-9abc-def0-0123-456789abcdef",
+        ),
+        ("tessera.dev/numa-bind", "true"),
+    ] {
+        let mut object = gpu_pod(share.clone());
+        object["metadata"]["annotations"] = json!({ key: value });
+        let error = refused_dra(&object);
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "annotation {key} constrains which GPUs the pod may get, which only Tessera's scheduler extender reads, and it does not place this pod's GPUs in DRA mode; accepted in DRA mode: no GPU constraint annotations (a ResourceClaim's CEL selectors choose GPUs)"
+            )
+        );
+    }
+    // The design's example pod: allowed, its preferences warned about.
+    let mut object = gpu_pod(share);
+    object["metadata"]["annotations"] = json!({"tessera.dev/compute-mode": "hard",
+        "tessera.dev/placement": "binpack", "tessera.dev/numa-bind": "false"});
+    let (got, _) = admit(&object);
+    assert_eq!(
+        got.warnings,
+        [
+            "annotation tessera.dev/compute-mode has no effect in DRA mode: the node agent takes a claim's compute mode from its node policy",
+            "annotation tessera.dev/numa-bind has no effect in DRA mode: the pod's scheduler places its claims",
+            "annotation tessera.dev/placement has no effect in DRA mode: the pod's scheduler places its claims",
+        ]
+    );
+    // Whole GPUs: the same, unless the pod names Tessera's scheduler,
+    // whose extender places them and reads its annotations.
     let mut object = gpu_pod(json!({"nvidia.com/gpu": "1"}));
-    object["metadata"]["annotations"] = json!({"tessera.dev/placement": "spread"});
+    object["metadata"]["annotations"] = json!({"tessera.dev/gpu-model-include": "A100"});
     assert!(matches!(refused_dra(&object), WebhookError::Dra(_)));
     object["spec"]["schedulerName"] = json!("tessera-scheduler");
     assert_eq!(admit_pod(&object, &dra()).unwrap(), Admitted::default());
