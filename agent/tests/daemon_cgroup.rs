@@ -129,3 +129,119 @@ fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
     let _ = plain.kill();
     let _ = plain.wait();
 }
+
+/// Two pid namespaces in one container (as the containers of a pod sharing
+/// a DRA claim): each registers as pid 1, and when one namespace dies with
+/// its process no process of the other may judge its slot (its pid names
+/// itself there); the agent, which sees the cgroup, frees it, and the
+/// survivor can then use the whole limit.
+#[test]
+fn the_agent_frees_the_slot_of_a_pid_namespace_that_died() {
+    let cg = match root_cgroup() {
+        Ok(cg) => cg,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let node = Node::small();
+    let root = node.dir.path().join("containers");
+    let gpu = uuid(&node, 0);
+    let dir = container_ok(
+        &root,
+        &[
+            "add",
+            "--id",
+            "two",
+            "--gpu",
+            &format!("{gpu},memory=1000"),
+            "--cgroup",
+            cg.0.to_str().unwrap(),
+        ],
+    );
+    let dir = PathBuf::from(dir.trim());
+    let procs = cg.0.join("cgroup.procs");
+    let spawn = |ops: &str| {
+        let mut c = node.command(&PathBuf::from("sh"));
+        c.arg("-c")
+            .arg(format!(
+                "echo 0 > {} && exec unshare --pid --fork --mount-proc --kill-child {} {ops}",
+                procs.display(),
+                workload(Link::Direct).display()
+            ))
+            .env("LD_PRELOAD", libtessera())
+            .env("TESSERA_REGION_DIR", &dir)
+            .stdin(Stdio::piped());
+        spawn_command_ready(c, ops)
+    };
+    struct KillOnDrop(u32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on a pid this test started.
+            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        }
+    }
+    let a = spawn("dev 0 alloc 600 ready hold");
+    let a_init = KillOnDrop(child_of(a.pid()).expect("unshare's child"));
+    let mut b = spawn("dev 0 ready wait alloc-until-oom 100 ready hold");
+    let _b_init = KillOnDrop(child_of(b.pid()).expect("unshare's child"));
+
+    let agent = Agent::start(&node, &root, &[]);
+    agent.wait_ready();
+    agent.wait_view("two registered pid 1s", |v| {
+        Agent::container(v, "two").is_some_and(|c| {
+            c["processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["source"] == "registered" && p["ns_pid"] == 1)
+                .count()
+                == 2
+        })
+    });
+    // A's namespace dies with its only process.
+    drop(a_init);
+    drop(a);
+    let view = agent.wait_view("A's slot freed", |v| {
+        Agent::container(v, "two").is_some_and(|c| {
+            c["gpus"][0]["preload_used_bytes"] == 0
+                && !c["processes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["source"] == "unmatched_slot")
+        })
+    });
+    let c = Agent::container(&view, "two").unwrap();
+    assert_eq!(
+        c["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["source"] == "registered")
+            .count(),
+        1,
+        "{c:#}"
+    );
+    assert!(
+        agent
+            .log()
+            .iter()
+            .any(|l| l.contains("freed the usage slots")),
+        "no log of the agent freeing the slot"
+    );
+    // The region (the preload's own record) agrees: B may now take it all.
+    use std::io::Write as _;
+    writeln!(b.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let mut allocs = None;
+    while let Some(line) = b.next_line() {
+        if line.starts_with("allocs ") {
+            allocs = Some(line);
+            break;
+        }
+    }
+    assert_eq!(
+        allocs.as_deref(),
+        Some("allocs 10 CUDA_ERROR_OUT_OF_MEMORY")
+    );
+}

@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tessera_region::error::RegionError;
 use tessera_region::file::{CONTROL_FILE, Mapped, USAGE_FILE, open_control, open_usage};
-use tessera_region::layout::{CONTROL_MAGIC, ControlRegion, FLAG_FAIL_OPEN, UsageRegion};
+use tessera_region::layout::{CONTROL_MAGIC, ControlRegion, FLAG_FAIL_OPEN, UsageRegion, start};
 use tessera_region::usage::Claim;
 
 use crate::config::{self, ProcessEnv};
@@ -313,11 +313,13 @@ impl Enforcer {
     /// full).
     fn register(&self) -> Result<usize, RegionError> {
         let pid = sys::getpid();
-        let start = sys::start_time(pid).unwrap_or(0);
+        let tag = sys::pid_ns_tag();
+        let start = sys::start_time(pid).map_or(0, |t| start::word(tag, t));
         let claim = match self.usage.claim(pid, start) {
             Some(s) => s,
             None => {
-                self.usage.reclaim_dead((pid, start), sys::alive);
+                self.usage
+                    .reclaim_dead((pid, start), sys::slot_owner_alive(tag));
                 self.usage
                     .claim(pid, start)
                     .ok_or_else(|| RegionError::Full {
@@ -482,6 +484,7 @@ impl Enforcer {
             self.pid.load(Ordering::Acquire),
             self.start_time.load(Ordering::Acquire),
         );
-        self.usage.reclaim_dead(me, sys::alive);
+        self.usage
+            .reclaim_dead(me, sys::slot_owner_alive(sys::pid_ns_tag()));
     }
 }

@@ -6,7 +6,9 @@
 //! with `dlvsym`.
 
 use std::ffi::{CStr, c_char, c_void};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_region::layout::start;
 
 /// The C library's `dlsym` (0 until [`init_real_dlsym`] found it). Read by
 /// the `dlsym` hook's assembly.
@@ -198,6 +200,29 @@ pub fn start_time(pid: u32) -> Option<u64> {
     proc_stat_checked(pid).ok().map(|(_, t)| t)
 }
 
+/// The tag of this process's pid namespace (the inode of
+/// `/proc/self/ns/pid`), or 0 when `/proc` cannot say. Read each time: a
+/// child forked after `unshare(CLONE_NEWPID)` is in another namespace.
+pub fn pid_ns_tag() -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| start::tag_of_inode(m.ino()))
+}
+
+/// Whether the owner of a usage slot, `pid` with start word `word`, may
+/// still be running, judged by a process whose pid namespace has tag
+/// `mine`: a slot of another namespace is never judged dead here (its pid
+/// names another process, or none, in this one), only by its own
+/// namespace's processes or by the agent; the others as [`alive`] says.
+pub fn slot_owner_alive(mine: u32) -> impl Fn(u32, u64) -> bool {
+    move |pid, word| {
+        let theirs = start::tag(word);
+        if theirs != 0 && mine != 0 && theirs != mine {
+            return true;
+        }
+        alive(pid, start::ticks(word))
+    }
+}
+
 /// Whether `pid`, started at `start_time` (0 = unknown), may still be
 /// running. Only proof of absence counts as dead: the pid is gone, its
 /// start time differs (a recycled pid), or it is a zombie with no thread
@@ -239,6 +264,25 @@ pub fn at_fork(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slot of another pid namespace is never judged dead here; one of
+    /// this namespace (or untagged) is judged by its pid and start time.
+    #[test]
+    fn only_slots_of_this_pid_namespace_are_judged() {
+        let mine = pid_ns_tag();
+        assert_ne!(mine, 0, "/proc/self/ns/pid is readable");
+        let other = if mine == start::MAX_TAG { 1 } else { mine + 1 };
+        let judge = slot_owner_alive(mine);
+        // No process has pid 0x7fff_fff0 (above pid_max).
+        let gone = 0x7fff_fff0;
+        assert!(judge(gone, start::word(other, 5)), "another namespace's");
+        assert!(!judge(gone, start::word(mine, 5)));
+        assert!(!judge(gone, 5), "untagged: as before");
+        let me = getpid();
+        let t = start_time(me).unwrap();
+        assert!(judge(me, start::word(mine, t)));
+        assert!(!judge(me, start::word(mine, t + 1)), "a reused pid");
+    }
 
     #[test]
     fn code_addresses_are_attributed_to_their_object() {

@@ -192,3 +192,52 @@ fn processes_that_never_use_a_gpu_are_left_alone() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
+
+/// The containers of a pod sharing a DRA claim share one region from two
+/// pid namespaces, each process pid 1 in its own: neither takes the other
+/// for dead (its pid names another process, or none, in the other's
+/// namespace), so what they hold together stays within the one limit.
+#[test]
+fn two_pid_namespaces_share_one_limit() {
+    let can_unshare = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !is_root() || !can_unshare {
+        println!("skipped: needs root and unshare(1) allowed to make a pid namespace");
+        return;
+    }
+    let c = Container::new(|u| tessera_region::control::GpuLimits {
+        memory_limit: 1000 * MIB,
+        ..tessera_region::control::GpuLimits::unlimited(u)
+    });
+    let workload = common::sim::workload(Link::Direct);
+    let spawn = |ops: &str| {
+        let mut cmd = c.command(std::path::Path::new("unshare"));
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(&workload)
+            .args(ops.split_whitespace());
+        common::sim::spawn_command_ready(cmd, ops)
+    };
+    let a = spawn("dev 0 alloc 600 ready hold");
+    let b = spawn("dev 0 alloc-until-oom 100 ready hold");
+    // B's refused allocation made it look for dead processes: A stays.
+    let allocs: Vec<&String> = b.seen.iter().filter(|l| l.starts_with("allocs ")).collect();
+    assert_eq!(
+        allocs,
+        ["allocs 4 CUDA_ERROR_OUT_OF_MEMORY"],
+        "{:?}",
+        b.seen
+    );
+    let usage = c.usage();
+    let slots: Vec<_> = usage.slots.iter().filter(|s| s.used[0] > 0).collect();
+    assert_eq!(slots.len(), 2, "{slots:?}");
+    assert!(slots.iter().all(|s| s.pid == 1), "{slots:?}");
+    assert_ne!(slots[0].ns_tag, slots[1].ns_tag, "{slots:?}");
+    assert_eq!(
+        slots.iter().map(|s| s.used[0]).sum::<u64>(),
+        1000 * MIB,
+        "{slots:?}"
+    );
+    drop((a, b));
+}

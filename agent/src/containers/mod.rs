@@ -17,6 +17,7 @@ pub mod live;
 pub mod meta;
 pub mod pids;
 pub mod proc_cache;
+pub mod reclaim;
 pub mod store;
 
 pub use id::{ContainerId, IdError};

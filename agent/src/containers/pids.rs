@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use tessera_region::layout::start;
 use tessera_region::reader::SlotView;
 
 /// Most cgroup directories visited below a container's cgroup.
@@ -30,6 +31,9 @@ pub struct ProcInfo {
     pub ns_pid: u32,
     /// Start time (clock ticks after boot, `/proc/<pid>/stat` field 22).
     pub start_time: u64,
+    /// The tag of its pid namespace (`/proc/<pid>/ns/pid`'s inode, as
+    /// [`start::tag_of_inode`] makes it; 0: not readable).
+    pub ns_tag: u32,
 }
 
 /// Pids in `cgroup.procs` of `dir` and of the cgroups below it. A cgroup
@@ -89,11 +93,26 @@ pub fn proc_info(proc_root: &Path, pid: u32) -> Option<ProcInfo> {
     let dir = proc_root.join(pid.to_string());
     let status = std::fs::read_to_string(dir.join("status")).ok()?;
     let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let ns_tag = std::fs::metadata(dir.join("ns/pid")).map_or(0, |m| {
+        use std::os::unix::fs::MetadataExt as _;
+        start::tag_of_inode(m.ino())
+    });
     Some(ProcInfo {
         host_pid: pid,
         ns_pid: parse_ns_pid(&status).unwrap_or(pid),
         start_time: parse_start_time(&stat)?,
+        ns_tag,
     })
+}
+
+/// Whether slot `s` names process `p`: the same pid in its namespace, the
+/// same start time, and the same namespace where both tags are known
+/// (the containers of a pod sharing a claim share one region, and each
+/// may have a pid 1).
+pub fn names(s: &SlotView, p: &ProcInfo) -> bool {
+    s.pid == p.ns_pid
+        && s.start_time == p.start_time
+        && (s.ns_tag == 0 || p.ns_tag == 0 || s.ns_tag == p.ns_tag)
 }
 
 /// One process of a container, or one slot of its usage region.
@@ -126,14 +145,17 @@ pub enum Source {
 
 /// Joins the container's host processes with its usage slots.
 pub fn join(procs: &[ProcInfo], slots: &[SlotView]) -> Vec<ProcessView> {
-    let mut by_ns: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut by_ns: HashMap<(u32, u64), Vec<&SlotView>> = HashMap::new();
     for s in slots {
-        by_ns.entry((s.pid, s.start_time)).or_insert(s.index);
+        by_ns.entry((s.pid, s.start_time)).or_default().push(s);
     }
     let mut out = Vec::new();
     let mut used = Vec::new();
     for p in procs {
-        let slot = by_ns.get(&(p.ns_pid, p.start_time)).copied();
+        let slot = by_ns
+            .get(&(p.ns_pid, p.start_time))
+            .and_then(|c| c.iter().find(|s| !used.contains(&s.index) && names(s, p)))
+            .map(|s| s.index);
         if let Some(s) = slot {
             used.push(s);
         }
@@ -171,7 +193,10 @@ pub fn join_same_namespace(
     slots
         .iter()
         .map(|s| {
-            let live = lookup(s.pid).filter(|p| p.start_time == s.start_time);
+            let live = lookup(s.pid).filter(|p| {
+                p.start_time == s.start_time
+                    && (s.ns_tag == 0 || p.ns_tag == 0 || s.ns_tag == p.ns_tag)
+            });
             ProcessView {
                 host_pid: live.map(|p| p.host_pid),
                 ns_pid: s.pid,
@@ -221,9 +246,36 @@ mod tests {
             state: SlotState::Active,
             pid,
             start_time,
+            ns_tag: 0,
             used: [0; MAX_GPUS],
             launches: [0; MAX_GPUS],
         }
+    }
+
+    /// Two containers sharing a region, each with a pid 1 started in the
+    /// same tick: each process gets the slot of its own namespace.
+    #[test]
+    fn pid_1_of_two_namespaces_get_their_own_slots() {
+        let p = |host_pid, ns_tag| ProcInfo {
+            host_pid,
+            ns_pid: 1,
+            start_time: 10,
+            ns_tag,
+        };
+        let tagged = |index, ns_tag| SlotView {
+            ns_tag,
+            ..slot(index, 1, 10)
+        };
+        let j = join(&[p(5000, 7), p(6000, 8)], &[tagged(2, 8), tagged(1, 7)]);
+        assert_eq!((j[0].host_pid, j[0].slot), (Some(5000), Some(1)));
+        assert_eq!((j[1].host_pid, j[1].slot), (Some(6000), Some(2)));
+        // A third namespace's slot names neither.
+        let j = join(&[p(5000, 7)], &[tagged(3, 9)]);
+        assert_eq!(j[0].source, Source::Unregistered);
+        assert_eq!(j[1].source, Source::UnmatchedSlot);
+        // An untagged slot (an older preload) matches as before.
+        let j = join(&[p(5000, 7)], &[slot(4, 1, 10)]);
+        assert_eq!(j[0].slot, Some(4));
     }
 
     #[test]
@@ -233,11 +285,13 @@ mod tests {
                 host_pid: 5000,
                 ns_pid: 1,
                 start_time: 10,
+                ns_tag: 0,
             },
             ProcInfo {
                 host_pid: 5001,
                 ns_pid: 2,
                 start_time: 11,
+                ns_tag: 0,
             },
         ];
         // Slot 0: pid 1 (matches); slot 3: pid 2 but another start time

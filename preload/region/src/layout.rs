@@ -21,7 +21,8 @@
 //!                          last_reclaim_ns, active-slot bitmap (256 bits)
 //!   64    Bucket × 16      per-GPU launch token bucket and counters
 //!   1088  owners[256]      slot owner words (generation << 40 | state << 32 | pid)
-//!   3136  start_times[256] owner start times (clock ticks after boot)
+//!   3136  start_times[256] owner start words (pid-namespace tag << 40 | start
+//!                          time in clock ticks after boot; see [`start`])
 //!   5184  used[16][256]    device bytes charged, per GPU, per slot
 //!   37952 launches[16][256] launches, per GPU, per slot
 //! ```
@@ -106,6 +107,41 @@ pub mod owner {
     /// The generation of a word.
     pub const fn generation(word: u64) -> u64 {
         (word >> GENERATION_SHIFT) & GENERATION_MASK
+    }
+}
+
+/// A slot's start word: its owner's start time (clock ticks after boot,
+/// as `/proc/<pid>/stat` says in any pid namespace) and a tag of the pid
+/// namespace its pid is counted in. Processes of several pid namespaces
+/// share one region (the containers of a pod sharing a DRA claim): a pid
+/// means something only in its own namespace, so a process judges only
+/// the slots of its namespace dead, and the agent, which sees every
+/// namespace, judges the others. Tag 0: not known (a writer before tags),
+/// judged as a slot of the reader's namespace.
+pub mod start {
+    /// Bits of the start time; the tag is above them.
+    pub const TICK_BITS: u32 = 40;
+    const TICK_MASK: u64 = (1 << TICK_BITS) - 1;
+    /// Largest tag (24 bits).
+    pub const MAX_TAG: u32 = (1 << (64 - TICK_BITS)) - 1;
+
+    /// The tag of the pid namespace whose `/proc/<pid>/ns/pid` has inode
+    /// `inode`: 1 to [`MAX_TAG`] (never 0). Namespace inodes are numbered
+    /// from one counter, so the namespaces alive at once differ in it.
+    pub const fn tag_of_inode(inode: u64) -> u32 {
+        (inode % MAX_TAG as u64) as u32 + 1
+    }
+    /// Packs a tag and a start time (taken modulo 2^40 ticks).
+    pub const fn word(tag: u32, ticks: u64) -> u64 {
+        ((tag as u64) << TICK_BITS) | (ticks & TICK_MASK)
+    }
+    /// The start time of a word.
+    pub const fn ticks(word: u64) -> u64 {
+        word & TICK_MASK
+    }
+    /// The namespace tag of a word (0: not known).
+    pub const fn tag(word: u64) -> u32 {
+        (word >> TICK_BITS) as u32
     }
 }
 
@@ -297,5 +333,28 @@ mod tests {
         assert_eq!(usage_offsets::USED, 5184);
         assert_eq!(usage_offsets::LAUNCHES, 37952);
         assert_eq!(USAGE_SIZE, 73728);
+    }
+}
+
+#[cfg(test)]
+mod start_tests {
+    use super::start;
+
+    #[test]
+    fn a_start_word_keeps_tag_and_ticks_apart() {
+        let w = start::word(start::tag_of_inode(4_026_532_456), 123_456);
+        assert_eq!(start::ticks(w), 123_456);
+        assert_eq!(start::tag(w), start::tag_of_inode(4_026_532_456));
+        assert_ne!(start::tag(w), 0);
+        assert_eq!(start::tag(123_456), 0, "a word without a tag");
+        assert_eq!(
+            start::tag_of_inode(u64::from(start::MAX_TAG) - 1),
+            start::MAX_TAG
+        );
+        assert_eq!(start::tag_of_inode(u64::from(start::MAX_TAG)), 1);
+        assert_ne!(
+            start::tag_of_inode(4_026_531_836),
+            start::tag_of_inode(4_026_532_456)
+        );
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::error::RegionError;
 use crate::layout::{
-    ABI_VERSION, MAX_GPUS, MAX_SLOTS, USAGE_MAGIC, USAGE_SIZE, owner, usage_offsets,
+    ABI_VERSION, MAX_GPUS, MAX_SLOTS, USAGE_MAGIC, USAGE_SIZE, owner, start, usage_offsets,
 };
 
 /// Largest byte count a slot may claim on one GPU (1 PiB).
@@ -39,6 +39,9 @@ pub struct SlotView {
     pub pid: u32,
     /// Start time (clock ticks after boot).
     pub start_time: u64,
+    /// The tag of the pid namespace `pid` is counted in (0: not known;
+    /// see [`crate::layout::start`]).
+    pub ns_tag: u32,
     /// Bytes per GPU.
     pub used: [u64; MAX_GPUS],
     /// Launches per GPU.
@@ -278,7 +281,8 @@ pub fn read_usage_in(b: &[u8], scope: Scope) -> Result<UsageSnapshot, RegionErro
                 index: i,
                 state,
                 pid,
-                start_time: u64_at(b, usage_offsets::START_TIMES + i * 8),
+                start_time: start::ticks(u64_at(b, usage_offsets::START_TIMES + i * 8)),
+                ns_tag: start::tag(u64_at(b, usage_offsets::START_TIMES + i * 8)),
                 used,
                 launches,
             }),

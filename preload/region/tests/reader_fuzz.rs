@@ -12,7 +12,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tessera_region::layout::{MAX_GPUS, MAX_SLOTS, USAGE_SIZE, owner, usage_offsets};
+use tessera_region::layout::{MAX_GPUS, MAX_SLOTS, USAGE_SIZE, owner, start, usage_offsets};
 use tessera_region::reader::{MAX_SLOT_BYTES, PID_MAX, SlotState, UsageSnapshot, read_usage};
 
 fn valid_region() -> Vec<u8> {
@@ -225,7 +225,9 @@ fn check_accepted(b: &[u8], snap: &UsageSnapshot) {
         assert_eq!(s.state, want);
         assert_eq!(s.pid, owner::pid(w));
         assert!(s.pid <= PID_MAX, "pid {} out of range", s.pid);
-        assert_eq!(s.start_time, u64_at(b, start_at(s.index)));
+        let word = u64_at(b, start_at(s.index));
+        assert_eq!(s.start_time, start::ticks(word));
+        assert_eq!(s.ns_tag, start::tag(word));
         for g in 0..MAX_GPUS {
             assert!(
                 s.used[g] <= MAX_SLOT_BYTES,

@@ -59,7 +59,7 @@ impl Agent {
         let mut problems = Vec::new();
         let scope = Scope::granted(c.meta.gpus.len());
         let read = file.read_prefix(&c.dir.join(USAGE_FILE), scope.len(), buf);
-        let usage = read
+        let mut usage = read
             .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
             .ok()
             .and_then(|()| {
@@ -67,7 +67,32 @@ impl Agent {
                     .map_err(|e| problems.push(format!("usage region: {}", with_causes(&e))))
                     .ok()
             });
-        let processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
+        let mut processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
+        if processes
+            .iter()
+            .any(|p| p.source == pids::Source::UnmatchedSlot)
+            && let Some(cgroup) = self.cgroup_dir(&c.meta)
+        {
+            // Slots no process of the cgroup holds: free those whose
+            // owners are gone (a pid namespace of the container that has
+            // no process left to free them), and read again.
+            let path = c.dir.join(USAGE_FILE);
+            let freed = crate::containers::reclaim::reclaim_gone(&path, &cgroup, |p| {
+                self.containers.procs.borrow_mut().info(p)
+            });
+            match freed {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(container = %c.id, slots = n, "freed the usage slots of processes gone from the container's cgroup");
+                    usage = file
+                        .read_prefix(&path, scope.len(), buf)
+                        .ok()
+                        .and_then(|()| read_usage_in(buf, scope).ok());
+                    processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
+                }
+                Err(e) => problems.push(format!("usage region: {}", with_causes(&e))),
+            }
+        }
         let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
         Observed {
             // The watchdog reads the header and buckets only.
