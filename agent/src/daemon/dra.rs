@@ -2,10 +2,12 @@
 //! once the daemon's NVML answers, the kubelet plugin
 //! ([`crate::dra::plugin`]) serves until the daemon stops, and the node's
 //! ResourceSlice ([`crate::dra::slice`]) is applied and kept current: the
-//! inventory is read again every [`RESLICE`], and a change (a GPU lost or
-//! back) is applied with the pool's generation raised, so the scheduler
-//! drops the older slice. Claims' cgroups are learnt beside them
-//! ([`crate::dra::bind`]).
+//! inventory is read again every [`RESLICE`], and the device plugin's
+//! health watch ([`crate::kubelet::HealthWatch`]: a GPU lost, or in
+//! quarantine after a critical Xid) is followed as it changes; a change
+//! is applied with the pool's generation raised, so the scheduler drops
+//! the older slice and allocates nothing new on an unhealthy GPU. Claims'
+//! cgroups are learnt beside them ([`crate::dra::bind`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,8 +25,9 @@ use crate::containers::Store;
 use crate::dra::plugin::{ApiClaims, DraPlugin, Sockets, serve};
 use crate::dra::prepare::Preparer;
 use crate::dra::slice::{NodeRef, pcie_root, resource_slice, slice_name};
-use crate::gpu::{Inventory, NvmlBackend};
+use crate::gpu::{Health, Inventory, NvmlBackend};
 use crate::kubelet::allocate::HostPaths;
+use crate::kubelet::{HealthWatch, KubeletConfig};
 
 /// How often the inventory is read again for the slice.
 pub const RESLICE: Duration = Duration::from_secs(10);
@@ -120,7 +123,8 @@ async fn read_inventory(backend: &Arc<NvmlBackend>) -> Result<Inventory, String>
         .map_err(|e| crate::error_chain::with_causes(&e))
 }
 
-/// Applies the slice, then again whenever the inventory changes.
+/// Applies the slice, then again whenever the inventory or a GPU's
+/// health changes.
 async fn publish(
     client: kube::Client,
     node: String,
@@ -128,6 +132,24 @@ async fn publish(
     mut inventory: Inventory,
     mut stop: watch::Receiver<bool>,
 ) {
+    let initial = inventory
+        .gpus
+        .iter()
+        .map(|g| g.health == Health::Healthy)
+        .collect();
+    let (health_tx, mut health) = watch::channel(initial);
+    let _watch = match HealthWatch::start(
+        Arc::clone(&backend),
+        inventory.gpus.len(),
+        KubeletConfig::default().xid_quarantine,
+        health_tx,
+    ) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(error = %e, "no GPU health watch for the ResourceSlice (lost GPUs still leave it at the next inventory)");
+            None
+        }
+    };
     let roots: BTreeMap<String, String> = inventory
         .gpus
         .iter()
@@ -138,21 +160,28 @@ async fn publish(
             ))
         })
         .collect();
-    let mut applied: Option<Inventory> = None;
     loop {
-        if applied.as_ref() != Some(&inventory) {
-            match apply(&client, &node, &inventory, &roots).await {
-                Ok(generation) => {
-                    tracing::info!(node = %node, generation, devices = inventory.gpus.len(), "ResourceSlice applied");
-                    applied = Some(inventory.clone());
-                }
-                Err(e) => {
-                    tracing::warn!(node = %node, error = %e, "cannot apply the ResourceSlice; retrying")
-                }
+        // Read back every time: kubelet deletes the node's slices when it
+        // starts (and a driver's when it stays unregistered), so what was
+        // applied may be gone.
+        let healthy = with_health(&inventory, &health.borrow_and_update());
+        match apply(&client, &node, &healthy, &roots).await {
+            Ok(Some(generation)) => {
+                let devices = healthy
+                    .gpus
+                    .iter()
+                    .filter(|g| g.health == Health::Healthy)
+                    .count();
+                tracing::info!(node = %node, generation, devices, "ResourceSlice applied");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e, "cannot apply the ResourceSlice; retrying")
             }
         }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
+            _ = health.changed() => continue,
             () = tokio::time::sleep(RESLICE) => {}
         }
         match read_inventory(&backend).await {
@@ -162,14 +191,28 @@ async fn publish(
     }
 }
 
-/// Applies `node`'s slice for `inventory`: the generation is kept when
-/// the devices are the ones published, raised otherwise.
+/// `inventory` with each GPU the health watch calls unhealthy (by
+/// inventory position) marked lost, so the slice leaves it out.
+fn with_health(inventory: &Inventory, healthy: &[bool]) -> Inventory {
+    let mut out = inventory.clone();
+    for (g, ok) in out.gpus.iter_mut().zip(healthy) {
+        if !ok {
+            g.health = Health::Lost;
+        }
+    }
+    out
+}
+
+/// Applies `node`'s slice for `inventory` unless the API server has it
+/// as it should be (`None`): the generation is kept when the devices are
+/// the ones published, raised otherwise (a deleted slice starts again
+/// at 1).
 async fn apply(
     client: &kube::Client,
     node: &str,
     inventory: &Inventory,
     roots: &BTreeMap<String, String>,
-) -> Result<i64, String> {
+) -> Result<Option<i64>, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let uid = nodes
         .get(node)
@@ -197,7 +240,8 @@ async fn apply(
     })?;
     let mut wanted = resource_slice(&owner, inventory, roots, 0);
     let generation = match current {
-        Some(c) if c.spec.devices == wanted.spec.devices => c.spec.pool.generation,
+        // (Devices compared: the API server may default other fields.)
+        Some(c) if c.spec.devices == wanted.spec.devices => return Ok(None),
         Some(c) => c.spec.pool.generation + 1,
         None => 1,
     };
@@ -215,5 +259,5 @@ async fn apply(
                 crate::error_chain::with_causes(&e)
             )
         })?;
-    Ok(generation)
+    Ok(Some(generation))
 }

@@ -228,6 +228,31 @@ pub(super) fn agent_ip() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// Deletes the agent's pod and waits until the DaemonSet's new one is
+/// ready (and a little more, for its first periods).
+pub(super) fn replace_agent() {
+    created(&kubectl(&[
+        "-n",
+        "tessera-system",
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/component=agent",
+        "--wait=true",
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while agent_ip().is_empty()
+        || !text(&kubectl(&["-n", "tessera-system", "get", "pods"])).contains("1/1")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the DaemonSet made no new agent pod"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+}
+
 pub(super) fn http_get(ip: &str, path: &str) -> String {
     let addr: std::net::SocketAddr = format!("{ip}:9400").parse().unwrap();
     let (code, body) = tessera_testkit::poll::http_get(addr, path).unwrap();
@@ -249,9 +274,17 @@ pub fn on_the_cluster() {
         "{pods}"
     );
 
-    // The agent's GpuNode, written through the API server.
-    let gpunodes = text(&kubectl(&["get", "gpunodes"]));
-    assert!(gpunodes.contains("tessera-node"), "{gpunodes}");
+    // The agent's GpuNode, written through the API server (its first
+    // write follows the agent's first periods).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let gpunodes = text(&kubectl(&["get", "gpunodes"]));
+        if gpunodes.contains("tessera-node") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no GpuNode: {gpunodes}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 
     // HAMi's first example, and a neighbour pinned to the same GPU.
     created(&hami_pod(
@@ -365,26 +398,7 @@ pub fn on_the_cluster() {
     );
 
     // Life: a new agent pod (the DaemonSet makes it) changes no limit.
-    created(&kubectl(&[
-        "-n",
-        "tessera-system",
-        "delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/component=agent",
-        "--wait=true",
-    ]));
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while agent_ip().is_empty()
-        || !text(&kubectl(&["-n", "tessera-system", "get", "pods"])).contains("1/1")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the DaemonSet made no new agent pod"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    std::thread::sleep(Duration::from_secs(2));
+    replace_agent();
     let after = sm_share(&sim, gpu, p30, 1);
     eprintln!("tessera on the cluster: SM {after:.1} % after the agent pod was replaced");
     assert!(
