@@ -49,6 +49,35 @@ fn child_of(pid: i32) -> Option<u32> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// SIGKILLs a pid this test started when dropped.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a pid this test started.
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}
+
+/// Container `id` on GPU 0 of `node` with a 1000 MiB limit, its
+/// processes in cgroup `cg`; its region directory.
+fn container_in(node: &Node, root: &std::path::Path, id: &str, cg: &TestCgroup) -> PathBuf {
+    let gpu = uuid(node, 0);
+    let dir = container_ok(
+        root,
+        &[
+            "add",
+            "--id",
+            id,
+            "--gpu",
+            &format!("{gpu},memory=1000"),
+            "--cgroup",
+            cg.0.to_str().unwrap(),
+        ],
+    );
+    PathBuf::from(dir.trim())
+}
+
 #[test]
 fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
     let cg = match root_cgroup() {
@@ -60,20 +89,7 @@ fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
     };
     let node = Node::small();
     let root = node.dir.path().join("containers");
-    let gpu = uuid(&node, 0);
-    let dir = container_ok(
-        &root,
-        &[
-            "add",
-            "--id",
-            "ns",
-            "--gpu",
-            &format!("{gpu},memory=1000"),
-            "--cgroup",
-            cg.0.to_str().unwrap(),
-        ],
-    );
-    let dir = PathBuf::from(dir.trim());
+    let dir = container_in(&node, &root, "ns", &cg);
     let procs = cg.0.join("cgroup.procs");
     // The workload: into the cgroup, then pid 1 of a new pid namespace
     // (with its own /proc, as in a container).
@@ -90,13 +106,6 @@ fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
     let host = child_of(work.pid()).expect("unshare's child");
     // The namespace's init ignores SIGTERM from outside: SIGKILL it on
     // any exit of this test (unshare's --kill-child covers unshare's end).
-    struct KillOnDrop(u32);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            // SAFETY: kill(2) on a pid this test started.
-            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
-        }
-    }
     let _init = KillOnDrop(host);
     // A member that never loads the preload.
     let mut plain = Command::new("sh")
@@ -146,20 +155,7 @@ fn the_agent_frees_the_slot_of_a_pid_namespace_that_died() {
     };
     let node = Node::small();
     let root = node.dir.path().join("containers");
-    let gpu = uuid(&node, 0);
-    let dir = container_ok(
-        &root,
-        &[
-            "add",
-            "--id",
-            "two",
-            "--gpu",
-            &format!("{gpu},memory=1000"),
-            "--cgroup",
-            cg.0.to_str().unwrap(),
-        ],
-    );
-    let dir = PathBuf::from(dir.trim());
+    let dir = container_in(&node, &root, "two", &cg);
     let procs = cg.0.join("cgroup.procs");
     let spawn = |ops: &str| {
         let mut c = node.command(&PathBuf::from("sh"));
@@ -174,13 +170,6 @@ fn the_agent_frees_the_slot_of_a_pid_namespace_that_died() {
             .stdin(Stdio::piped());
         spawn_command_ready(c, ops)
     };
-    struct KillOnDrop(u32);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            // SAFETY: kill(2) on a pid this test started.
-            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
-        }
-    }
     let a = spawn("dev 0 alloc 600 ready hold");
     let a_init = KillOnDrop(child_of(a.pid()).expect("unshare's child"));
     let mut b = spawn("dev 0 ready wait alloc-until-oom 100 ready hold");

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::tessera::{
-    agent_ip, get_json, held_mib, http_get, log_line, sim, sm_share, text, wait_running,
+    agent_ip, container_log_line, get_json, held_mib, http_get, log_line, sim, sm_share, text,
+    wait_running,
 };
 use super::{cluster_dir, kubectl, xtask};
 
@@ -202,23 +203,6 @@ fn pod_processes(name: &str, n: usize, within: Duration) -> Vec<i32> {
             found.len()
         );
         std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Waits until container `container` of pod `name` logs a line starting
-/// with `prefix`.
-fn container_log_line(name: &str, container: &str, prefix: &str, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let logs = text(&kubectl(&["logs", name, "-c", container]));
-        if let Some(line) = logs.lines().find(|l| l.starts_with(prefix)) {
-            return line.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}/{container} never printed {prefix:?}; its log:\n{logs}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
     }
 }
 
@@ -474,11 +458,11 @@ pub fn on_the_cluster() {
     let pids = pod_processes("dra-shared", 2, Duration::from_secs(60));
     let mut allocs = 0;
     for c in ["main", "second"] {
-        let line = container_log_line("dra-shared", c, "allocs ", Duration::from_secs(30));
+        let line = container_log_line("dra-shared", Some(c), "allocs ", Duration::from_secs(30));
         let n: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         assert!(line.ends_with("CUDA_ERROR_OUT_OF_MEMORY"), "{c}: {line}");
         allocs += n;
-        container_log_line("dra-shared", c, "ready", Duration::from_secs(30));
+        container_log_line("dra-shared", Some(c), "ready", Duration::from_secs(30));
     }
     let held: u64 = pids.iter().map(|&p| held_mib(&sim, shared_gpu, p)).sum();
     std::thread::sleep(Duration::from_secs(3));

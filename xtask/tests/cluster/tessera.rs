@@ -137,15 +137,28 @@ pub(super) fn wait_running(name: &str, within: Duration) {
 
 /// Waits until pod `name`'s log has a line starting with `prefix`.
 pub(super) fn log_line(name: &str, prefix: &str, within: Duration) -> String {
+    container_log_line(name, None, prefix, within)
+}
+
+/// Waits until the log of pod `name` (of its `container`, or its only
+/// one) has a line starting with `prefix`.
+pub(super) fn container_log_line(
+    name: &str,
+    container: Option<&str>,
+    prefix: &str,
+    within: Duration,
+) -> String {
     let deadline = Instant::now() + within;
+    let mut args = vec!["logs", name];
+    args.extend(container.iter().flat_map(|c| ["-c", c]));
     loop {
-        let logs = text(&kubectl(&["logs", name]));
+        let logs = text(&kubectl(&args));
         if let Some(line) = logs.lines().find(|l| l.starts_with(prefix)) {
             return line.to_owned();
         }
         assert!(
             Instant::now() < deadline,
-            "pod {name} never printed {prefix:?}; its log:\n{logs}"
+            "pod {name} ({container:?}) never printed {prefix:?}; its log:\n{logs}"
         );
         std::thread::sleep(Duration::from_millis(500));
     }
