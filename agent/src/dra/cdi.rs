@@ -22,6 +22,70 @@ pub const KIND: &str = "gpu.tessera.dev/claim";
 /// The CDI spec version written (the oldest that has what we use).
 pub const CDI_VERSION: &str = "0.6.0";
 
+/// NVIDIA's CDI kind, as the NVIDIA Container Toolkit generates it
+/// (`nvidia-ctk cdi generate`: devices named by index, by UUID and `all`).
+pub const NVIDIA_KIND: &str = "nvidia.com/gpu";
+/// Where the toolkit writes its specs besides the runtime's dynamic
+/// directory (containerd and CRI-O read both).
+pub const STATIC_DIR: &str = "/etc/cdi";
+
+/// The part of a CDI spec read to find NVIDIA's devices.
+#[derive(serde::Deserialize)]
+struct SpecNames {
+    kind: String,
+    #[serde(default)]
+    devices: Vec<DeviceName>,
+}
+
+#[derive(serde::Deserialize)]
+struct DeviceName {
+    name: String,
+}
+
+/// The names of NVIDIA's CDI devices that the specs in `dirs` define
+/// (JSON or YAML files; unreadable ones are skipped).
+pub fn nvidia_device_names(dirs: &[&Path]) -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let ext = path
+                .extension()
+                .and_then(|x| x.to_str())
+                .unwrap_or_default();
+            if !matches!(ext, "json" | "yaml" | "yml") {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            match serde_norway::from_str::<SpecNames>(&text) {
+                Ok(spec) if spec.kind == NVIDIA_KIND => {
+                    names.extend(spec.devices.into_iter().map(|d| d.name));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(spec = %path.display(), error = %e, "not a CDI spec we read")
+                }
+            }
+        }
+    }
+    names
+}
+
+/// NVIDIA's CDI device for the GPU with `uuid` and NVML index `index`
+/// among `names` (by UUID, else by index), as a fully qualified name.
+pub fn nvidia_device(names: &[String], uuid: &str, index: u32) -> Option<String> {
+    let index = index.to_string();
+    [uuid, index.as_str()]
+        .into_iter()
+        .find(|n| names.iter().any(|x| x == n))
+        .map(|n| format!("{NVIDIA_KIND}={n}"))
+}
+
 /// Why a spec cannot be written or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum CdiError {
@@ -167,6 +231,38 @@ pub fn remove(dir: &Path, uid: &str) -> Result<(), CdiError> {
 
 #[cfg(test)]
 mod tests {
+
+    /// NVIDIA's devices are found in JSON and YAML specs of its kind, by
+    /// UUID first, else by index; other kinds and broken files are not.
+    #[test]
+    fn nvidia_s_devices_are_named_by_uuid_else_index() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(
+            a.path().join("nvidia.yaml"),
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits: {}\n- name: GPU-aa\n  containerEdits: {}\n- name: all\n  containerEdits: {}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            b.path().join("other.json"),
+            r#"{"cdiVersion":"0.6.0","kind":"vendor.com/x","devices":[{"name":"1","containerEdits":{}}]}"#,
+        )
+        .unwrap();
+        std::fs::write(b.path().join("broken.json"), "{").unwrap();
+        std::fs::write(b.path().join("notes.txt"), "kind: nvidia.com/gpu").unwrap();
+        let names = nvidia_device_names(&[a.path(), b.path(), Path::new("/nonexistent")]);
+        assert_eq!(names, ["0", "GPU-aa", "all"]);
+        assert_eq!(
+            nvidia_device(&names, "GPU-aa", 0).as_deref(),
+            Some("nvidia.com/gpu=GPU-aa")
+        );
+        assert_eq!(
+            nvidia_device(&names, "GPU-bb", 0).as_deref(),
+            Some("nvidia.com/gpu=0")
+        );
+        assert_eq!(nvidia_device(&names, "GPU-bb", 1), None);
+    }
+
     use super::*;
     use crate::kubelet::allocate::{Bind, DeviceNode as Node};
 

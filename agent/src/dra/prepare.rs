@@ -15,7 +15,7 @@
 //! collection of departed pods never takes it; unprepare does.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tessera_api::dra::{self, DRIVER, Share, ShareError};
@@ -321,13 +321,23 @@ impl Preparer {
             return Err(e);
         }
         tracing::info!(claim = %name, region = %dir.display(), gpus = ?meta.gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>(), "claim prepared");
+        // Where the NVIDIA Container Toolkit defines the GPU as a CDI
+        // device (a real node with CDI specs generated), the runtime also
+        // applies NVIDIA's edits (driver libraries, device nodes); the
+        // claim's own spec adds the region and the preload.
+        let nvidia = cdi::nvidia_device_names(&[&self.cdi_dir, Path::new(cdi::STATIC_DIR)]);
         Ok(devices
             .into_iter()
-            .map(|d| api::Device {
-                request_names: d.requests,
-                pool_name: self.node.clone(),
-                device_name: d.device,
-                cdi_device_ids: vec![cdi::device_id(uid)],
+            .map(|d| {
+                let gpu = &self.gpus[d.gpu];
+                let mut ids = vec![cdi::device_id(uid)];
+                ids.extend(cdi::nvidia_device(&nvidia, &gpu.uuid, gpu.index));
+                api::Device {
+                    request_names: d.requests,
+                    pool_name: self.node.clone(),
+                    device_name: d.device,
+                    cdi_device_ids: ids,
+                }
             })
             .collect())
     }
@@ -518,6 +528,33 @@ mod tests {
         unallocated.status = None;
         assert!(err(unallocated, UID).contains("is not allocated"));
         assert!(f.preparer.store.list().unwrap().containers.is_empty());
+    }
+
+    /// Where NVIDIA's toolkit has a CDI device for the GPU, the runtime
+    /// gets it beside the claim's own.
+    #[test]
+    fn nvidia_s_cdi_device_comes_with_the_claim_s_where_there_is_one() {
+        let f = fixture();
+        let uuid = f.preparer.gpus[1].uuid.clone();
+        std::fs::create_dir_all(&f.preparer.cdi_dir).unwrap();
+        std::fs::write(
+            f.preparer.cdi_dir.join("nvidia.com-gpu.json"),
+            json!({"cdiVersion": "0.6.0", "kind": "nvidia.com/gpu", "devices": [
+                {"name": "0", "containerEdits": {}},
+                {"name": uuid, "containerEdits": {}},
+            ]})
+            .to_string(),
+        )
+        .unwrap();
+        let c = claim(json!([result("gpu-1", "r", "4Gi", "30")]));
+        let devices = f.preparer.prepare(&c, UID).unwrap();
+        assert_eq!(
+            devices[0].cdi_device_ids,
+            [
+                format!("gpu.tessera.dev/claim={UID}"),
+                format!("nvidia.com/gpu={uuid}")
+            ]
+        );
     }
 
     #[test]

@@ -329,6 +329,15 @@ pub fn on_the_cluster() {
         );
         log_line(name, "ready", Duration::from_secs(30));
     }
+    // The runtime was also given NVIDIA's CDI device for the GPU (the
+    // node's nvidia.com/gpu spec, as the NVIDIA Container Toolkit writes
+    // one): kubelet's checkpoint of prepared claims lists it.
+    let checkpoint =
+        std::fs::read_to_string(cluster_dir().join("run/kubelet/dra_manager_state")).unwrap();
+    assert!(
+        checkpoint.contains(&format!("nvidia.com/gpu={uuid30}")),
+        "{checkpoint}"
+    );
     let sim = sim();
     let p30 = super::pod_process("dra-30", "/usr/local/bin/workload", Duration::from_secs(60))
         .expect("no workload process in pod dra-30");
