@@ -29,7 +29,8 @@ impl Drop for TestCgroup {
     }
 }
 
-fn root_cgroup() -> Result<TestCgroup, String> {
+/// A new cgroup `name` of this test process (tests run in parallel).
+fn root_cgroup(name: &str) -> Result<TestCgroup, String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("not root".into());
@@ -38,7 +39,7 @@ fn root_cgroup() -> Result<TestCgroup, String> {
         return Err("no unshare(1)".into());
     }
     let v2 = cgroup2_root().map_err(|e| e.to_string())?;
-    let dir = v2.join(format!("tessera-daemon-test-{}", std::process::id()));
+    let dir = v2.join(format!("tessera-daemon-test-{}-{name}", std::process::id()));
     std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     Ok(TestCgroup(dir))
 }
@@ -80,7 +81,7 @@ fn container_in(node: &Node, root: &std::path::Path, id: &str, cg: &TestCgroup) 
 
 #[test]
 fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
-    let cg = match root_cgroup() {
+    let cg = match root_cgroup("ns") {
         Ok(cg) => cg,
         Err(why) => {
             println!("skipped: {why}");
@@ -146,7 +147,7 @@ fn cgroup_members_are_mapped_through_nspid_to_usage_slots() {
 /// survivor can then use the whole limit.
 #[test]
 fn the_agent_frees_the_slot_of_a_pid_namespace_that_died() {
-    let cg = match root_cgroup() {
+    let cg = match root_cgroup("two") {
         Ok(cg) => cg,
         Err(why) => {
             println!("skipped: {why}");
