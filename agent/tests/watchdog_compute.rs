@@ -17,7 +17,8 @@
 //! each second, from its own timeline): from the second second on, the
 //! escape's mean is within the margin of its cap and no 2 s hold more than
 //! that and one burst (a slice and the queue it refilled), and the
-//! neighbour gets its 50 % (seconds
+//! neighbour gets what the GPU's round robin leaves it, all of a hard 50
+//! (seconds
 //! in which the simulated GPU itself stalled, at most two, are not
 //! judged: see `stalled`). Also:
 //! kernels a freeze cannot stop are killed, and a cgroup a stopped
@@ -309,9 +310,23 @@ fn scenario_sharing(
     Some(shares)
 }
 
+/// What the honest neighbour keeps in a second in which the escape took
+/// `escape` % (the simulator's round robin): while the escape's queue
+/// runs, the two alternate slices, so the neighbour gets as much GPU time
+/// as the escape then; for the rest of the second, its target's share of
+/// it. A hard neighbour cannot make up later what it lost (its cap holds
+/// it then too), so above half the GPU it keeps
+/// `target - escape * (2 * target / 100 - 1)`: all of it at 50 or less,
+/// 70 - 0.4 * 30 = 58 beside an escape held to an allocation of 30.
+fn neighbour_keeps(target: u32, escape: f64) -> f64 {
+    let t = f64::from(target);
+    t - escape * (2.0 * t / 100.0 - 1.0).max(0.0)
+}
+
 /// Seconds the simulated GPU stalled, and the one after each: the
-/// neighbour (hard, wanting more than its share) got less than its share
-/// less 10 while the GPU had room (the two together under 90 %). Its
+/// neighbour (hard, wanting more than its share) got 10 less than it
+/// keeps beside the escape ([`neighbour_keeps`]) while the GPU had room
+/// (the two together under 90 %). Its
 /// kernels were not run, not outrun: the host starved the simulator's
 /// processes of CPU (a loaded machine), or the neighbour's driver call
 /// waited for an escape frozen inside the simulated driver's lock (see
@@ -322,9 +337,10 @@ fn stalled(s: &Shares) -> Vec<bool> {
     let n = s.escape.len();
     let stall: Vec<bool> = (0..n)
         .map(|k| {
-            s.neighbour
-                .get(k)
-                .is_some_and(|&x| x + 10 < s.sharing.neighbour && s.escape[k] + x < 90)
+            s.neighbour.get(k).is_some_and(|&x| {
+                let keeps = neighbour_keeps(s.sharing.neighbour, f64::from(s.escape[k]));
+                f64::from(x) + 10.0 < keeps && s.escape[k] + x < 90
+            })
         })
         .collect();
     // (The first second holds the start and the agent's first action.)
@@ -340,9 +356,10 @@ fn stalled(s: &Shares) -> Vec<bool> {
 const BURST_PP: f64 = 12.5;
 
 /// The judgement: from the second second on, the escape's mean from then
-/// is within the margin of its cap, and no 2 s hold more than its cap
-/// plus the margin and one burst ([`BURST_PP`]); the neighbour gets its
-/// share. Seconds the simulated GPU stalled ([`stalled`]) are not
+/// is within the margin of its cap (for an elastic escape: at most its
+/// allocation and the margin, at least its target less the margin), and no 2 s hold more than its cap
+/// plus the margin and one burst ([`BURST_PP`]); the neighbour gets what
+/// it keeps beside the escape ([`neighbour_keeps`]). Seconds the simulated GPU stalled ([`stalled`]) are not
 /// judged, at most two.
 fn judge(s: &Shares) {
     let cap = f64::from(s.sharing.share);
@@ -371,28 +388,36 @@ fn judge(s: &Shares) {
     }
     let mean_of =
         |xs: &[u32]| judged.iter().map(|&k| f64::from(xs[k])).sum::<f64>() / judged.len() as f64;
+    // Not above what it may take, nor held below what it is guaranteed
+    // (its target: an elastic container's allocation above it is lent).
     let mean = mean_of(&s.escape);
+    let target = f64::from(s.sharing.target);
     assert!(
-        (mean - cap).abs() <= MARGIN_PP,
-        "mean {mean}: {:?}",
+        mean <= cap + MARGIN_PP && mean >= target - MARGIN_PP,
+        "mean {mean} outside {target} - {MARGIN_PP} to {cap} + {MARGIN_PP}: {:?}",
         s.escape
     );
-    // The neighbour: its share in every judged second from the second
-    // on, and within 2 pp of it on average.
+    // The neighbour: what it keeps beside the escape
+    // ([`neighbour_keeps`]) in every judged second from the second on,
+    // and within 2 pp of it on average.
     if !s.neighbour.is_empty() {
         let mean = mean_of(&s.neighbour);
+        let keeps = neighbour_keeps(neighbour, mean_of(&s.escape));
         assert!(
-            mean + 2.0 >= f64::from(neighbour),
-            "neighbour's mean {mean} < {neighbour}: {:?}",
-            s.neighbour
+            mean + 2.0 >= keeps,
+            "neighbour's mean {mean} < {keeps} (of {neighbour}): {:?} beside {:?}",
+            s.neighbour,
+            s.escape
         );
         for &k in &judged {
-            let x = s.neighbour[k];
+            let x = f64::from(s.neighbour[k]);
+            let keeps = neighbour_keeps(neighbour, f64::from(s.escape[k]));
             assert!(
-                x + 10 >= neighbour,
-                "second {}: neighbour {x} % < {neighbour}: {:?}",
+                x + 10.0 >= keeps,
+                "second {}: neighbour {x} % < {keeps} (of {neighbour}): {:?} beside {:?}",
                 k + 1,
-                s.neighbour
+                s.neighbour,
+                s.escape
             );
         }
     }
@@ -428,10 +453,10 @@ fn a_private_copy_of_the_driver_is_unseen_by_the_interposer_and_held_to_its_cap(
 /// An elastic container is held to its allocation: at target 20 beside a
 /// hard 70, the split gives it 20 and lends it the 10 nobody claims. On
 /// a GPU committed to the full, the throttled escape's bursts (a slice
-/// and the queue it refilled) cost the neighbour some of its share: it is
-/// judged on its mean within 12 pp, where it would get about 50
-/// unthrottled (the README's threat table says how much; `kill` leaves it
-/// all of it).
+/// and the queue it refilled) cost the hard neighbour what it cannot make
+/// up later ([`neighbour_keeps`]: 58 of its 70 beside an escape at its
+/// 30, where it would get about 50 unthrottled; `kill` leaves it all of
+/// it). Judged as the hard escapes are, against the allocation.
 #[test]
 fn an_elastic_escape_is_held_to_its_allocation() {
     let sharing = Sharing {
@@ -440,24 +465,10 @@ fn an_elastic_escape_is_held_to_its_allocation() {
         neighbour: 70,
         share: 30,
     };
-    let Some(s) = scenario_sharing("elastic", Escape::NoPreload, true, sharing) else {
-        return;
-    };
-    assert!(s.acted("compute_overage", "throttle"), "{:?}", s.actions);
-    let cap = f64::from(sharing.share);
-    let later = &s.escape[1..];
-    for w in later.windows(2) {
-        let two = f64::from(w[0] + w[1]) / 2.0;
-        assert!(two <= cap + MARGIN_PP + 1.0, "{:?}", s.escape);
+    if let Some(s) = scenario_sharing("elastic", Escape::NoPreload, true, sharing) {
+        assert!(s.acted("compute_overage", "throttle"), "{:?}", s.actions);
+        judge(&s);
     }
-    let mean = |x: &[u32]| x.iter().map(|&v| f64::from(v)).sum::<f64>() / x.len() as f64;
-    assert!(mean(later) <= cap + MARGIN_PP, "{:?}", s.escape);
-    let n = mean(&s.neighbour[1..]);
-    assert!(
-        n + 12.0 >= f64::from(sharing.neighbour),
-        "{n}: {:?}",
-        s.neighbour
-    );
 }
 
 #[test]
