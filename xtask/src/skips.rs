@@ -13,6 +13,11 @@
 //!
 //! CI runs as root with everything `setup` installs, so under `CI=true`
 //! a skip is a broken install step and fails the run.
+//!
+//! The same scan keeps what each failing test printed last (libtest's
+//! `failures:` section: its output, then its panic message), so that
+//! `cargo xtask test` can say again, at the end of a long log, why each
+//! test failed ([`Failure`]).
 
 use std::io::{BufRead as _, BufReader, Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
@@ -42,32 +47,118 @@ impl std::fmt::Display for Skip {
     }
 }
 
+/// The end of what a failing test printed: its last lines of output
+/// before the panic, and the panic's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The test's name, from libtest's output header.
+    pub test: String,
+    /// At most [`FAILURE_LINES`] lines, each cut at [`LINE_CHARS`].
+    pub lines: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "---- {} ----", self.test)?;
+        for l in &self.lines {
+            writeln!(f, "{l}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Most lines kept of one failing test: its output's last, then the
+/// panic message (a backtrace is left out).
+pub const FAILURE_LINES: usize = 60;
+/// Longest line kept (characters).
+pub const LINE_CHARS: usize = 2000;
+
+/// What one output stream held: the skip lines and the failures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub skips: Vec<Skip>,
+    pub failures: Vec<Failure>,
+}
+
 /// Reads one output stream line by line, remembering whose captured
-/// output it is in and collecting the skip lines.
+/// output it is in, collecting the skip lines and what failing tests
+/// printed.
 #[derive(Debug, Default)]
 pub struct Scanner {
     test: Option<String>,
-    found: Vec<Skip>,
+    /// Inside libtest's `failures:` section (the headers name failed
+    /// tests).
+    in_failures: bool,
+    /// The failing test's lines so far, and whether its backtrace began.
+    failing: Option<(Failure, bool)>,
+    found: Findings,
 }
 
 impl Scanner {
     /// Takes the next line (without its newline).
     pub fn line(&mut self, line: &str) {
         if let Some(test) = output_header(line) {
+            self.end_failure();
             self.test = Some(test.to_owned());
-        } else if ends_output_sections(line) {
+            if self.in_failures {
+                let f = Failure {
+                    test: test.to_owned(),
+                    lines: Vec::new(),
+                };
+                self.failing = Some((f, false));
+            }
+            return;
+        }
+        if ends_output_sections(line) {
+            self.end_failure();
             self.test = None;
-        } else if is_skip(line) {
-            self.found.push(Skip {
+            self.in_failures = line == "failures:";
+            return;
+        }
+        if is_skip(line) {
+            self.found.skips.push(Skip {
                 test: self.test.clone(),
                 line: line.to_owned(),
             });
         }
+        if let Some((f, in_backtrace)) = &mut self.failing {
+            keep_failure_line(f, in_backtrace, line);
+        }
     }
 
-    /// The skip lines seen.
-    pub fn into_skips(self) -> Vec<Skip> {
+    fn end_failure(&mut self) {
+        if let Some((f, _)) = self.failing.take() {
+            self.found.failures.push(f);
+        }
+    }
+
+    /// The skip lines and failures seen.
+    pub fn finish(mut self) -> Findings {
+        self.end_failure();
         self.found
+    }
+}
+
+/// Adds `line` to a failing test's lines: after its panic, only the
+/// message (up to the backtrace or libtest's note); before it, the last
+/// lines of its output.
+fn keep_failure_line(f: &mut Failure, in_backtrace: &mut bool, line: &str) {
+    if *in_backtrace {
+        return;
+    }
+    if line.starts_with("stack backtrace:") || line.starts_with("note: run with") {
+        *in_backtrace = true;
+        return;
+    }
+    let panicked = f.lines.iter().any(|l| l.contains(" panicked at "));
+    if panicked && f.lines.len() >= FAILURE_LINES {
+        return;
+    }
+    let cut: String = line.chars().take(LINE_CHARS).collect();
+    f.lines.push(cut);
+    if !panicked && f.lines.len() > FAILURE_LINES / 2 && !line.contains(" panicked at ") {
+        // Output before the panic: only its last half of the budget.
+        f.lines.remove(0);
     }
 }
 
@@ -91,9 +182,9 @@ pub fn is_skip(line: &str) -> bool {
 }
 
 /// Runs `cmd`, echoing it, with its stdout and stderr copied line by line
-/// to this process's own as they come; returns its exit status and the
-/// skip lines both held.
-pub fn run_teed(cmd: &mut Command) -> Result<(ExitStatus, Vec<Skip>)> {
+/// to this process's own as they come; returns its exit status and what
+/// both held.
+pub fn run_teed(cmd: &mut Command) -> Result<(ExitStatus, Findings)> {
     run_teed_to(cmd, std::io::stdout(), std::io::stderr())
 }
 
@@ -102,7 +193,7 @@ fn run_teed_to(
     cmd: &mut Command,
     out: impl Write,
     err: impl Write + Send + 'static,
-) -> Result<(ExitStatus, Vec<Skip>)> {
+) -> Result<(ExitStatus, Findings)> {
     let line = sh::describe(cmd);
     eprintln!("$ {line}");
     let mut child = cmd
@@ -120,20 +211,22 @@ fn run_teed_to(
     let status = child
         .wait()
         .with_context(|| format!("cannot wait for `{line}`"))?;
-    let mut skips = out_copy.with_context(|| format!("cannot copy the stdout of `{line}`"))?;
-    skips.extend(err_copy.with_context(|| format!("cannot copy the stderr of `{line}`"))?);
-    Ok((status, skips))
+    let mut found = out_copy.with_context(|| format!("cannot copy the stdout of `{line}`"))?;
+    let err_found = err_copy.with_context(|| format!("cannot copy the stderr of `{line}`"))?;
+    found.skips.extend(err_found.skips);
+    found.failures.extend(err_found.failures);
+    Ok((status, found))
 }
 
 /// Copies `from` to `to` line by line, scanning each line.
-fn tee(from: impl Read, mut to: impl Write) -> std::io::Result<Vec<Skip>> {
+fn tee(from: impl Read, mut to: impl Write) -> std::io::Result<Findings> {
     let mut from = BufReader::new(from);
     let mut scanner = Scanner::default();
     let mut buf = Vec::new();
     loop {
         buf.clear();
         if from.read_until(b'\n', &mut buf)? == 0 {
-            return Ok(scanner.into_skips());
+            return Ok(scanner.finish());
         }
         to.write_all(&buf)?;
         to.flush()?;
@@ -151,7 +244,7 @@ mod tests {
         for line in text.lines() {
             scanner.line(line);
         }
-        scanner.into_skips().iter().map(Skip::to_string).collect()
+        scanner.finish().skips.iter().map(Skip::to_string).collect()
     }
 
     /// `cargo test -- --show-output` of a binary with one skipping test,
@@ -211,9 +304,9 @@ test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
             "-c",
             "m=skipped; echo '---- t stdout ----'; echo \"$m: a\"; echo \"$m: b\" >&2; exit 3",
         ]);
-        let (status, skips) = run_teed_to(&mut cmd, std::io::sink(), std::io::sink()).unwrap();
+        let (status, found) = run_teed_to(&mut cmd, std::io::sink(), std::io::sink()).unwrap();
         assert_eq!(status.code(), Some(3));
-        let found: Vec<String> = skips.iter().map(Skip::to_string).collect();
+        let found: Vec<String> = found.skips.iter().map(Skip::to_string).collect();
         assert_eq!(found, ["t: skipped: a", "skipped: b"]);
     }
 
@@ -221,9 +314,9 @@ test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
     fn tee_copies_every_byte_and_scans_lines() {
         let input = "a\nskipped: no python3\r\nlast line without newline skipped: x";
         let mut copy = Vec::new();
-        let skips = tee(input.as_bytes(), &mut copy).unwrap();
+        let found = tee(input.as_bytes(), &mut copy).unwrap();
         assert_eq!(copy, input.as_bytes());
-        let lines: Vec<&str> = skips.iter().map(|s| s.line.as_str()).collect();
+        let lines: Vec<&str> = found.skips.iter().map(|s| s.line.as_str()).collect();
         assert_eq!(
             lines,
             [
@@ -231,5 +324,44 @@ test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
                 "last line without newline skipped: x"
             ]
         );
+    }
+
+    /// `cargo test -- --show-output` of a binary with a passing test and
+    /// two failing ones, one printing much before its panic.
+    #[test]
+    fn failures_keep_the_last_output_and_the_panic_message_without_the_backtrace() {
+        let mut text = String::from(
+            "running 3 tests\ntest a ... ok\ntest b ... FAILED\ntest c ... FAILED\n\nsuccesses:\n\n---- a stdout ----\nfine\n\nsuccesses:\n    a\n\nfailures:\n\n---- b stdout ----\n",
+        );
+        for k in 0..100 {
+            text.push_str(&format!("second {k}\n"));
+        }
+        text.push_str("\nthread 'b' (7) panicked at agent/tests/b.rs:3:5:\nmean 40 over 25\nstack backtrace:\n   0: std::panicking\n\n---- c stdout ----\nthread 'c' (8) panicked at c.rs:1:1:\nboom\nnote: run with `RUST_BACKTRACE=1`\n\n\nfailures:\n    b\n    c\n\ntest result: FAILED. 1 passed; 2 failed\n");
+        let mut scanner = Scanner::default();
+        for line in text.lines() {
+            scanner.line(line);
+        }
+        let found = scanner.finish();
+        let names: Vec<&str> = found.failures.iter().map(|f| f.test.as_str()).collect();
+        assert_eq!(names, ["b", "c"]);
+        let b = &found.failures[0].lines;
+        assert!(b.len() <= FAILURE_LINES, "{b:?}");
+        assert_eq!(b.first().map(String::as_str), Some("second 71"), "{b:?}");
+        assert_eq!(
+            &b[b.len() - 3..],
+            [
+                "",
+                "thread 'b' (7) panicked at agent/tests/b.rs:3:5:",
+                "mean 40 over 25"
+            ]
+            .map(String::from)
+            .as_slice()
+        );
+        assert!(!b.iter().any(|l| l.contains("std::panicking")), "{b:?}");
+        assert_eq!(
+            found.failures[1].lines,
+            ["thread 'c' (8) panicked at c.rs:1:1:", "boom"]
+        );
+        assert!(found.skips.is_empty());
     }
 }

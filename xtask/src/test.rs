@@ -52,9 +52,18 @@ pub fn run(args: &Args) -> Result<()> {
         // Shows what passing tests printed, and so their skip lines.
         .args(["--", "--show-output"])
         .args(&args.cargo_test_args);
-    let (status, skipped) = skips::run_teed(&mut cmd)?;
+    let (status, found) = skips::run_teed(&mut cmd)?;
+    let skipped = &found.skips;
     let listed: String = skipped.iter().map(|s| format!("\n  {s}")).collect();
     if !status.success() {
+        // Again at the end, where a long log's tail shows it: why each
+        // test failed.
+        if !found.failures.is_empty() {
+            eprintln!("\nwhy the failing tests failed (their last output and panic):");
+            for f in &found.failures {
+                eprint!("{f}");
+            }
+        }
         bail!("the tests failed ({status}){listed}");
     }
     if !skipped.is_empty() {
