@@ -110,6 +110,14 @@ fn the_bundles_controller_script_holds_targets_on_the_simulator() {
         out.status.success(),
         "controller.sh failed: {stdout}{stderr}\nagent log:\n{log}"
     );
+    // What every judgement below prints with the script's output: the
+    // agent's warnings and errors.
+    let warned: String = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let stdout = format!("{stdout}agent warnings and errors:\n{warned}");
 
     // Hard: each container near its target by both measures.
     let hard = rows(&stdout, "hard");

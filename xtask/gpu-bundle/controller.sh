@@ -92,6 +92,9 @@ for name in names:
     share = 100 * steady[-1]["steady_mm_per_s"] / solo if steady and solo > 0 else float("nan")
     mean = sum(sm) / len(sm) if sm else float("nan")
     print(f"{name:<10} {target:>8.0f} {mean:>18.1f} {share:>19.1f} {str(rates[-1] if rates else None):>12}")
+    per_view = [g.get("sm_percent") for v in views for c in v["containers"] if c["id"] == name and c["gpus"] for g in c["gpus"][:1]]
+    per_second = [d["mm_per_s"] for d in map(json.loads, open(f"{out}/{name}.jsonl")) if "mm_per_s" in d]
+    print(f"  {name}: NVML SM % by view {per_view}; products/s by second {per_second}")
 if busy:
     print(f"GPU busy (NVML, second half): {sum(busy) / len(busy):.1f} %")
 PY
