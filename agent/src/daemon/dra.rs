@@ -206,15 +206,36 @@ fn with_health(inventory: &Inventory, healthy: &[bool]) -> Inventory {
 /// Applies `node`'s slice for `inventory` unless the API server has it
 /// as it should be (`None`): the generation is kept when the devices are
 /// the ones published, raised otherwise (a deleted slice starts again
-/// at 1).
+/// at 1). The node's UID (the slice's owner) is read only to apply: a
+/// node made again gets a new one, and the old owner's garbage collector
+/// deletes the slice, which the next pass applies again.
 async fn apply(
     client: &kube::Client,
     node: &str,
     inventory: &Inventory,
     roots: &BTreeMap<String, String>,
 ) -> Result<Option<i64>, String> {
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let name = slice_name(node);
+    let current = slices.get_opt(&name).await.map_err(|e| {
+        format!(
+            "cannot read ResourceSlice {name}: {}",
+            crate::error_chain::with_causes(&e)
+        )
+    })?;
+    let mut owner = NodeRef {
+        name: node.to_owned(),
+        uid: String::new(),
+    };
+    // (Devices compared: the API server may default other fields.)
+    let devices = resource_slice(&owner, inventory, roots, 0).spec.devices;
+    let generation = match current {
+        Some(c) if c.spec.devices == devices => return Ok(None),
+        Some(c) => c.spec.pool.generation + 1,
+        None => 1,
+    };
     let nodes: Api<Node> = Api::all(client.clone());
-    let uid = nodes
+    owner.uid = nodes
         .get(node)
         .await
         .map_err(|e| {
@@ -226,26 +247,7 @@ async fn apply(
         .metadata
         .uid
         .ok_or_else(|| format!("node {node} has no UID"))?;
-    let owner = NodeRef {
-        name: node.to_owned(),
-        uid,
-    };
-    let slices: Api<ResourceSlice> = Api::all(client.clone());
-    let name = slice_name(node);
-    let current = slices.get_opt(&name).await.map_err(|e| {
-        format!(
-            "cannot read ResourceSlice {name}: {}",
-            crate::error_chain::with_causes(&e)
-        )
-    })?;
-    let mut wanted = resource_slice(&owner, inventory, roots, 0);
-    let generation = match current {
-        // (Devices compared: the API server may default other fields.)
-        Some(c) if c.spec.devices == wanted.spec.devices => return Ok(None),
-        Some(c) => c.spec.pool.generation + 1,
-        None => 1,
-    };
-    wanted.spec.pool.generation = generation;
+    let wanted = resource_slice(&owner, inventory, roots, generation);
     slices
         .patch(
             &name,
