@@ -50,6 +50,11 @@ fn exited(fd: &OwnedFd) -> bool {
 }
 
 impl ProcCache {
+    /// The `/proc` it reads host processes from.
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+
     /// A cache over `proc_root`.
     pub fn new(proc_root: &Path) -> Self {
         Self {

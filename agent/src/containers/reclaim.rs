@@ -44,10 +44,13 @@ pub enum ReclaimError {
 }
 
 /// Frees the slots of usage region `usage` whose owners are gone from
-/// cgroup `cgroup` (`info` describes a host pid); returns how many.
+/// cgroup `cgroup` (`info` describes a host pid, `proc_root` is where
+/// host processes are read again; the agent's own pid namespace is read
+/// in its own `/proc`); returns how many.
 pub fn reclaim_gone(
     usage: &Path,
     cgroup: &Path,
+    proc_root: &Path,
     mut info: impl FnMut(u32) -> Option<ProcInfo>,
 ) -> Result<usize, ReclaimError> {
     let region = open_usage(usage).map_err(|source| ReclaimError::Map {
@@ -86,7 +89,7 @@ pub fn reclaim_gone(
         pids::cgroup_pids(cgroup).map_or(true, |members| {
             members
                 .iter()
-                .filter_map(|&h| pids::proc_info(Path::new("/proc"), h))
+                .filter_map(|&h| pids::proc_info(proc_root, h))
                 .any(|p| names(&p, pid, word))
         })
     };
@@ -126,7 +129,10 @@ mod tests {
         let old = region.claim(2, me.start_time).unwrap();
         region.reserve(0, gone.slot, 1 << 20, 1 << 30).unwrap();
         let info = |p: u32| (p == me.host_pid).then_some(member);
-        assert_eq!(reclaim_gone(&usage, &cgroup, info).unwrap(), 1);
+        assert_eq!(
+            reclaim_gone(&usage, &cgroup, Path::new("/proc"), info).unwrap(),
+            1
+        );
         assert!(region.owns(live));
         assert!(!region.owns(gone));
         assert!(
@@ -137,7 +143,10 @@ mod tests {
         // Membership unreadable: nothing is judged gone.
         let lost = region.claim(3, start::word(other, 1)).unwrap();
         std::fs::remove_file(cgroup.join("cgroup.procs")).unwrap();
-        assert_eq!(reclaim_gone(&usage, &cgroup, info).unwrap(), 0);
+        assert_eq!(
+            reclaim_gone(&usage, &cgroup, Path::new("/proc"), info).unwrap(),
+            0
+        );
         assert!(region.owns(lost));
     }
 }

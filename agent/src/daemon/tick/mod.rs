@@ -214,6 +214,9 @@ struct Managed {
     since: u64,
     /// Its last visit (none before the first).
     last: Option<LastVisit>,
+    /// The first period in which its usage slots no cgroup member holds
+    /// are judged again (a second after a pass that freed none).
+    reclaim_from: u64,
 }
 
 /// NVML's side of the loop: the node's GPUs and what is kept between
@@ -508,6 +511,7 @@ impl Agent {
                                 usage: UsageFile::default(),
                                 since,
                                 last: None,
+                                reclaim_from: 0,
                             },
                         );
                     }
@@ -799,15 +803,16 @@ impl Agent {
     /// periods, read into the shared buffer).
     fn observe_managed(&mut self, c: &Container) -> Observed {
         let mut buf = std::mem::take(&mut self.containers.usage_buf);
-        let mut file = self
+        let (mut file, mut reclaim_from) = self
             .containers
             .managed
             .get_mut(&c.id)
-            .map(|m| std::mem::take(&mut m.usage))
+            .map(|m| (std::mem::take(&mut m.usage), m.reclaim_from))
             .unwrap_or_default();
-        let o = self.observe(c, &mut buf, &mut file);
+        let o = self.observe(c, &mut buf, &mut file, &mut reclaim_from);
         if let Some(m) = self.containers.managed.get_mut(&c.id) {
             m.usage = file;
+            m.reclaim_from = reclaim_from;
         }
         self.containers.usage_buf = buf;
         o

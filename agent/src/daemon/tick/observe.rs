@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// Periods between passes over usage slots no cgroup member holds, after
+/// one that freed none (a second).
+pub(super) const RECLAIM_EVERY: u64 = 10;
+
 impl Agent {
     /// Host processes of `meta`'s cgroup joined with `usage`'s slots.
     pub(super) fn processes(
@@ -50,11 +54,16 @@ impl Agent {
     /// containers and periods), and only as far as
     /// this container's GPUs go ([`Scope::granted`]): the control region
     /// has no other GPU, so nothing charged beyond them can raise a limit.
+    /// Slots no cgroup member holds are judged from period
+    /// `reclaim_from` on; a pass that frees none moves it
+    /// [`RECLAIM_EVERY`] on (a slot that stays, untagged or naming no
+    /// member, costs a mapping and a cgroup read a second, not a period).
     pub(super) fn observe(
         &self,
         c: &Container,
         buf: &mut Vec<u8>,
         file: &mut UsageFile,
+        reclaim_from: &mut u64,
     ) -> Observed {
         let mut problems = Vec::new();
         let scope = Scope::granted(c.meta.gpus.len());
@@ -68,20 +77,22 @@ impl Agent {
                     .ok()
             });
         let mut processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
-        if processes
-            .iter()
-            .any(|p| p.source == pids::Source::UnmatchedSlot)
+        if self.clock.periods >= *reclaim_from
+            && processes
+                .iter()
+                .any(|p| p.source == pids::Source::UnmatchedSlot)
             && let Some(cgroup) = self.cgroup_dir(&c.meta)
         {
             // Slots no process of the cgroup holds: free those whose
             // owners are gone (a pid namespace of the container that has
             // no process left to free them), and read again.
             let path = c.dir.join(USAGE_FILE);
-            let freed = crate::containers::reclaim::reclaim_gone(&path, &cgroup, |p| {
+            let proc_root = self.containers.procs.borrow().proc_root().to_path_buf();
+            let freed = crate::containers::reclaim::reclaim_gone(&path, &cgroup, &proc_root, |p| {
                 self.containers.procs.borrow_mut().info(p)
             });
             match freed {
-                Ok(0) => {}
+                Ok(0) => *reclaim_from = self.clock.periods + RECLAIM_EVERY,
                 Ok(n) => {
                     tracing::info!(container = %c.id, slots = n, "freed the usage slots of processes gone from the container's cgroup");
                     usage = file
@@ -90,7 +101,10 @@ impl Agent {
                         .and_then(|()| read_usage_in(buf, scope).ok());
                     processes = self.processes(&c.meta, usage.as_ref(), &mut problems);
                 }
-                Err(e) => problems.push(format!("usage region: {}", with_causes(&e))),
+                Err(e) => {
+                    *reclaim_from = self.clock.periods + RECLAIM_EVERY;
+                    problems.push(format!("usage region: {}", with_causes(&e)));
+                }
             }
         }
         let host_pids = processes.iter().filter_map(|p| p.host_pid).collect();
