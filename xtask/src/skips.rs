@@ -67,16 +67,21 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Most lines kept of one failing test: its output's last, then the
-/// panic message (a backtrace is left out).
+/// Most lines kept of one failing test: its output's last
+/// ([`OUTPUT_LINES`] at most), then the panic message (a backtrace is
+/// left out).
 pub const FAILURE_LINES: usize = 60;
+/// Most lines kept of what a failing test printed before its panic.
+pub const OUTPUT_LINES: usize = 15;
 /// Longest line kept (characters).
 pub const LINE_CHARS: usize = 2000;
 
 /// What one output stream held: the skip lines and the failures.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Findings {
+    /// The skip lines, in order.
     pub skips: Vec<Skip>,
+    /// The failing tests, in order.
     pub failures: Vec<Failure>,
 }
 
@@ -156,8 +161,8 @@ fn keep_failure_line(f: &mut Failure, in_backtrace: &mut bool, line: &str) {
     }
     let cut: String = line.chars().take(LINE_CHARS).collect();
     f.lines.push(cut);
-    if !panicked && f.lines.len() > FAILURE_LINES / 2 && !line.contains(" panicked at ") {
-        // Output before the panic: only its last half of the budget.
+    if !panicked && f.lines.len() > OUTPUT_LINES && !line.contains(" panicked at ") {
+        // Output before the panic: only its last lines.
         f.lines.remove(0);
     }
 }
@@ -346,7 +351,7 @@ test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
         assert_eq!(names, ["b", "c"]);
         let b = &found.failures[0].lines;
         assert!(b.len() <= FAILURE_LINES, "{b:?}");
-        assert_eq!(b.first().map(String::as_str), Some("second 71"), "{b:?}");
+        assert_eq!(b.first().map(String::as_str), Some("second 86"), "{b:?}");
         assert_eq!(
             &b[b.len() - 3..],
             [
