@@ -31,6 +31,8 @@ const MAX_WAIT_CARRY_S: f64 = 2.0;
 const BINDING_WAIT_SHARE: f64 = 0.01;
 /// ...or the container launched at least this share of its rate.
 const BINDING_RATE_SHARE: f64 = 0.97;
+/// Most windows learnt as one ([`Held`]).
+const HOLD_WINDOWS: f64 = 10.0;
 
 /// One window's measurements, derived from the counters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -41,6 +43,39 @@ pub struct Observation {
     pub warps_per_s: f64,
     /// Whether the bucket held the container back.
     pub binding: bool,
+}
+
+/// Windows of a saturated device held back to be learnt as one: from a
+/// window in which the container's warps looked cheap (they queued
+/// rather than ran) until the device has room again, when what queued
+/// has run and looks dear by as much. Learning only the dear windows
+/// after each burst of a neighbour, never the cheap ones, would raise the
+/// cost and lower the rate (and the share) cycle after cycle; the windows
+/// together cost what they cost. At most [`HOLD_WINDOWS`]: on a device
+/// saturated for good, a second's windows are learnt together.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Held {
+    /// Sums of SM percent and warps/s over the windows held.
+    sm: f64,
+    warps: f64,
+    /// Windows held.
+    n: f64,
+}
+
+impl Held {
+    fn hold(&mut self, u: f64, w: f64) {
+        self.sm += u;
+        self.warps += w;
+        self.n += 1.0;
+    }
+
+    /// The means of SM percent and warps/s over the windows held and
+    /// `(u, w)`; none held: `(u, w)`. Lets the held windows go.
+    fn fold(&mut self, u: f64, w: f64) -> (f64, f64) {
+        let h = std::mem::take(self);
+        let n = h.n + 1.0;
+        ((h.sm + u) / n, (h.warps + w) / n)
+    }
 }
 
 /// The previous counter values, to take deltas.
@@ -70,6 +105,8 @@ pub struct Loop {
     allowance: f64,
     /// Throttle time reported but not yet spent (s).
     wait_carry: f64,
+    /// Cheap windows of a saturated device, not learnt yet.
+    held: Held,
     state: LoopState,
 }
 
@@ -90,6 +127,7 @@ impl Loop {
             counters: None,
             allowance: rate,
             wait_carry: 0.0,
+            held: Held::default(),
             state: LoopState::Probing,
         }
     }
@@ -195,16 +233,41 @@ impl Loop {
                 LoopState::Idle
             };
             if let Some(u) = o.sm_percent {
-                self.learn(o, u, cap, saturated, cfg, &mut probe_rate);
-                // Conditional integration: large errors are the model's
-                // business (a transient), small ones the integral's.
-                let e = self.aimed - u;
-                if self.cost.is_some()
-                    && o.binding
-                    && e.abs() <= (0.2 * cap).max(2.0)
-                    && !(saturated && e > 0.0)
-                {
-                    self.integral += cfg.ki * e;
+                let w = o.warps_per_s;
+                let cheap = self.cost.is_some_and(|c| u / w < c);
+                let hold = saturated
+                    && w > 0.0
+                    && (cheap || self.held.n > 0.0)
+                    && self.held.n + 1.0 < HOLD_WINDOWS;
+                if hold {
+                    // Queued warps look cheap, and the warps that queued
+                    // run dear while the device stays busy: held until it
+                    // has room (neither learnt nor integrated now).
+                    self.held.hold(u, w);
+                } else {
+                    let (u, w) = if w > 0.0 {
+                        self.held.fold(u, w)
+                    } else {
+                        // Idle: what queued ran or was dropped meanwhile.
+                        self.held = Held::default();
+                        (u, w)
+                    };
+                    let o = Observation {
+                        sm_percent: Some(u),
+                        warps_per_s: w,
+                        ..o
+                    };
+                    self.learn(o, u, cap, saturated, cfg, &mut probe_rate);
+                    // Conditional integration: large errors are the model's
+                    // business (a transient), small ones the integral's.
+                    let e = self.aimed - u;
+                    if self.cost.is_some()
+                        && o.binding
+                        && e.abs() <= (0.2 * cap).max(2.0)
+                        && !(saturated && e > 0.0)
+                    {
+                        self.integral += cfg.ki * e;
+                    }
                 }
             }
         }

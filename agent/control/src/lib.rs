@@ -29,6 +29,10 @@
 //! the model handles), and stays within ±¼ of the cap (and at most 5 pp
 //! above 100); the cost estimate
 //! is a physical quantity that idling or memory-bound phases do not move.
+//! Windows of a saturated device in which the warps look cheap (they
+//! queued) are learnt as one with the busy windows after them (when the
+//! queue runs and looks dear), so a neighbour's bursts move the estimate
+//! neither way.
 //! So the rate never exceeds 1.25 × what the cap needs at the estimated
 //! cost, however long a workload idles. On a saturated device the rate
 //! does not rise at all unless the cap it aims at rose (the split moved

@@ -646,3 +646,42 @@ fn on_a_saturated_device_only_a_risen_cap_raises_the_rate() {
     let up = step(&mut l, 20.0, 60.0, true);
     assert!((up - 3e6).abs() < 3e4, "{up}");
 }
+
+/// A hard container at 70 beside bursts it cannot outrun (each 10
+/// windows, 4 in which it gets at most half the GPU and the device is
+/// saturated): its queue holds what it launched and runs it in the
+/// windows after, so it can take its 70 on average, and does while its
+/// rate stays. Learning only the windows after a burst (the queued warps
+/// running look dear) and never the burst (they look cheap) would raise
+/// the cost each cycle and ratchet the rate and the share down.
+#[test]
+fn bursts_beside_a_hard_container_do_not_ratchet_its_rate_down() {
+    use super::feedback::Loop;
+    let cfg = ControllerConfig::default();
+    // 1e6 warps/s give 70 %: cost 7e-5 % per warp/s.
+    let cost = 7e-5;
+    let mut l = Loop::new(1e6);
+    let (mut warps, mut backlog) = (0u64, 0.0f64);
+    let mut got_by_window = Vec::new();
+    for k in 0..400 {
+        let burst = k % 10 < 4 && k >= 50;
+        let demand = cost * l.rate();
+        let room = if burst { 50.0 } else { 100.0 };
+        // What it launched and what queued before runs, as far as the
+        // window has room (a queue of at most a second of its share).
+        let got = (demand + backlog).min(room);
+        backlog = (backlog + demand - got).clamp(0.0, 700.0);
+        got_by_window.push(got);
+        warps += (l.rate() * 0.1) as u64;
+        let obs = l.observe(0.1, Some(got), warps, 50_000_000, cfg.burst_s);
+        l.decide(obs, 70.0, burst || got >= 99.0, &cfg);
+    }
+    let last: Vec<f64> = got_by_window[300..].to_vec();
+    let mean = last.iter().sum::<f64>() / last.len() as f64;
+    assert!(
+        (mean - 70.0).abs() <= 1.0,
+        "mean {mean} over the last 100 windows (rate {}): {:?}",
+        l.rate(),
+        &got_by_window[380..]
+    );
+}
