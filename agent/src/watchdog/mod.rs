@@ -78,6 +78,9 @@ struct Watch {
     throttle: Option<throttle::Throttle>,
     /// When the throttle last stepped.
     throttle_at: Option<Instant>,
+    /// When it last stepped with NVML's measurements (what the next
+    /// measurement covers from).
+    measured_at: Option<Instant>,
     /// The throttle's current slice (a slice's timer freezes only while
     /// it is still current).
     slice: Arc<AtomicU64>,
@@ -367,9 +370,12 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
     let (Some(t), Some(dir)) = (watch.throttle.as_mut(), cgroup) else {
         return;
     };
-    let dt = watch.throttle_at.map_or(crate::control::PERIOD, |at| {
-        facts.now.saturating_duration_since(at)
-    });
+    let since = |at: Option<Instant>| {
+        at.map_or(crate::control::PERIOD, |at| {
+            facts.now.saturating_duration_since(at)
+        })
+    };
+    let dt = since(watch.throttle_at);
     watch.throttle_at = Some(facts.now);
     let gpus: Vec<(usize, f64, f64)> = facts
         .compute
@@ -377,7 +383,11 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
         .enumerate()
         .filter_map(|(i, c)| Some((i, c.measured?, c.cap?)))
         .collect();
-    let step = t.step(&gpus, dt);
+    let covered = since(watch.measured_at);
+    if !gpus.is_empty() {
+        watch.measured_at = Some(facts.now);
+    }
+    let step = t.step(&gpus, covered, dt);
     // Whatever happens now, a slice's timer from an earlier period must
     // not freeze after it.
     let slice = watch.slice.fetch_add(1, AtomicOrdering::SeqCst) + 1;
@@ -399,6 +409,7 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
         throttle::Step::Release => {
             watch.throttle = None;
             watch.throttle_at = None;
+            watch.measured_at = None;
             watch.open.remove(&Reason::ComputeOverage);
             tracing::info!(container = %names, "throttle released: nothing owed for {} periods", throttle::RELEASE_AFTER);
             throttle::thaw(dir, true)
@@ -419,6 +430,7 @@ fn step_throttle(watch: &mut Watch, cgroup: Option<&Path>, facts: &Facts<'_>, na
 fn escalate(watch: &mut Watch, dir: &Path, names: &Names<'_>) {
     watch.throttle = None;
     watch.throttle_at = None;
+    watch.measured_at = None;
     let all = crate::containers::pids::cgroup_pids(dir).unwrap_or_default();
     let what = format!(
         "its GPU work outran the throttle: above cap + {} pp through {} periods frozen throughout (queued or long-running kernels)",

@@ -93,11 +93,18 @@ pub struct Throttle {
 }
 
 impl Throttle {
-    /// One period of `dt`: `gpus` are (GPU index, measured %, cap %) of
-    /// the period that just ended.
-    pub fn step(&mut self, gpus: &[(usize, f64, f64)], dt: Duration) -> Step {
+    /// One period of `dt`: `gpus` are (GPU index, measured %, cap %) over
+    /// `covered`, the span since the last step that had measurements
+    /// (NVML's samples of a period that had none are in the next one's:
+    /// charged over the period alone, a burst in that gap would be
+    /// diluted and never paid back).
+    pub fn step(&mut self, gpus: &[(usize, f64, f64)], covered: Duration, dt: Duration) -> Step {
         let dt = dt.clamp(Duration::from_millis(10), Duration::from_secs(1));
         let ms = dt.as_secs_f64() * 1000.0;
+        let covered_ms = covered
+            .clamp(Duration::from_millis(10), Duration::from_secs(1))
+            .as_secs_f64()
+            * 1000.0;
         let mut slice: f64 = 1.0;
         let mut over = false;
         for &(i, measured, cap) in gpus {
@@ -105,7 +112,7 @@ impl Throttle {
                 continue;
             };
             let credit = (2.0 * cap / 100.0 * ms).max(BURST_MS);
-            *d = (*d + (measured - cap) / 100.0 * ms).max(-credit);
+            *d = (*d + (measured - cap) / 100.0 * covered_ms).max(-credit);
             over |= measured > cap + MARGIN_PP;
             if let Some(f) = self.thawed.filter(|f| *f > 0.0) {
                 // A slice that ran late or short reads low: the estimate
@@ -220,7 +227,7 @@ mod tests {
             }
             let share = (drained + ran) / PMS * 100.0;
             shares.push(share);
-            let s = t.step(&[(0, share, cap)], P);
+            let s = t.step(&[(0, share, cap)], P, P);
             steps.push(s);
             thawed_ms = match s {
                 Step::Freeze => 0.0,
@@ -272,10 +279,10 @@ mod tests {
     #[test]
     fn a_container_back_under_its_cap_is_released() {
         let mut t = Throttle::default();
-        assert_eq!(t.step(&[(0, 80.0, 20.0)], P), Step::Freeze);
+        assert_eq!(t.step(&[(0, 80.0, 20.0)], P, P), Step::Freeze);
         let mut seen = Vec::new();
         for _ in 0..40 {
-            let s = t.step(&[(0, 10.0, 20.0)], P);
+            let s = t.step(&[(0, 10.0, 20.0)], P, P);
             seen.push(s);
             if s == Step::Release {
                 break;
@@ -291,13 +298,35 @@ mod tests {
         // A long idle stretch buys at most BURST_MS of running over.
         let mut t = Throttle::default();
         for _ in 0..10 {
-            t.step(&[(0, 0.0, 20.0)], P);
+            t.step(&[(0, 0.0, 20.0)], P, P);
         }
         // Running at the cap plus the credit leaves no debt: still thawed.
         assert!(matches!(
-            t.step(&[(0, 20.0 + BURST_MS, 20.0)], P),
+            t.step(&[(0, 20.0 + BURST_MS, 20.0)], P, P),
             Step::Thaw(_)
         ));
-        assert_eq!(t.step(&[(0, 100.0, 20.0)], P), Step::Freeze);
+        assert_eq!(t.step(&[(0, 100.0, 20.0)], P, P), Step::Freeze);
+    }
+
+    /// A measurement that covers periods which had none (NVML could not
+    /// be read then) is charged over all of them: 60 % at a cap of 20
+    /// over five periods owes 200 ms, paid by ten periods frozen; over
+    /// one period it would owe 40 ms.
+    #[test]
+    fn a_measurement_after_a_gap_is_charged_over_the_gap() {
+        let frozen_until_paid = |covered: Duration| {
+            let mut t = Throttle::default();
+            let mut n = 0;
+            let mut s = t.step(&[(0, 60.0, 20.0)], covered, P);
+            while s == Step::Freeze && n < 50 {
+                n += 1;
+                s = t.step(&[(0, 0.0, 20.0)], P, P);
+            }
+            n
+        };
+        let gap = frozen_until_paid(P * 5);
+        let one = frozen_until_paid(P);
+        assert!((9..=11).contains(&gap), "{gap} periods frozen after a gap");
+        assert!(one <= 3, "{one} periods frozen after one period");
     }
 }
