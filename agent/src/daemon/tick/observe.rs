@@ -6,7 +6,7 @@ use super::*;
 
 /// Periods between passes over usage slots no cgroup member holds, after
 /// one that freed none (a second).
-pub(super) const RECLAIM_EVERY: u64 = 10;
+const RECLAIM_EVERY: u64 = 10;
 
 impl Agent {
     /// Host processes of `meta`'s cgroup joined with `usage`'s slots.
